@@ -1,0 +1,3 @@
+//! `ferry-broker`: the broker daemon.
+
+fn main() {}

@@ -1,0 +1,3 @@
+//! `ferry-mirror`: the mirror daemon, one per datacenter pair.
+
+fn main() {}

@@ -1,0 +1,9 @@
+//! Compiles `proto/*.proto` with protox (pure Rust, so no system `protoc` is needed) and generates the
+//! tonic client and server code.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let fds = protox::compile(["broker.proto"], ["proto"])?;
+    tonic_prost_build::configure().build_client(true).build_server(true).bytes(".ferry.v1").compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! Per-partition log configuration.
+
+use std::time::Duration;
+
+/// When appended bytes are made durable with fsync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// fsync before an append returns (the ack waits for the disk).
+    Sync,
+    /// fsync once `interval` has passed since the last flush, or once `bytes` unflushed bytes accumulate,
+    /// whichever comes first. A crash may lose what was not yet flushed; the next open then bumps the epoch.
+    Async {
+        /// Longest time unflushed data may wait.
+        interval: Duration,
+        /// Most unflushed bytes before a flush.
+        bytes: u64,
+    },
+}
+
+impl Default for FlushPolicy {
+    fn default() -> Self {
+        FlushPolicy::Async { interval: Duration::from_millis(1000), bytes: 16 * 1024 * 1024 }
+    }
+}
+
+/// Configuration of one partition's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// A segment rolls once it reaches this many bytes (default 100 MiB).
+    pub segment_bytes: u64,
+    /// A non-empty segment rolls once its first batch is this old (default 7 days).
+    pub segment_ms: u64,
+    /// One index entry per this many bytes of batches (default 4 KiB).
+    pub index_interval_bytes: u64,
+    /// Largest batch accepted, in bytes (default 1 MiB).
+    pub max_batch_bytes: u64,
+    /// When appends are fsynced.
+    pub flush: FlushPolicy,
+    /// Delete the oldest sealed segments while the log is larger than this. `None` keeps everything.
+    pub retention_bytes: Option<u64>,
+    /// Delete sealed segments whose newest record is older than this many ms. `None` keeps everything.
+    pub retention_ms: Option<u64>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 100 * 1024 * 1024,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            max_batch_bytes: 1024 * 1024,
+            flush: FlushPolicy::default(),
+            retention_bytes: None,
+            retention_ms: None,
+        }
+    }
+}

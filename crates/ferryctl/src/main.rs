@@ -1,0 +1,3 @@
+//! `ferryctl`: Ferry's operator CLI.
+
+fn main() {}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every Ferry test on a fresh machine: installs what the tests need, builds the binaries the end-to-end
+# tests spawn, then runs the whole suite. Idempotent: already-installed tools are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# ---- tools the tests need -------------------------------------------------------------------------------------
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  log "installing cargo-nextest"
+  cargo install cargo-nextest --locked
+fi
+
+# ---- build the binaries the end-to-end tests spawn --------------------------------------------------------------
+log "building binaries"
+cargo build --workspace --bins
+
+# ---- run every test ----------------------------------------------------------------------------------------------
+log "running tests"
+cargo nextest run --workspace --no-fail-fast "$@"
