@@ -55,15 +55,19 @@ pub enum StorageError {
         #[source]
         source: BatchError,
     },
-    /// A sealed segment holds a corrupt batch. Never skipped: the operator must act.
+    /// A segment holds a corrupt batch (found on open in a sealed segment, or on read in any segment). Never
+    /// skipped: the operator must act.
     #[error(
-        "corrupt batch in sealed segment {file} at byte {position}: {source}; restore the segment or truncate the partition below it"
+        "corrupt batch in segment {file} at byte {position}{}: {source}; restore the segment or truncate the partition below it",
+        offset.map(|o| format!(" (batch offset {o})")).unwrap_or_default()
     )]
     CorruptSegment {
         /// The segment file.
         file: PathBuf,
         /// Byte position of the bad batch.
         position: u64,
+        /// Base offset of the bad batch, when known (from the segment's chain of batches, or its header).
+        offset: Option<u64>,
         /// What was wrong.
         #[source]
         source: BatchError,
@@ -78,6 +82,14 @@ pub enum StorageError {
         offset: u64,
         /// Why.
         reason: String,
+    },
+    /// Offsets would pass the largest representable offset.
+    #[error("offsets of a batch at {offset} for {dir} would overflow 64 bits")]
+    OffsetOverflow {
+        /// Partition directory.
+        dir: PathBuf,
+        /// Base offset of the batch.
+        offset: u64,
     },
     /// A file in the partition directory is not what the log expects (bad name, bad checkpoint).
     #[error("unexpected content in {path}: {reason}")]

@@ -7,12 +7,60 @@
 //!
 //! No networking lives here. One writer and many readers may use a [`Log`] at once; a reader never observes a
 //! partly written batch.
+//!
+//! # On-disk format
+//!
+//! A partition directory holds:
+//!
+//! ```text
+//! 00000000000000000000.log     segment: whole batches back to back (format in `batch`), nothing else
+//! 00000000000000000000.index   its sparse index: 8-byte entries, relative offset u32 BE | file position u32 BE
+//! 00000000000000004711.log     the next segment; its name is the base offset of its first batch, 20 digits
+//! 00000000000000004711.index
+//! epoch.checkpoint             current epoch and epoch history (text, see below)
+//! gaps.checkpoint              offset ranges skipped by gap appends (text, see below)
+//! clean-shutdown               present only between a clean close and the next open
+//! ```
+//!
+//! - **Segments.** Offsets within a segment are contiguous from batch to batch (each batch starts at the previous
+//!   one's last offset + 1); the first batch starts at the segment's base. The last segment is the active one;
+//!   the others are sealed: fsynced, with their index, when the next one was started. A segment rolls before an
+//!   append that would take it past `segment_bytes`, once its first append is `segment_ms` old, or before
+//!   relative offsets or positions would leave `u32`. The active segment is never deleted, so an emptied log
+//!   keeps its log end offset (an empty active segment's name is the log end).
+//! - **Index.** One entry for a batch starting at least `index_interval_bytes` after the previous entry. The index
+//!   is a cache: it is checked against the segment on open and rebuilt when missing or wrong.
+//! - **Gaps.** A gap append (mirrored source retention) starts a new segment at the batch's base offset, so gaps
+//!   are exactly the places where a segment starts above the end of the one before it. `gaps.checkpoint` records
+//!   them (`ferry-gaps v1`, then one `start end` line per `[start, end)` range) and is rewritten from the layout
+//!   on open if a crash left it behind.
+//! - **Epochs.** `epoch.checkpoint` is `ferry-epochs v1`, `current N`, then one `epoch start_offset` line per
+//!   history entry, ascending. An entry is added (durably, before the batch is written) when the first batch of
+//!   a newer epoch is appended; an open without the clean-shutdown marker bumps `current` to one past the
+//!   largest epoch seen. Checkpoints are replaced atomically (temp file, fsync, rename, directory fsync).
+//!
+//! # Durability
+//!
+//! Under [`FlushPolicy::Sync`] an append is fsynced before it returns (and before readers can see it). Under
+//! [`FlushPolicy::Async`] the log fsyncs once `bytes` are unflushed, and [`Log::flush_if_due`], which the caller
+//! runs periodically, fsyncs once `interval` has passed. A crash may then lose an unflushed tail; recovery cuts
+//! the log at the last whole, CRC-valid batch and bumps the epoch.
 
+mod append;
 pub mod batch;
+mod checkpoint;
+mod clock;
 mod config;
 mod error;
+mod index;
 mod log;
+mod maintenance;
+mod offsets;
+mod read;
+mod recovery;
+mod segment;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FlushPolicy, LogConfig};
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, EpochEnd, Log, LogStats, OffsetAppendOutcome, ReadResult};

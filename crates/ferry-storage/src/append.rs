@@ -1,0 +1,263 @@
+//! The write path: plain appends, writing one batch, rolling segments, gap jumps, the epoch history and flushing.
+//!
+//! Every function here runs with the writer mutex held (the `&mut Writer` argument proves it), so the segment
+//! list only changes under our feet through our own hands; the state lock is taken briefly to read the active
+//! segment and again to publish what was written.
+//!
+//! A batch goes to disk with one `writev` on the active segment's file (opened `O_APPEND`): the 21 header bytes
+//! with the stamped base offset and epoch from a small copy, the CRC-covered rest straight from the caller's
+//! buffer. Index entries are collected in memory and written in blocks.
+
+use std::fs::File;
+use std::io::{IoSlice, Write};
+
+use crate::batch::{self, CRC_START};
+use crate::checkpoint;
+use crate::index;
+use crate::log::{AppendInfo, Log, Writer};
+use crate::segment::{BatchMeta, Segment};
+use crate::{FlushPolicy, Result, StorageError};
+
+/// Index bytes collected before they are written to the index file.
+const INDEX_WRITE_BLOCK: usize = 4096;
+
+/// Writes all of `parts` with as few `writev` calls as the kernel allows.
+fn write_all_vectored(mut file: &File, parts: &[&[u8]]) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let mut bufs = &mut slices[..];
+    while !bufs.is_empty() {
+        match file.write_vectored(bufs) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl Log {
+    /// `Log::append`.
+    pub(crate) fn append_batch(&self, batch: &[u8]) -> Result<AppendInfo> {
+        let mut w = self.writer.lock();
+        let (leo, epoch, max) = {
+            let st = self.state.read();
+            if st.closed {
+                return Err(self.closed_error());
+            }
+            (st.log_end(), st.epochs.latest(), st.config.max_batch_bytes)
+        };
+        let header = batch::verify(batch).map_err(|source| StorageError::InvalidBatch {
+            dir: self.dir.clone(),
+            offset: leo,
+            source,
+        })?;
+        if batch.len() as u64 > max {
+            return Err(StorageError::BatchTooLarge {
+                dir: self.dir.clone(),
+                offset: leo,
+                size: batch.len() as u64,
+                max,
+            });
+        }
+        let last = leo
+            .checked_add(u64::from(header.last_offset_delta))
+            .filter(|&l| l < u64::MAX)
+            .ok_or_else(|| StorageError::OffsetOverflow { dir: self.dir.clone(), offset: leo })?;
+        let mut prefix = [0u8; CRC_START];
+        prefix.copy_from_slice(&batch[..CRC_START]);
+        batch::set_base_offset(&mut prefix, leo);
+        batch::set_epoch(&mut prefix, epoch);
+        let meta =
+            BatchMeta { pos: 0, len: batch.len() as u64, base: leo, last, max_timestamp: header.max_timestamp, epoch };
+        self.write_batch(&mut w, &[&prefix, &batch[CRC_START..]], meta)?;
+        Ok(AppendInfo { base_offset: leo, last_offset: last, epoch, log_end_offset: last + 1 })
+    }
+
+    /// Writes one verified batch whose offsets start at the log end: rolls first if the active segment is full or
+    /// old, records a new epoch in the history, writes, indexes, publishes, and applies the flush policy.
+    pub(crate) fn write_batch(&self, w: &mut Writer, parts: &[&[u8]], meta: BatchMeta) -> Result<()> {
+        let now = self.clock.now_ms();
+        let (roll, config) = {
+            let st = self.state.read();
+            let active = st.segments.last().ok_or_else(|| self.closed_error())?;
+            let age_limit = i64::try_from(st.config.segment_ms).unwrap_or(i64::MAX);
+            let roll = !active.is_empty()
+                && (active.size + meta.len > st.config.segment_bytes
+                    || active.created_ms.is_some_and(|c| now.saturating_sub(c) >= age_limit)
+                    || active.size + meta.len > u64::from(u32::MAX)
+                    || meta.last - active.base > u64::from(u32::MAX));
+            (roll, st.config.clone())
+        };
+        if roll {
+            self.roll(w, meta.base)?;
+        }
+        self.note_epoch(meta.epoch, meta.base)?;
+        let (file, pos, path, segment_base) = {
+            let st = self.state.read();
+            let active = st.segments.last().ok_or_else(|| self.closed_error())?;
+            (active.file.clone(), active.size, active.log_path.clone(), active.base)
+        };
+        if let Some(problem) = &w.poisoned {
+            return Err(StorageError::Io { path, source: std::io::Error::other(problem.clone()) });
+        }
+        let written = write_all_vectored(&file, parts).and_then(|()| match config.flush {
+            FlushPolicy::Sync => file.sync_data(),
+            FlushPolicy::Async { .. } => Ok(()),
+        });
+        if let Err(source) = written {
+            // Take back whatever part of the batch reached the file, so the next append lands at `pos`.
+            if let Err(e) = file.set_len(pos) {
+                w.poisoned = Some(format!(
+                    "a failed append could not be undone ({e}); the file is longer than the log: reopen the log"
+                ));
+            }
+            return Err(StorageError::Io { path, source });
+        }
+        let meta = BatchMeta { pos, ..meta };
+        let entry = index::should_index(w.last_index_pos, pos, config.index_interval_bytes)
+            .then(|| index::entry_for(segment_base, &meta))
+            .flatten();
+        {
+            let mut st = self.state.write();
+            let active = st.segments.last_mut().ok_or_else(|| self.closed_error())?;
+            active.size = pos + meta.len;
+            active.next_offset = meta.last + 1;
+            active.max_timestamp = active.max_timestamp.max(meta.max_timestamp);
+            active.created_ms.get_or_insert(now);
+            if let Some(entry) = entry {
+                active.index.push(entry);
+            }
+        }
+        if let Some(entry) = entry {
+            w.index_pending.extend_from_slice(&entry.encode());
+            w.last_index_pos = pos;
+        }
+        match config.flush {
+            FlushPolicy::Sync => {
+                w.unflushed = 0;
+                w.last_flush_ms = now;
+            }
+            FlushPolicy::Async { .. } => w.unflushed += meta.len,
+        }
+        // The batch is in the log now: failures below are the index cache or an early fsync, which the next
+        // flush retries, so they are reported in the log rather than failing an append that happened.
+        if w.index_pending.len() >= INDEX_WRITE_BLOCK
+            && let Err(e) = self.write_pending_index(w)
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "index write failed; will retry");
+        }
+        if let FlushPolicy::Async { bytes, .. } = config.flush
+            && w.unflushed >= bytes
+            && let Err(e) = self.flush_locked(w)
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "flush failed; will retry");
+        }
+        Ok(())
+    }
+
+    /// Adds `(epoch, base)` to the history (durably, before the batch is written) when `epoch` is new.
+    pub(crate) fn note_epoch(&self, epoch: u32, base: u64) -> Result<()> {
+        let mut epochs = {
+            let st = self.state.read();
+            if !st.epochs.starts_new_epoch(epoch) {
+                return Ok(());
+            }
+            st.epochs.clone()
+        };
+        epochs.history.push((epoch, base));
+        epochs.store(&self.dir)?;
+        self.state.write().epochs = epochs;
+        Ok(())
+    }
+
+    /// Writes collected index entries to the active index file.
+    pub(crate) fn write_pending_index(&self, w: &mut Writer) -> Result<()> {
+        if w.index_pending.is_empty() {
+            return Ok(());
+        }
+        let path = self.state.read().segments.last().map(|s| s.index_path.clone()).unwrap_or_default();
+        let file = w.index_file.as_mut().ok_or_else(|| StorageError::Closed { dir: self.dir.clone() })?;
+        file.write_all(&w.index_pending).map_err(Log::io_error(&path))?;
+        w.index_pending.clear();
+        Ok(())
+    }
+
+    /// fsyncs the active segment (and writes pending index entries).
+    pub(crate) fn flush_locked(&self, w: &mut Writer) -> Result<()> {
+        self.write_pending_index(w)?;
+        let (file, path) = {
+            let st = self.state.read();
+            let active = st.segments.last().ok_or_else(|| self.closed_error())?;
+            (active.file.clone(), active.log_path.clone())
+        };
+        file.sync_data().map_err(Log::io_error(&path))?;
+        w.unflushed = 0;
+        w.last_flush_ms = self.clock.now_ms();
+        Ok(())
+    }
+
+    /// Seals the active segment (fsyncing it and its index) and starts a new empty one at `new_base`.
+    pub(crate) fn roll(&self, w: &mut Writer, new_base: u64) -> Result<()> {
+        self.flush_locked(w)?;
+        if let Some(index_file) = &w.index_file {
+            let path = self.state.read().segments.last().map(|s| s.index_path.clone()).unwrap_or_default();
+            index_file.sync_all().map_err(Log::io_error(&path))?;
+        }
+        let segment = Segment::create(&self.dir, new_base)?;
+        checkpoint::sync_dir(&self.dir)?;
+        w.index_file = Some(index::open_append(&segment.index_path)?);
+        w.last_index_pos = 0;
+        tracing::debug!(dir = %self.dir.display(), base = new_base, "rolled a new segment");
+        self.state.write().segments.push(segment);
+        Ok(())
+    }
+
+    /// Moves the log end up to `target` for a gap left by source retention: the next batch goes to a new segment
+    /// based at `target`. An empty active segment is replaced rather than sealed; when it was the only one, the
+    /// log is empty and its start simply moves.
+    pub(crate) fn jump(&self, w: &mut Writer, target: u64) -> Result<()> {
+        let active_empty = {
+            let st = self.state.read();
+            st.segments.last().ok_or_else(|| self.closed_error())?.is_empty()
+        };
+        if active_empty {
+            // Create the new segment before removing the old one: a crash in between leaves an empty segment
+            // that recovery discards, never a directory without segments.
+            let segment = Segment::create(&self.dir, target)?;
+            checkpoint::sync_dir(&self.dir)?;
+            w.index_file = Some(index::open_append(&segment.index_path)?);
+            w.index_pending.clear();
+            w.last_index_pos = 0;
+            let old = {
+                let mut st = self.state.write();
+                let old = st.segments.pop();
+                st.segments.push(segment);
+                old
+            };
+            if let Some(old) = old {
+                old.remove_files()?;
+                checkpoint::sync_dir(&self.dir)?;
+            }
+        } else {
+            self.roll(w, target)?;
+        }
+        tracing::info!(dir = %self.dir.display(), log_end = target, "log end moved past a gap left by source retention");
+        self.refresh_gaps()
+    }
+
+    /// Brings the gaps record in line with the segment layout (the layout is the truth) and persists it.
+    pub(crate) fn refresh_gaps(&self) -> Result<()> {
+        let gaps = {
+            let st = self.state.read();
+            let gaps = st.layout_gaps();
+            if gaps == st.gaps {
+                return Ok(());
+            }
+            gaps
+        };
+        checkpoint::store_gaps(&self.dir, &gaps)?;
+        self.state.write().gaps = gaps;
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+//! The read side: reads of whole batches, timestamp lookup and header scans.
+//!
+//! A reader holds the state lock only to snapshot what it needs (a segment's `Arc<File>`, its committed size and
+//! the index position to start from); the file I/O runs after the lock is released, with `pread`, so readers never
+//! stall the writer and never see bytes past the committed size. A reader that raced a truncation or a retention
+//! (`generation` moved) retries with a fresh snapshot.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::batch::{self, BatchError, BatchHeader, BatchIter, HEADER_LEN};
+use crate::log::{Log, ReadResult};
+use crate::segment::{read_exact_at, scan_headers};
+use crate::{Result, StorageError};
+
+/// Attempts before a reader that keeps racing truncations gives up and returns what it got.
+const MAX_READ_ATTEMPTS: usize = 16;
+
+/// What a read needs from one segment, taken under the lock.
+struct SegmentSnapshot {
+    file: Arc<File>,
+    path: PathBuf,
+    /// Position to start scanning headers at (a batch boundary at or before the wanted batch).
+    start: u64,
+    /// Committed size.
+    end: u64,
+}
+
+impl Log {
+    /// Runs `f` until it completes without a concurrent truncation or retention having moved `generation`.
+    fn with_retry<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut attempt = 0;
+        loop {
+            let generation = self.current_generation();
+            let result = f();
+            attempt += 1;
+            if self.current_generation() == generation || attempt >= MAX_READ_ATTEMPTS {
+                return result;
+            }
+        }
+    }
+
+    /// `Log::read`.
+    pub(crate) fn read_batches(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        self.with_retry(|| self.read_once(offset, max_bytes))
+    }
+
+    fn read_once(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        let (snapshot, log_start_offset, log_end_offset, epoch) = {
+            let st = self.state.read();
+            if st.closed {
+                return Err(self.closed_error());
+            }
+            let (start, end) = (st.log_start(), st.log_end());
+            if offset < start || offset > end {
+                return Err(StorageError::OffsetOutOfRange {
+                    dir: self.dir.clone(),
+                    offset,
+                    log_start: start,
+                    log_end: end,
+                });
+            }
+            // The first segment holding an offset >= `offset` (after a gap, the segment above it).
+            let idx = st.segments.partition_point(|s| s.next_offset <= offset);
+            let snapshot = st.segments.get(idx).map(|s| SegmentSnapshot {
+                file: s.file.clone(),
+                path: s.log_path.clone(),
+                start: s.scan_start(offset),
+                end: s.size,
+            });
+            (snapshot, start, end, st.epochs.latest())
+        };
+        let empty = ReadResult { batches: Bytes::new(), next_offset: offset, log_start_offset, log_end_offset, epoch };
+        let Some(seg) = snapshot else { return Ok(empty) };
+        let Some((pos, header)) = find_batch(&seg, offset)? else { return Ok(empty) };
+        let first_len = header.total_len() as u64;
+        if first_len > seg.end - pos {
+            return Err(StorageError::CorruptSegment {
+                file: seg.path,
+                position: pos,
+                offset: Some(header.base_offset),
+                source: BatchError::Truncated { needed: first_len as usize, available: (seg.end - pos) as usize },
+            });
+        }
+        let want = max_bytes.min(seg.end - pos).max(first_len) as usize;
+        let mut buf = vec![0u8; want];
+        read_exact_at(&seg.file, &seg.path, &mut buf, pos)?;
+        let mut used = 0usize;
+        let mut next_offset = offset;
+        for item in BatchIter::new(&buf) {
+            // A batch cut by the end of the chunk (or anything unparsable after the first batch) ends this read;
+            // the next read starts there and reports it if it is really corrupt.
+            let Ok((header, bytes)) = item else { break };
+            batch::verify(bytes).map_err(|source| StorageError::CorruptSegment {
+                file: seg.path.clone(),
+                position: pos + used as u64,
+                offset: Some(header.base_offset),
+                source,
+            })?;
+            used += bytes.len();
+            next_offset = header.next_offset();
+        }
+        buf.truncate(used);
+        Ok(ReadResult { batches: Bytes::from(buf), next_offset, log_start_offset, log_end_offset, epoch })
+    }
+
+    /// `Log::offset_for_timestamp`.
+    pub(crate) fn lookup_timestamp(&self, timestamp_ms: i64) -> Result<Option<u64>> {
+        self.with_retry(|| {
+            let segments: Vec<SegmentSnapshot> = {
+                let st = self.state.read();
+                if st.closed {
+                    return Err(self.closed_error());
+                }
+                // Whole segments whose newest record is older are skipped without reading them.
+                st.segments
+                    .iter()
+                    .filter(|s| s.max_timestamp >= timestamp_ms && !s.is_empty())
+                    .map(|s| SegmentSnapshot { file: s.file.clone(), path: s.log_path.clone(), start: 0, end: s.size })
+                    .collect()
+            };
+            for seg in &segments {
+                let mut found = None;
+                let mut failure = None;
+                scan_headers(&seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
+                    if header.max_timestamp < timestamp_ms {
+                        return true;
+                    }
+                    match first_record_at_or_after(seg, pos, header, timestamp_ms) {
+                        Ok(Some(offset)) => {
+                            found = Some(offset);
+                            false
+                        }
+                        // A header whose max timestamp overstates its records: keep looking.
+                        Ok(None) => true,
+                        Err(e) => {
+                            failure = Some(e);
+                            false
+                        }
+                    }
+                })?;
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                if found.is_some() {
+                    return Ok(found);
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    /// `Log::for_each_batch_header`.
+    pub(crate) fn scan_headers(&self, from_offset: u64, f: &mut dyn FnMut(&BatchHeader)) -> Result<()> {
+        let segments: Vec<SegmentSnapshot> = {
+            let st = self.state.read();
+            if st.closed {
+                return Err(self.closed_error());
+            }
+            st.segments
+                .iter()
+                .filter(|s| s.next_offset > from_offset)
+                .map(|s| SegmentSnapshot {
+                    file: s.file.clone(),
+                    path: s.log_path.clone(),
+                    start: s.scan_start(from_offset),
+                    end: s.size,
+                })
+                .collect()
+        };
+        for seg in &segments {
+            scan_headers(&seg.file, &seg.path, seg.start, seg.end, &mut |_, header| {
+                if header.last_offset() >= from_offset {
+                    f(header);
+                }
+                true
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The first batch in `seg` (from its scan start) whose last offset is >= `offset`.
+fn find_batch(seg: &SegmentSnapshot, offset: u64) -> Result<Option<(u64, BatchHeader)>> {
+    let mut found = None;
+    scan_headers(&seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
+        if header.last_offset() >= offset {
+            found = Some((pos, *header));
+            return false;
+        }
+        true
+    })?;
+    Ok(found)
+}
+
+/// Reads the batch at `pos` and returns the offset of its first record with a timestamp >= `timestamp_ms`.
+fn first_record_at_or_after(
+    seg: &SegmentSnapshot,
+    pos: u64,
+    header: &BatchHeader,
+    timestamp_ms: i64,
+) -> Result<Option<u64>> {
+    let mut buf = vec![0u8; header.total_len().max(HEADER_LEN)];
+    read_exact_at(&seg.file, &seg.path, &mut buf, pos)?;
+    let records = batch::decode_records(&buf).map_err(|source| StorageError::CorruptSegment {
+        file: seg.path.clone(),
+        position: pos,
+        offset: Some(header.base_offset),
+        source,
+    })?;
+    Ok(records.iter().find(|r| r.timestamp >= timestamp_ms).map(|r| r.offset))
+}
