@@ -2,3 +2,23 @@
 //! (explicit partition, by key, round robin) with idempotent producers, the mirror's append-with-offsets path,
 //! long-poll fetch and a credit-based streaming subscribe, consumer groups with committed offsets, and the
 //! `ferry.v1.Broker` gRPC service with the standard health service.
+//!
+//! [`run`] starts a broker from a [`BrokerConfig`]; the `ferry-broker` binary is a thin wrapper around it, and
+//! `ferryctl demo` embeds it.
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod core;
+pub mod error;
+pub mod fetch;
+pub mod groups;
+pub mod partition;
+pub mod producer_state;
+pub mod server;
+pub mod service;
+pub mod topic;
+
+pub use config::{BrokerConfig, Overrides};
+pub use error::BrokerError;
+pub use server::{RunOptions, ServerError, Started, run};

@@ -1,3 +1,87 @@
-//! `ferry-broker`: the broker daemon.
+//! `ferry-broker`: the broker daemon. Parses arguments, starts tracing, loads and validates the config, installs
+//! the signal handlers and calls [`ferry_broker::run`].
 
-fn main() {}
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ferry_broker::{BrokerConfig, Overrides, RunOptions};
+use futures::StreamExt;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use tokio_util::sync::CancellationToken;
+
+/// The Ferry broker. With no arguments it serves 127.0.0.1:7411 with ./data.
+#[derive(Debug, Parser)]
+#[command(name = "ferry-broker", version)]
+struct Args {
+    /// Config file (TOML); see conf/broker.toml for every key.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen address, overriding broker.listen.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Data directory, overriding broker.data_dir.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Cluster id, overriding broker.cluster_id.
+    #[arg(long, value_name = "ID")]
+    cluster_id: Option<String>,
+    /// Write the bound listen address to this file once serving (for supervisors and tests).
+    #[arg(long, value_name = "FILE")]
+    addr_file: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let overrides = Overrides { listen: args.listen, data_dir: args.data_dir, cluster_id: args.cluster_id };
+    let config = match BrokerConfig::load(args.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let signals = match signal_hook_tokio::Signals::new([SIGTERM, SIGINT]) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let handle = signals.handle();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut signals = signals;
+            if let Some(sig) = signals.next().await {
+                tracing::info!(signal = sig, "shutting down");
+                stop.cancel();
+            }
+        });
+        let options = RunOptions { addr_file: args.addr_file };
+        let result = ferry_broker::run(config, options, shutdown, |_| {}).await;
+        handle.close();
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}

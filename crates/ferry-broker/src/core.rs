@@ -1,0 +1,386 @@
+//! The broker's state: cluster identity and the topic registry (create, delete, alter, promote), plus the
+//! background duties on partitions (async flush, retention).
+//!
+//! Topic admin operations are serialised by one async mutex so that, for example, a create racing a delete of the
+//! same name cannot interleave. Lookups take a short read lock on the registry map.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ferry_proto as pb;
+use ferry_storage::LogConfig;
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use crate::error::{BrokerError, Result};
+use crate::partition::Partition;
+use crate::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name, write_atomic};
+
+/// Broker-owned files live under this directory inside the data dir.
+pub const META_DIR: &str = "__ferry_meta";
+const CLUSTER_ID_FILE: &str = "cluster_id";
+const DELETED_PREFIX: &str = "__ferry_deleted_";
+
+/// A topic: its metadata and its partitions.
+#[derive(Debug)]
+pub struct Topic {
+    dir: PathBuf,
+    meta: RwLock<TopicMeta>,
+    partitions: RwLock<Vec<Arc<Partition>>>,
+}
+
+impl Topic {
+    /// A snapshot of the metadata.
+    pub fn meta(&self) -> TopicMeta {
+        self.meta.read().clone()
+    }
+
+    /// The topic's UUID.
+    pub fn id(&self) -> String {
+        self.meta.read().topic_id.clone()
+    }
+
+    /// The mirror mark, when the topic is a mirror topic.
+    pub fn mirror(&self) -> Option<MirrorMark> {
+        self.meta.read().mirror.clone()
+    }
+
+    /// Partition count.
+    pub fn partition_count(&self) -> u32 {
+        self.partitions.read().len() as u32
+    }
+
+    /// All partitions.
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().clone()
+    }
+
+    /// One partition.
+    pub fn partition(&self, index: u32) -> Result<Arc<Partition>> {
+        let parts = self.partitions.read();
+        parts.get(index as usize).cloned().ok_or_else(|| BrokerError::UnknownPartition {
+            topic: self.meta.read().name.clone(),
+            partition: index,
+            count: parts.len() as u32,
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The broker's topics and identity.
+#[derive(Debug)]
+pub struct BrokerCore {
+    data_dir: PathBuf,
+    cluster_id: String,
+    defaults: LogConfig,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    admin: tokio::sync::Mutex<()>,
+    arrivals: watch::Sender<u64>,
+}
+
+impl BrokerCore {
+    /// Opens the data directory: resolves the cluster id (configured, or persisted, or generated and persisted),
+    /// removes leftovers of interrupted deletions, and opens every topic. Blocking.
+    pub fn open(data_dir: &Path, configured_cluster_id: Option<&str>, defaults: LogConfig) -> Result<BrokerCore> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| BrokerError::Io { path, source }
+        };
+        std::fs::create_dir_all(data_dir.join(META_DIR)).map_err(io(data_dir))?;
+        let cluster_id = resolve_cluster_id(data_dir, configured_cluster_id)?;
+        let (arrivals, _) = watch::channel(0u64);
+        let core = BrokerCore {
+            data_dir: data_dir.to_owned(),
+            cluster_id,
+            defaults,
+            topics: RwLock::new(BTreeMap::new()),
+            admin: tokio::sync::Mutex::new(()),
+            arrivals,
+        };
+        let mut entries: Vec<_> = std::fs::read_dir(data_dir)
+            .map_err(io(data_dir))?
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(io(data_dir))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name.starts_with(DELETED_PREFIX) {
+                std::fs::remove_dir_all(&path).map_err(io(&path))?;
+                continue;
+            }
+            if name.starts_with(RESERVED_PREFIX) || !path.join(TOPIC_FILE).exists() {
+                continue;
+            }
+            let meta = TopicMeta::load(&path)?;
+            let topic = core.open_topic(path, meta)?;
+            core.topics.write().insert(name, Arc::new(topic));
+        }
+        Ok(core)
+    }
+
+    fn open_topic(&self, dir: PathBuf, meta: TopicMeta) -> Result<Topic> {
+        let cfg = meta.settings.log_config(&self.defaults);
+        let mut partitions = Vec::with_capacity(meta.partitions as usize);
+        for p in 0..meta.partitions {
+            let part = Partition::open(&meta.name, p, dir.join(p.to_string()), cfg.clone(), self.arrivals.clone())?;
+            partitions.push(Arc::new(part));
+        }
+        Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(partitions) })
+    }
+
+    /// The cluster id.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// The storage defaults.
+    pub fn defaults(&self) -> &LogConfig {
+        &self.defaults
+    }
+
+    /// A receiver that changes whenever any partition gains data (long polls wait on it).
+    pub fn arrivals(&self) -> watch::Receiver<u64> {
+        self.arrivals.subscribe()
+    }
+
+    /// Looks a topic up.
+    pub fn topic(&self, name: &str) -> Result<Arc<Topic>> {
+        self.topics.read().get(name).cloned().ok_or_else(|| BrokerError::UnknownTopic { topic: name.to_owned() })
+    }
+
+    /// Looks a partition up.
+    pub fn partition(&self, topic: &str, partition: u32) -> Result<Arc<Partition>> {
+        self.topic(topic)?.partition(partition)
+    }
+
+    /// All topics, by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        self.topics.read().values().cloned().collect()
+    }
+
+    /// The protobuf view of a topic.
+    pub fn topic_info(&self, topic: &Topic) -> pb::TopicInfo {
+        topic.meta.read().to_proto(&self.defaults)
+    }
+
+    /// Creates a topic (optionally as a mirror topic).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        settings: TopicSettings,
+        mirror: Option<MirrorMark>,
+    ) -> Result<Arc<Topic>> {
+        validate_topic_name(name)?;
+        if partitions == 0 || partitions > 100_000 {
+            return Err(BrokerError::InvalidArgument(format!(
+                "topic \"{name}\": partitions must be between 1 and 100000, not {partitions}"
+            )));
+        }
+        let _admin = self.admin.lock().await;
+        if let Some(existing) = self.topics.read().get(name) {
+            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: existing.id() });
+        }
+        let meta = TopicMeta {
+            name: name.to_owned(),
+            topic_id: uuid::Uuid::new_v4().to_string(),
+            partitions,
+            created_ms: now_ms(),
+            settings,
+            mirror,
+        };
+        let dir = self.data_dir.join(name);
+        let topic = {
+            let dir = dir.clone();
+            let meta = meta.clone();
+            let arrivals = self.arrivals.clone();
+            let defaults = self.defaults.clone();
+            tokio::task::spawn_blocking(move || -> Result<Topic> {
+                std::fs::create_dir_all(&dir).map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
+                let cfg = meta.settings.log_config(&defaults);
+                let mut parts = Vec::new();
+                for p in 0..meta.partitions {
+                    parts.push(Arc::new(Partition::open(
+                        &meta.name,
+                        p,
+                        dir.join(p.to_string()),
+                        cfg.clone(),
+                        arrivals.clone(),
+                    )?));
+                }
+                // topic.json last: a crash before this leaves a directory without metadata, which is ignored.
+                meta.store(&dir)?;
+                Ok(Topic { dir: dir.clone(), meta: RwLock::new(meta), partitions: RwLock::new(parts) })
+            })
+            .await
+            .map_err(|e| BrokerError::Internal(e.to_string()))??
+        };
+        let topic = Arc::new(topic);
+        self.topics.write().insert(name.to_owned(), Arc::clone(&topic));
+        tracing::info!(topic = name, partitions, mirror = meta.mirror.is_some(), "topic created");
+        Ok(topic)
+    }
+
+    /// Deletes a topic and its data.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let _admin = self.admin.lock().await;
+        let topic = self.topic(name)?;
+        self.topics.write().remove(name);
+        let id = topic.id();
+        let dir = topic.dir.clone();
+        let parts = topic.partitions();
+        let trash = self.data_dir.join(format!("{DELETED_PREFIX}{id}"));
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            for p in &parts {
+                let _ = p.log().close();
+            }
+            // Rename first so a crash mid-removal never leaves a half-deleted topic that loads again.
+            std::fs::rename(&dir, &trash).map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
+            std::fs::remove_dir_all(&trash).map_err(|source| BrokerError::Io { path: trash.clone(), source })
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(e.to_string()))??;
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        tracing::info!(topic = name, topic_id = %id, "topic deleted");
+        Ok(())
+    }
+
+    /// Grows a topic's partition count.
+    pub async fn alter_partitions(&self, name: &str, count: u32) -> Result<Arc<Topic>> {
+        let _admin = self.admin.lock().await;
+        let topic = self.topic(name)?;
+        let current = topic.partition_count();
+        if count < current {
+            return Err(BrokerError::ShrinkPartitions { topic: name.to_owned(), current, requested: count });
+        }
+        if count > 100_000 {
+            return Err(BrokerError::InvalidArgument(format!("topic \"{name}\": at most 100000 partitions")));
+        }
+        if count == current {
+            return Ok(topic);
+        }
+        let mut meta = topic.meta();
+        meta.partitions = count;
+        let cfg = meta.settings.log_config(&self.defaults);
+        let dir = topic.dir.clone();
+        let arrivals = self.arrivals.clone();
+        let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<Partition>>> {
+            let mut parts = Vec::new();
+            for p in current..count {
+                parts.push(Arc::new(Partition::open(&meta.name, p, dir.join(p.to_string()), cfg.clone(), arrivals.clone())?));
+            }
+            meta.store(&dir)?;
+            Ok(parts)
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(e.to_string()))??;
+        topic.partitions.write().extend(new_parts);
+        topic.meta.write().partitions = count;
+        tracing::info!(topic = name, from = current, to = count, "partitions added");
+        Ok(topic)
+    }
+
+    /// Changes per-topic settings; the new log config applies to every partition at once.
+    pub async fn alter_config(&self, name: &str, changes: TopicSettings) -> Result<Arc<Topic>> {
+        let _admin = self.admin.lock().await;
+        let topic = self.topic(name)?;
+        let mut meta = topic.meta();
+        meta.settings.merge(&changes);
+        let cfg = meta.settings.log_config(&self.defaults);
+        let dir = topic.dir.clone();
+        let stored = meta.clone();
+        tokio::task::spawn_blocking(move || stored.store(&dir)).await.map_err(|e| BrokerError::Internal(e.to_string()))??;
+        for p in topic.partitions() {
+            p.log().set_config(cfg.clone());
+        }
+        *topic.meta.write() = meta;
+        Ok(topic)
+    }
+
+    /// Clears a topic's mirror mark. Returns whether it was a mirror topic.
+    pub async fn promote(&self, name: &str) -> Result<(Arc<Topic>, bool)> {
+        let _admin = self.admin.lock().await;
+        let topic = self.topic(name)?;
+        let mut meta = topic.meta();
+        let was_mirror = meta.mirror.take().is_some();
+        if was_mirror {
+            let dir = topic.dir.clone();
+            let stored = meta.clone();
+            tokio::task::spawn_blocking(move || stored.store(&dir))
+                .await
+                .map_err(|e| BrokerError::Internal(e.to_string()))??;
+            *topic.meta.write() = meta;
+            tracing::warn!(topic = name, "mirror topic promoted: it is now writable and no longer accepts mirrored data");
+        }
+        Ok((topic, was_mirror))
+    }
+
+    /// Under the async flush policy, fsyncs partitions whose interval is due. Blocking.
+    pub fn flush_due(&self) {
+        for topic in self.topics() {
+            for p in topic.partitions() {
+                if let Err(e) = p.log().flush_if_due() {
+                    tracing::error!(topic = p.topic(), partition = p.index(), error = %e, "flush failed");
+                }
+            }
+        }
+    }
+
+    /// Applies retention to every partition. Blocking.
+    pub fn apply_retention(&self) {
+        let now = now_ms();
+        for topic in self.topics() {
+            for p in topic.partitions() {
+                match p.log().apply_retention(now) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(topic = p.topic(), partition = p.index(), segments = n, "retention deleted segments"),
+                    Err(e) => tracing::error!(topic = p.topic(), partition = p.index(), error = %e, "retention failed"),
+                }
+            }
+        }
+    }
+
+    /// Flushes and closes every log, writing the clean-shutdown markers. Blocking.
+    pub fn close(&self) {
+        for topic in self.topics() {
+            for p in topic.partitions() {
+                if let Err(e) = p.log().close() {
+                    tracing::error!(topic = p.topic(), partition = p.index(), error = %e, "close failed");
+                }
+            }
+        }
+    }
+}
+
+fn resolve_cluster_id(data_dir: &Path, configured: Option<&str>) -> Result<String> {
+    let path = data_dir.join(META_DIR).join(CLUSTER_ID_FILE);
+    let stored = match std::fs::read_to_string(&path) {
+        Ok(s) => Some(s.trim().to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => return Err(BrokerError::Io { path, source }),
+    };
+    match (configured.filter(|c| !c.is_empty()), stored) {
+        (Some(c), Some(s)) if c != s => Err(BrokerError::InvalidArgument(format!(
+            "the data dir {} belongs to cluster \"{s}\" but the config says cluster_id = \"{c}\"; \
+             point data_dir elsewhere or fix cluster_id",
+            data_dir.display()
+        ))),
+        (_, Some(s)) => Ok(s),
+        (Some(c), None) => {
+            write_atomic(&path, c.as_bytes())?;
+            Ok(c.to_owned())
+        }
+        (None, None) => {
+            let id = uuid::Uuid::new_v4().to_string();
+            write_atomic(&path, id.as_bytes())?;
+            Ok(id)
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The broker's error type and its mapping to gRPC status codes. Each variant carries the topic, partition or
+//! offset involved, and its message says what to do. The code table is in `proto/broker.proto`.
+
+use ferry_storage::StorageError;
+use tonic::{Code, Status};
+
+/// Result alias for broker operations.
+pub type Result<T, E = BrokerError> = std::result::Result<T, E>;
+
+/// Everything a broker operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// No such topic.
+    #[error("topic \"{topic}\" does not exist; create it with `ferryctl topic create {topic} --partitions N`")]
+    UnknownTopic {
+        /// Topic name.
+        topic: String,
+    },
+    /// No such partition.
+    #[error("partition {partition} does not exist: topic \"{topic}\" has {count} partitions (0..{count})")]
+    UnknownPartition {
+        /// Topic name.
+        topic: String,
+        /// Asked partition.
+        partition: u32,
+        /// Partitions the topic has.
+        count: u32,
+    },
+    /// The topic name breaks the naming rules.
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopicName {
+        /// The name.
+        name: String,
+        /// Which rule.
+        reason: &'static str,
+    },
+    /// A request field is invalid.
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    /// The topic exists already.
+    #[error("topic \"{topic}\" already exists (id {topic_id}); delete it first or choose another name")]
+    TopicExists {
+        /// Topic name.
+        topic: String,
+        /// Its id.
+        topic_id: String,
+    },
+    /// Partition counts only grow.
+    #[error("partition count can only grow: topic \"{topic}\" has {current}, asked for {requested}")]
+    ShrinkPartitions {
+        /// Topic name.
+        topic: String,
+        /// Current count.
+        current: u32,
+        /// Requested count.
+        requested: u32,
+    },
+    /// Ordinary produce to a mirror topic.
+    #[error("topic \"{topic}\" mirrors {source_cluster}; promote it before writing (`ferryctl topic promote {topic}`)")]
+    MirrorTopicReadOnly {
+        /// Topic name.
+        topic: String,
+        /// Alias (or id) of the cluster it mirrors.
+        source_cluster: String,
+    },
+    /// A mirror-only operation on a topic that is not a mirror topic.
+    #[error("topic \"{topic}\" is not a mirror topic (created locally or promoted); {what} is refused")]
+    NotAMirrorTopic {
+        /// Topic name.
+        topic: String,
+        /// The refused operation.
+        what: &'static str,
+    },
+    /// A batch is over `max_batch_bytes`.
+    #[error("batch of {size} bytes for {topic}/{partition} exceeds max_batch_bytes ({max}); send smaller batches")]
+    BatchTooLarge {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Batch size.
+        size: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// A batch is malformed or fails its CRC.
+    #[error("corrupt batch for {topic}/{partition}: {reason}; the batch was not written, resend it")]
+    CorruptBatch {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A batch is malformed (not a CRC problem).
+    #[error("malformed batch for {topic}/{partition}: {reason}")]
+    MalformedBatch {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// What was wrong.
+        reason: String,
+    },
+    /// An offset outside the log.
+    #[error("offset {offset} is out of range for {topic}/{partition}: the log holds [{log_start}, {log_end})")]
+    OffsetOutOfRange {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Asked offset.
+        offset: u64,
+        /// First offset held.
+        log_start: u64,
+        /// Log end offset.
+        log_end: u64,
+    },
+    /// Idempotent producer sequence or epoch problem.
+    #[error("producer {producer_id} on {topic}/{partition}: {reason}")]
+    ProducerSequence {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Producer id.
+        producer_id: i64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Group membership or generation problem.
+    #[error("group \"{group}\": {reason}")]
+    Group {
+        /// Group name.
+        group: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The storage layer failed.
+    #[error("storage error on {topic}/{partition}: {source}")]
+    Storage {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The storage error.
+        #[source]
+        source: StorageError,
+    },
+    /// Broker-level I/O (metadata files).
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// File involved.
+        path: std::path::PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Anything else that is the broker's fault.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl BrokerError {
+    /// Wraps a storage error for `topic/partition`, lifting the cases that have their own code.
+    pub fn storage(topic: &str, partition: u32, source: StorageError) -> BrokerError {
+        let topic = topic.to_owned();
+        match source {
+            StorageError::OffsetOutOfRange { offset, log_start, log_end, .. } => {
+                BrokerError::OffsetOutOfRange { topic, partition, offset, log_start, log_end }
+            }
+            StorageError::BatchTooLarge { size, max, .. } => BrokerError::BatchTooLarge { topic, partition, size, max },
+            StorageError::InvalidBatch { source: ferry_storage::batch::BatchError::CrcMismatch { stored, computed }, .. } => {
+                BrokerError::CorruptBatch {
+                    topic,
+                    partition,
+                    reason: format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+                }
+            }
+            StorageError::InvalidBatch { source, .. } => {
+                BrokerError::MalformedBatch { topic, partition, reason: source.to_string() }
+            }
+            StorageError::Closed { .. } => BrokerError::UnknownTopic { topic },
+            other => BrokerError::Storage { topic, partition, source: other },
+        }
+    }
+
+    /// The gRPC code of this error.
+    pub fn code(&self) -> Code {
+        match self {
+            BrokerError::UnknownTopic { .. } | BrokerError::UnknownPartition { .. } => Code::NotFound,
+            BrokerError::InvalidTopicName { .. } | BrokerError::InvalidArgument(_) | BrokerError::MalformedBatch { .. } => {
+                Code::InvalidArgument
+            }
+            BrokerError::TopicExists { .. } => Code::AlreadyExists,
+            BrokerError::ShrinkPartitions { .. }
+            | BrokerError::MirrorTopicReadOnly { .. }
+            | BrokerError::NotAMirrorTopic { .. }
+            | BrokerError::ProducerSequence { .. }
+            | BrokerError::Group { .. } => Code::FailedPrecondition,
+            BrokerError::BatchTooLarge { .. } => Code::ResourceExhausted,
+            BrokerError::CorruptBatch { .. } => Code::DataLoss,
+            BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
+            BrokerError::Storage { .. } | BrokerError::Io { .. } | BrokerError::Internal(_) => Code::Internal,
+        }
+    }
+}
+
+impl From<BrokerError> for Status {
+    fn from(err: BrokerError) -> Status {
+        Status::new(err.code(), err.to_string())
+    }
+}

@@ -1,0 +1,224 @@
+//! One partition: its log, its idempotent-producer state and the write path.
+//!
+//! Writes are serialised by an async mutex that also guards the producer state, so the duplicate check and the
+//! append are one step. File writes (and fsync under `flush = "sync"`) run on the blocking pool. Reads go straight
+//! to the log, which lets many readers in beside the writer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ferry_proto as pb;
+use ferry_storage::batch::{self, BatchHeader, BatchIter};
+use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError};
+use tokio::sync::{Mutex, watch};
+
+use crate::error::{BrokerError, Result};
+use crate::producer_state::{Check, ProducerStates};
+
+/// What a produce request wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    /// Offset of the first record.
+    pub base_offset: u64,
+    /// Offset of the last record.
+    pub last_offset: u64,
+    /// Whether every batch was a retry of one already written.
+    pub duplicate: bool,
+    /// Log end offset afterwards.
+    pub log_end_offset: u64,
+}
+
+/// One partition of a topic.
+#[derive(Debug)]
+pub struct Partition {
+    topic: String,
+    index: u32,
+    log: Arc<Log>,
+    writer: Mutex<ProducerStates>,
+    arrivals: watch::Sender<u64>,
+}
+
+impl Partition {
+    /// Opens (or creates) the partition's log in `dir` and rebuilds the producer state from the batch headers of
+    /// its last two segments. Blocking: call from the blocking pool or at startup.
+    pub fn open(
+        topic: &str,
+        index: u32,
+        dir: PathBuf,
+        config: LogConfig,
+        arrivals: watch::Sender<u64>,
+    ) -> Result<Partition> {
+        let log = Log::open(dir, config).map_err(|e| BrokerError::storage(topic, index, e))?;
+        let mut producers = ProducerStates::default();
+        let bases = log.segment_base_offsets();
+        let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
+        log.for_each_batch_header(from, &mut |h: &BatchHeader| producers.record(h, h.base_offset, h.last_offset()))
+            .map_err(|e| BrokerError::storage(topic, index, e))?;
+        Ok(Partition {
+            topic: topic.to_owned(),
+            index,
+            log: Arc::new(log),
+            writer: Mutex::new(producers),
+            arrivals,
+        })
+    }
+
+    /// Topic name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Partition index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The underlying log.
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    fn err(&self, e: StorageError) -> BrokerError {
+        BrokerError::storage(&self.topic, self.index, e)
+    }
+
+    /// Splits and fully verifies the batches of a request before anything is written.
+    fn verified_batches(&self, batches: &Bytes) -> Result<Vec<(BatchHeader, Bytes)>> {
+        let max = self.log.config().max_batch_bytes;
+        let mut out = Vec::new();
+        let mut iter = BatchIter::new(batches);
+        loop {
+            let start = iter.position();
+            match iter.next() {
+                None => break,
+                Some(Err(e)) => {
+                    return Err(BrokerError::MalformedBatch {
+                        topic: self.topic.clone(),
+                        partition: self.index,
+                        reason: e.to_string(),
+                    });
+                }
+                Some(Ok((header, bytes))) => {
+                    if bytes.len() as u64 > max {
+                        return Err(BrokerError::BatchTooLarge {
+                            topic: self.topic.clone(),
+                            partition: self.index,
+                            size: bytes.len() as u64,
+                            max,
+                        });
+                    }
+                    batch::verify(bytes).map_err(|e| {
+                        self.err(StorageError::InvalidBatch { dir: self.log.dir().to_owned(), offset: 0, source: e })
+                    })?;
+                    out.push((header, batches.slice(start..start + bytes.len())));
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(BrokerError::MalformedBatch {
+                topic: self.topic.clone(),
+                partition: self.index,
+                reason: "the request holds no batch".into(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Appends the batches of a produce request, assigning offsets; retried idempotent batches get their original
+    /// offsets back and are not written again.
+    pub async fn produce(&self, batches: Bytes) -> Result<Produced> {
+        let verified = self.verified_batches(&batches)?;
+        let mut producers = self.writer.lock().await;
+        let mut first: Option<u64> = None;
+        let mut last = 0;
+        let mut all_duplicates = true;
+        for (header, bytes) in verified {
+            let (base, end) = match producers.check(&header) {
+                Check::Duplicate { base_offset, last_offset } => (base_offset, last_offset),
+                Check::Refuse(reason) => {
+                    return Err(BrokerError::ProducerSequence {
+                        topic: self.topic.clone(),
+                        partition: self.index,
+                        producer_id: header.producer_id,
+                        reason,
+                    });
+                }
+                Check::Append => {
+                    all_duplicates = false;
+                    let log = Arc::clone(&self.log);
+                    let info = tokio::task::spawn_blocking(move || log.append(&bytes))
+                        .await
+                        .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
+                        .map_err(|e| self.err(e))?;
+                    producers.record(&header, info.base_offset, info.last_offset);
+                    self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+                    (info.base_offset, info.last_offset)
+                }
+            };
+            first.get_or_insert(base);
+            last = end;
+        }
+        Ok(Produced {
+            base_offset: first.unwrap_or(0),
+            last_offset: last,
+            duplicate: all_duplicates,
+            log_end_offset: self.log.log_end_offset(),
+        })
+    }
+
+    /// The mirror's path: appends batches that carry their source offsets and epochs.
+    pub async fn append_with_offsets(&self, batches: Bytes, source_log_start: u64) -> Result<OffsetAppendOutcome> {
+        if !batches.is_empty() {
+            // Validate framing, size and CRC up front so a bad request gets its own status code.
+            self.verified_batches(&batches)?;
+        }
+        let mut producers = self.writer.lock().await;
+        let log = Arc::clone(&self.log);
+        let for_state = batches.clone();
+        let outcome = tokio::task::spawn_blocking(move || log.append_with_offsets(&batches, source_log_start))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
+            .map_err(|e| self.err(e))?;
+        let leo = self.log.log_end_offset();
+        for (header, _) in BatchIter::new(&for_state).flatten() {
+            if header.last_offset() < leo {
+                producers.record(&header, header.base_offset, header.last_offset());
+            }
+        }
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(outcome)
+    }
+
+    /// Truncates to the batch boundary at or below `offset`, returning the new log end offset.
+    pub async fn truncate(&self, offset: u64) -> Result<u64> {
+        let mut producers = self.writer.lock().await;
+        let log = Arc::clone(&self.log);
+        let leo = tokio::task::spawn_blocking(move || log.truncate_to(offset))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("truncate task failed: {e}")))?
+            .map_err(|e| self.err(e))?;
+        producers.clear();
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(leo)
+    }
+
+    /// Reads whole batches from `offset`, up to `max_bytes` (at least one batch).
+    pub fn read(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        self.log.read(offset, max_bytes).map_err(|e| self.err(e))
+    }
+
+    /// Describe view of the partition.
+    pub fn info(&self) -> pb::PartitionInfo {
+        let s = self.log.stats();
+        pb::PartitionInfo {
+            partition: self.index,
+            log_start_offset: s.log_start_offset,
+            log_end_offset: s.log_end_offset,
+            epoch: s.epoch,
+            size_bytes: s.size_bytes,
+            segments: s.segments,
+            gaps: s.gaps.iter().map(|&(start, end)| pb::OffsetRange { start, end }).collect(),
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The `ferry.v1.Broker` gRPC service: request validation and translation between protobuf messages and the
+//! broker core. No broker logic lives here beyond picking a partition for produce.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ferry_proto as pb;
+use ferry_proto::broker_server::Broker;
+use ferry_storage::OffsetAppendOutcome;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::core::BrokerCore;
+use crate::error::BrokerError;
+use crate::groups::GroupCoordinator;
+use crate::topic::{MirrorMark, TopicSettings};
+
+/// The service implementation.
+#[derive(Debug, Clone)]
+pub struct BrokerService {
+    core: Arc<BrokerCore>,
+    groups: Arc<GroupCoordinator>,
+    advertised: String,
+    max_batch_bytes: u64,
+    max_fetch_wait: Duration,
+    round_robin: Arc<AtomicU32>,
+    shutdown: CancellationToken,
+}
+
+impl BrokerService {
+    /// A service over `core` and `groups`.
+    pub fn new(
+        core: Arc<BrokerCore>,
+        groups: Arc<GroupCoordinator>,
+        advertised: String,
+        max_fetch_wait: Duration,
+        shutdown: CancellationToken,
+    ) -> BrokerService {
+        let max_batch_bytes = core.defaults().max_batch_bytes;
+        BrokerService {
+            core,
+            groups,
+            advertised,
+            max_batch_bytes,
+            max_fetch_wait,
+            round_robin: Arc::new(AtomicU32::new(0)),
+            shutdown,
+        }
+    }
+
+    fn counts(&self) -> impl Fn(&str) -> u32 + '_ {
+        |t: &str| self.core.topic(t).map_or(0, |t| t.partition_count())
+    }
+}
+
+type Rpc<T> = Result<Response<T>, Status>;
+
+fn ok<T>(v: T) -> Rpc<T> {
+    Ok(Response::new(v))
+}
+
+fn append_error(code: pb::ErrorCode, message: String, leo: u64, log_start: u64) -> pb::AppendWithOffsetsResponse {
+    pb::AppendWithOffsetsResponse {
+        error: code as i32,
+        message,
+        log_end_offset: leo,
+        written_batches: 0,
+        present_batches: 0,
+        diverged_at: None,
+        log_start_offset: log_start,
+    }
+}
+
+#[tonic::async_trait]
+impl Broker for BrokerService {
+    async fn metadata(&self, _req: Request<pb::MetadataRequest>) -> Rpc<pb::MetadataResponse> {
+        ok(pb::MetadataResponse {
+            cluster_id: self.core.cluster_id().to_owned(),
+            broker_address: self.advertised.clone(),
+            max_batch_bytes: self.max_batch_bytes,
+            max_message_bytes: ferry_proto::max_message_bytes(self.max_batch_bytes as usize) as u64,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        })
+    }
+
+    async fn create_topic(&self, req: Request<pb::CreateTopicRequest>) -> Rpc<pb::CreateTopicResponse> {
+        let req = req.into_inner();
+        let settings = TopicSettings::from_proto(req.config.as_ref())?;
+        let mirror = req.mirror.as_ref().map(MirrorMark::from_proto).transpose()?;
+        let t = self.core.create_topic(&req.name, req.partitions, settings, mirror).await?;
+        ok(pb::CreateTopicResponse { topic: Some(self.core.topic_info(&t)) })
+    }
+
+    async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Rpc<pb::DeleteTopicResponse> {
+        self.core.delete_topic(&req.into_inner().name).await?;
+        ok(pb::DeleteTopicResponse {})
+    }
+
+    async fn list_topics(&self, _req: Request<pb::ListTopicsRequest>) -> Rpc<pb::ListTopicsResponse> {
+        let topics = self.core.topics().iter().map(|t| self.core.topic_info(t)).collect();
+        ok(pb::ListTopicsResponse { topics })
+    }
+
+    async fn describe_topic(&self, req: Request<pb::DescribeTopicRequest>) -> Rpc<pb::DescribeTopicResponse> {
+        let t = self.core.topic(&req.into_inner().name)?;
+        let partitions = t.partitions().iter().map(|p| p.info()).collect();
+        ok(pb::DescribeTopicResponse { topic: Some(self.core.topic_info(&t)), partitions })
+    }
+
+    async fn alter_partitions(&self, req: Request<pb::AlterPartitionsRequest>) -> Rpc<pb::AlterPartitionsResponse> {
+        let req = req.into_inner();
+        let t = self.core.alter_partitions(&req.name, req.partitions).await?;
+        ok(pb::AlterPartitionsResponse { topic: Some(self.core.topic_info(&t)) })
+    }
+
+    async fn alter_topic_config(&self, req: Request<pb::AlterTopicConfigRequest>) -> Rpc<pb::AlterTopicConfigResponse> {
+        let req = req.into_inner();
+        let settings = TopicSettings::from_proto(req.config.as_ref())?;
+        let t = self.core.alter_config(&req.name, settings).await?;
+        ok(pb::AlterTopicConfigResponse { topic: Some(self.core.topic_info(&t)) })
+    }
+
+    async fn promote(&self, req: Request<pb::PromoteRequest>) -> Rpc<pb::PromoteResponse> {
+        let (t, was_mirror) = self.core.promote(&req.into_inner().name).await?;
+        ok(pb::PromoteResponse { topic: Some(self.core.topic_info(&t)), was_mirror })
+    }
+
+    async fn init_producer(&self, _req: Request<pb::InitProducerRequest>) -> Rpc<pb::InitProducerResponse> {
+        // Random 63-bit ids: unique across clusters without coordination (a collision needs ~3e9 producers).
+        let producer_id = (rand::random::<u64>() >> 1) as i64;
+        ok(pb::InitProducerResponse { producer_id, producer_epoch: 0 })
+    }
+
+    async fn produce(&self, req: Request<pb::ProduceRequest>) -> Rpc<pb::ProduceResponse> {
+        let req = req.into_inner();
+        let topic = self.core.topic(&req.topic)?;
+        if let Some(mark) = topic.mirror() {
+            return Err(BrokerError::MirrorTopicReadOnly {
+                topic: req.topic,
+                source_cluster: mark.source_display().to_owned(),
+            }
+            .into());
+        }
+        let count = topic.partition_count();
+        let partition = match (req.partition, &req.key) {
+            (Some(p), _) => p,
+            (None, Some(key)) => ferry_proto::partition_for_key(key, count),
+            (None, None) => self.round_robin.fetch_add(1, Ordering::Relaxed) % count.max(1),
+        };
+        let part = topic.partition(partition)?;
+        let produced = part.produce(req.batches).await?;
+        ok(pb::ProduceResponse {
+            partition,
+            base_offset: produced.base_offset,
+            last_offset: produced.last_offset,
+            duplicate: produced.duplicate,
+            log_end_offset: produced.log_end_offset,
+        })
+    }
+
+    async fn append_with_offsets(
+        &self,
+        req: Request<pb::AppendWithOffsetsRequest>,
+    ) -> Rpc<pb::AppendWithOffsetsResponse> {
+        let req = req.into_inner();
+        let topic = self.core.topic(&req.topic)?;
+        let part = topic.partition(req.partition)?;
+        let (leo, start) = (part.log().log_end_offset(), part.log().log_start_offset());
+        let Some(mark) = topic.mirror() else {
+            let err = BrokerError::NotAMirrorTopic { topic: req.topic.clone(), what: "append with offsets" };
+            return ok(append_error(pb::ErrorCode::NotAMirrorTopic, err.to_string(), leo, start));
+        };
+        if mark.source_topic_id != req.source_topic_id {
+            return ok(append_error(
+                pb::ErrorCode::TopicIdMismatch,
+                format!(
+                    "topic \"{}\" mirrors source topic id {}, but the batches come from source topic id {}; \
+                     the source topic was re-created",
+                    req.topic, mark.source_topic_id, req.source_topic_id
+                ),
+                leo,
+                start,
+            ));
+        }
+        let outcome = match part.append_with_offsets(req.batches, req.source_log_start_offset).await {
+            Ok(o) => o,
+            Err(BrokerError::Storage { source: ferry_storage::StorageError::OffsetAppendRefused { reason, offset, .. }, .. }) => {
+                let code = if reason.contains("epoch") {
+                    pb::ErrorCode::EpochRegressed
+                } else if reason.contains("straddl") {
+                    pb::ErrorCode::StraddlesEnd
+                } else {
+                    pb::ErrorCode::GapRefused
+                };
+                let (leo, start) = (part.log().log_end_offset(), part.log().log_start_offset());
+                return ok(append_error(code, format!("batch at offset {offset}: {reason}"), leo, start));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let start = part.log().log_start_offset();
+        ok(match outcome {
+            OffsetAppendOutcome::Appended { written, present, log_end_offset } => pb::AppendWithOffsetsResponse {
+                error: pb::ErrorCode::None as i32,
+                message: String::new(),
+                log_end_offset,
+                written_batches: written,
+                present_batches: present,
+                diverged_at: None,
+                log_start_offset: start,
+            },
+            OffsetAppendOutcome::Diverged { at, written, present, log_end_offset } => pb::AppendWithOffsetsResponse {
+                error: pb::ErrorCode::Diverged as i32,
+                message: format!("{}/{}: stored data differs from the offered batches at offset {at}", req.topic, req.partition),
+                log_end_offset,
+                written_batches: written,
+                present_batches: present,
+                diverged_at: Some(at),
+                log_start_offset: start,
+            },
+        })
+    }
+
+    async fn epoch_end(&self, req: Request<pb::EpochEndRequest>) -> Rpc<pb::EpochEndResponse> {
+        let req = req.into_inner();
+        let part = self.core.partition(&req.topic, req.partition)?;
+        ok(match part.log().epoch_end(req.epoch) {
+            Some(e) => pb::EpochEndResponse { found: true, epoch: e.epoch, end_offset: e.end_offset },
+            None => pb::EpochEndResponse { found: false, epoch: 0, end_offset: 0 },
+        })
+    }
+
+    async fn truncate_partition(
+        &self,
+        req: Request<pb::TruncatePartitionRequest>,
+    ) -> Rpc<pb::TruncatePartitionResponse> {
+        let req = req.into_inner();
+        let topic = self.core.topic(&req.topic)?;
+        if topic.mirror().is_none() {
+            return Err(BrokerError::NotAMirrorTopic { topic: req.topic, what: "truncation" }.into());
+        }
+        let part = topic.partition(req.partition)?;
+        let leo = part.truncate(req.offset).await?;
+        tracing::warn!(topic = %req.topic, partition = req.partition, offset = req.offset, leo, "mirror partition truncated");
+        ok(pb::TruncatePartitionResponse { log_end_offset: leo })
+    }
+
+    async fn fetch(&self, req: Request<pb::FetchRequest>) -> Rpc<pb::FetchResponse> {
+        ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, &self.shutdown).await)
+    }
+
+    type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
+
+    async fn subscribe(&self, req: Request<tonic::Streaming<pb::SubscribeRequest>>) -> Rpc<Self::SubscribeStream> {
+        let (tx, rx) = mpsc::channel(4);
+        let core = Arc::clone(&self.core);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(crate::fetch::subscribe(core, req.into_inner(), tx, shutdown));
+        ok(ReceiverStream::new(rx))
+    }
+
+    async fn list_offsets(&self, req: Request<pb::ListOffsetsRequest>) -> Rpc<pb::ListOffsetsResponse> {
+        let mut out = Vec::new();
+        for lo in req.into_inner().partitions {
+            let mut r = pb::ListOffsetsResult {
+                topic: lo.topic.clone(),
+                partition: lo.partition,
+                error: pb::ErrorCode::None as i32,
+                message: String::new(),
+                offset: None,
+                log_start_offset: 0,
+                log_end_offset: 0,
+            };
+            match self.core.partition(&lo.topic, lo.partition) {
+                Err(e) => {
+                    r.error = pb::ErrorCode::UnknownTopicOrPartition as i32;
+                    r.message = e.to_string();
+                }
+                Ok(p) => {
+                    r.log_start_offset = p.log().log_start_offset();
+                    r.log_end_offset = p.log().log_end_offset();
+                    match lo.spec {
+                        Some(pb::list_offsets_partition::Spec::Earliest(_)) => r.offset = Some(r.log_start_offset),
+                        Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),
+                        Some(pb::list_offsets_partition::Spec::TimestampMs(ts)) => {
+                            match p.log().offset_for_timestamp(ts) {
+                                Ok(o) => r.offset = o,
+                                Err(e) => {
+                                    r.error = pb::ErrorCode::StorageError as i32;
+                                    r.message = e.to_string();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            out.push(r);
+        }
+        ok(pb::ListOffsetsResponse { partitions: out })
+    }
+
+    async fn join_group(&self, req: Request<pb::JoinGroupRequest>) -> Rpc<pb::JoinGroupResponse> {
+        let req = req.into_inner();
+        for t in &req.topics {
+            self.core.topic(t)?;
+        }
+        let j = self.groups.join(&req, &self.counts())?;
+        ok(pb::JoinGroupResponse {
+            member_id: j.member_id,
+            generation: j.generation,
+            assignment: j.assignment,
+            members: j.members,
+        })
+    }
+
+    async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Rpc<pb::HeartbeatResponse> {
+        ok(self.groups.heartbeat(&req.into_inner(), &self.counts()))
+    }
+
+    async fn leave_group(&self, req: Request<pb::LeaveGroupRequest>) -> Rpc<pb::LeaveGroupResponse> {
+        let req = req.into_inner();
+        self.groups.leave(&req.group, &req.member_id, &self.counts());
+        ok(pb::LeaveGroupResponse {})
+    }
+
+    async fn commit_offsets(&self, req: Request<pb::CommitOffsetsRequest>) -> Rpc<pb::CommitOffsetsResponse> {
+        let req = req.into_inner();
+        let groups = Arc::clone(&self.groups);
+        tokio::task::spawn_blocking(move || groups.commit(&req))
+            .await
+            .map_err(|e| Status::internal(format!("commit task failed: {e}")))??;
+        ok(pb::CommitOffsetsResponse {})
+    }
+
+    async fn fetch_committed_offsets(
+        &self,
+        req: Request<pb::FetchCommittedOffsetsRequest>,
+    ) -> Rpc<pb::FetchCommittedOffsetsResponse> {
+        let req = req.into_inner();
+        ok(pb::FetchCommittedOffsetsResponse { offsets: self.groups.committed(&req.group, &req.partitions) })
+    }
+
+    async fn list_groups(&self, _req: Request<pb::ListGroupsRequest>) -> Rpc<pb::ListGroupsResponse> {
+        ok(pb::ListGroupsResponse { groups: self.groups.list() })
+    }
+
+    async fn describe_group(&self, req: Request<pb::DescribeGroupRequest>) -> Rpc<pb::DescribeGroupResponse> {
+        ok(self.groups.describe(&req.into_inner().group))
+    }
+}
