@@ -1,6 +1,31 @@
 //! The Ferry Rust client: [`Producer`], [`Consumer`] and [`Admin`] over the `ferry.v1.Broker` gRPC service, with
 //! connection handling across the listed broker addresses, timeouts, retries with backoff, TLS and tokens.
 //!
+//! - [`BrokerClient`] owns the connection (failover across [`ClientConfig::brokers`], retries of idempotent
+//!   calls) and has a typed method per RPC; [`BrokerClient::raw`] gives the generated client for `Subscribe`.
+//! - [`Admin`] is thin, typed administration; [`Producer`] batches and delivers idempotently; [`Consumer`]
+//!   fetches, decodes and commits.
+//!
 //! The record-batch codec is `ferry_storage::batch` (re-exported as [`batch`]): the wire and disk formats are one.
 
+#![deny(missing_docs)]
+
+pub mod admin;
+pub mod config;
+pub mod connection;
+pub mod consumer;
+pub mod error;
+pub mod producer;
+pub mod retry;
+mod rpc;
+
+pub use ferry_proto as proto;
 pub use ferry_storage::batch;
+
+pub use admin::{Admin, OffsetSpec, PartitionOffsets, Promoted, TopicDescription};
+pub use config::{ClientConfig, TlsOptions};
+pub use connection::{AuthInterceptor, BrokerClient, RawClient};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, StartAt};
+pub use error::{ClientError, Result};
+pub use producer::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+pub use retry::RetryPolicy;

@@ -1,0 +1,277 @@
+//! [`Admin`]: thin, typed topic, offset, mirror and group administration over [`BrokerClient`].
+//!
+//! Results are the protocol's own message types where they are already plain data (`TopicInfo`,
+//! `PartitionInfo`, `CommittedOffset`, ...); a response field the protocol promises but the broker left out is a
+//! [`ClientError::Protocol`], never a panic or a silent default.
+
+use bytes::Bytes;
+use ferry_proto as pb;
+use ferry_proto::list_offsets_partition::Spec;
+
+use crate::connection::BrokerClient;
+use crate::error::{ClientError, Result};
+
+pub use ferry_proto::{
+    AppendWithOffsetsResponse, CommittedOffset, DescribeGroupResponse, EpochEndResponse, GroupSummary,
+    MetadataResponse, MirrorSource, OffsetRange, PartitionInfo, TopicConfig, TopicInfo,
+};
+
+/// Which offset [`Admin::list_offsets`] looks up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The log start offset.
+    Earliest,
+    /// The log end offset.
+    Latest,
+    /// The first offset whose record timestamp is at or after this (ms since the epoch).
+    Timestamp(i64),
+}
+
+/// The answer of [`Admin::list_offsets`] for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The offset asked for; `None` for a timestamp after the last record.
+    pub offset: Option<u64>,
+    /// Log start offset.
+    pub log_start_offset: u64,
+    /// Log end offset.
+    pub log_end_offset: u64,
+}
+
+/// A topic and its partitions, as [`Admin::describe_topic`] returns them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicDescription {
+    /// The topic.
+    pub topic: TopicInfo,
+    /// Its partitions, in partition order.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// The answer of [`Admin::promote`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Promoted {
+    /// The topic after promotion.
+    pub topic: TopicInfo,
+    /// False when the topic was not a mirror topic (promote is idempotent).
+    pub was_mirror: bool,
+}
+
+/// Administration calls. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    client: BrokerClient,
+}
+
+impl Admin {
+    /// Administration over `client`.
+    pub fn new(client: BrokerClient) -> Self {
+        Admin { client }
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &BrokerClient {
+        &self.client
+    }
+
+    /// Cluster id, advertised address and limits.
+    pub async fn metadata(&self) -> Result<MetadataResponse> {
+        self.client.metadata().await
+    }
+
+    /// Creates a topic; with `mirror` it is a read-only mirror topic.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        config: TopicConfig,
+        mirror: Option<MirrorSource>,
+    ) -> Result<TopicInfo> {
+        let request = pb::CreateTopicRequest { name: name.to_owned(), partitions, config: Some(config), mirror };
+        let response = self.client.create_topic(request).await?;
+        self.require("CreateTopic", response.topic)
+    }
+
+    /// Deletes a topic.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        self.client.delete_topic(pb::DeleteTopicRequest { name: name.to_owned() }).await.map(drop)
+    }
+
+    /// Every topic.
+    pub async fn list_topics(&self) -> Result<Vec<TopicInfo>> {
+        Ok(self.client.list_topics(pb::ListTopicsRequest {}).await?.topics)
+    }
+
+    /// A topic with its partitions (sorted by partition).
+    pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
+        let response = self.client.describe_topic(pb::DescribeTopicRequest { name: name.to_owned() }).await?;
+        let topic = self.require("DescribeTopic", response.topic)?;
+        let mut partitions = response.partitions;
+        partitions.sort_by_key(|p| p.partition);
+        Ok(TopicDescription { topic, partitions })
+    }
+
+    /// Grows a topic to `partitions`.
+    pub async fn alter_partitions(&self, name: &str, partitions: u32) -> Result<TopicInfo> {
+        let request = pb::AlterPartitionsRequest { name: name.to_owned(), partitions };
+        let response = self.client.alter_partitions(request).await?;
+        self.require("AlterPartitions", response.topic)
+    }
+
+    /// Changes the config fields that are set in `config`.
+    pub async fn alter_topic_config(&self, name: &str, config: TopicConfig) -> Result<TopicInfo> {
+        let request = pb::AlterTopicConfigRequest { name: name.to_owned(), config: Some(config) };
+        let response = self.client.alter_topic_config(request).await?;
+        self.require("AlterTopicConfig", response.topic)
+    }
+
+    /// Clears the mirror mark of a topic.
+    pub async fn promote(&self, name: &str) -> Result<Promoted> {
+        let response = self.client.promote(pb::PromoteRequest { name: name.to_owned() }).await?;
+        Ok(Promoted { topic: self.require("Promote", response.topic)?, was_mirror: response.was_mirror })
+    }
+
+    /// Offsets of many partitions at once. A partition the broker reports an error for fails the whole call
+    /// with [`ClientError::Partition`] naming it.
+    pub async fn list_offsets(&self, partitions: &[(String, u32, OffsetSpec)]) -> Result<Vec<PartitionOffsets>> {
+        let request = pb::ListOffsetsRequest {
+            partitions: partitions
+                .iter()
+                .map(|(topic, partition, spec)| pb::ListOffsetsPartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    spec: Some(match spec {
+                        OffsetSpec::Earliest => Spec::Earliest(true),
+                        OffsetSpec::Latest => Spec::Latest(true),
+                        OffsetSpec::Timestamp(ts) => Spec::TimestampMs(*ts),
+                    }),
+                })
+                .collect(),
+        };
+        let response = self.client.list_offsets(request).await?;
+        response
+            .partitions
+            .into_iter()
+            .map(|r| {
+                partition_result(&r.topic, r.partition, r.error, &r.message)?;
+                Ok(PartitionOffsets {
+                    topic: r.topic,
+                    partition: r.partition,
+                    offset: r.offset,
+                    log_start_offset: r.log_start_offset,
+                    log_end_offset: r.log_end_offset,
+                })
+            })
+            .collect()
+    }
+
+    /// Offsets of one partition.
+    pub async fn list_offset(&self, topic: &str, partition: u32, spec: OffsetSpec) -> Result<PartitionOffsets> {
+        let mut all = self.list_offsets(&[(topic.to_owned(), partition, spec)]).await?;
+        match all.pop() {
+            Some(r) if all.is_empty() => Ok(r),
+            _ => Err(self.protocol("ListOffsets", "expected exactly one partition in the answer")),
+        }
+    }
+
+    /// The first offset after `epoch` on a partition.
+    pub async fn epoch_end(&self, topic: &str, partition: u32, epoch: u32) -> Result<EpochEndResponse> {
+        self.client.epoch_end(pb::EpochEndRequest { topic: topic.to_owned(), partition, epoch }).await
+    }
+
+    /// Truncates a mirror topic's partition to a batch boundary at or below `offset`; returns the new LEO.
+    pub async fn truncate_partition(&self, topic: &str, partition: u32, offset: u64) -> Result<u64> {
+        let request = pb::TruncatePartitionRequest { topic: topic.to_owned(), partition, offset };
+        Ok(self.client.truncate_partition(request).await?.log_end_offset)
+    }
+
+    /// Appends batches that already carry offsets to a mirror topic. The response's `error` is left for the
+    /// caller to act on (DIVERGED, GAP_REFUSED, ...): these are outcomes, not transport failures.
+    pub async fn append_with_offsets(
+        &self,
+        topic: &str,
+        partition: u32,
+        source_topic_id: &str,
+        source_log_start_offset: u64,
+        batches: Bytes,
+    ) -> Result<AppendWithOffsetsResponse> {
+        let request = pb::AppendWithOffsetsRequest {
+            topic: topic.to_owned(),
+            partition,
+            source_topic_id: source_topic_id.to_owned(),
+            source_log_start_offset,
+            batches,
+        };
+        self.client.append_with_offsets(request).await
+    }
+
+    /// Every group.
+    pub async fn list_groups(&self) -> Result<Vec<GroupSummary>> {
+        Ok(self.client.list_groups(pb::ListGroupsRequest {}).await?.groups)
+    }
+
+    /// A group's members, assignments and committed offsets.
+    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
+        self.client.describe_group(pb::DescribeGroupRequest { group: group.to_owned() }).await
+    }
+
+    /// Committed offsets of `group`, for the given partitions (empty: all the group has).
+    pub async fn fetch_committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[(String, u32)],
+    ) -> Result<Vec<CommittedOffset>> {
+        let request = pb::FetchCommittedOffsetsRequest {
+            group: group.to_owned(),
+            partitions: partitions
+                .iter()
+                .map(|(topic, partition)| pb::TopicPartition { topic: topic.clone(), partition: *partition })
+                .collect(),
+        };
+        Ok(self.client.fetch_committed_offsets(request).await?.offsets)
+    }
+
+    /// Commits offsets for `group` without membership (empty member id, generation 0).
+    pub async fn commit_offsets(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<()> {
+        let request =
+            pb::CommitOffsetsRequest { group: group.to_owned(), member_id: String::new(), generation: 0, offsets };
+        self.client.commit_offsets(request).await.map(drop)
+    }
+
+    fn require<T>(&self, rpc: &'static str, value: Option<T>) -> Result<T> {
+        value.ok_or_else(|| self.protocol(rpc, "the topic field is missing"))
+    }
+
+    fn protocol(&self, rpc: &'static str, message: &str) -> ClientError {
+        ClientError::Protocol { rpc, broker: self.client.address(), message: message.to_owned() }
+    }
+}
+
+/// Turns a per-partition error code into a [`ClientError::Partition`].
+pub(crate) fn partition_result(topic: &str, partition: u32, code: i32, message: &str) -> Result<()> {
+    let code = pb::ErrorCode::try_from(code).unwrap_or(pb::ErrorCode::StorageError);
+    if code == pb::ErrorCode::None {
+        return Ok(());
+    }
+    Err(ClientError::Partition { topic: topic.to_owned(), partition, code, message: message.to_owned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_errors_keep_topic_partition_and_code() {
+        assert!(partition_result("t", 0, 0, "").is_ok());
+        let err =
+            partition_result("t", 2, pb::ErrorCode::UnknownTopicOrPartition as i32, "no such partition").unwrap_err();
+        assert!(err.is_not_found());
+        assert_eq!(err.to_string(), "t/2: UNKNOWN_TOPIC_OR_PARTITION: no such partition");
+        // An unknown future code is still an error, never success.
+        let err = partition_result("t", 2, 999, "new code").unwrap_err();
+        assert_eq!(err.partition_code(), Some(pb::ErrorCode::StorageError));
+    }
+}

@@ -1,0 +1,444 @@
+//! [`BrokerClient`]: the connection to one of the listed brokers, and the retry rule of every call.
+//!
+//! Invariants:
+//! - At most one live connection at a time; clones of a `BrokerClient` share it (`Arc`), so cloning is cheap.
+//! - On a transport failure (UNAVAILABLE, refused or reset connection, keepalive timeout, call timeout) the
+//!   connection is dropped and the next call connects through the *next* listed address, wrapping around.
+//! - Idempotent calls are retried with backoff (up to `retry.max_attempts`); non-idempotent ones only when the
+//!   failure proves the request never left (no connection could be made).
+//! - The token travels only inside the interceptor, as a sensitive header value; it is never logged.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ferry_proto::broker_client;
+use tonic::codec::CompressionEncoding;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::config::{ClientConfig, config_err};
+use crate::error::{ClientError, Result, deepest_cause, is_connect_failure, is_transport_status};
+
+/// The generated gRPC client with the auth interceptor, message limits and compression applied. Use it for
+/// streaming calls (`subscribe`) that the typed wrappers do not cover.
+pub type RawClient = broker_client::BrokerClient<InterceptedService<Channel, AuthInterceptor>>;
+
+/// Adds `authorization: Bearer <token>` to every request when a token is configured.
+#[derive(Clone, Default)]
+pub struct AuthInterceptor {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl std::fmt::Debug for AuthInterceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthInterceptor").field("token", &self.header.as_ref().map(|_| "<redacted>")).finish()
+    }
+}
+
+impl AuthInterceptor {
+    /// An interceptor sending `token` (or nothing).
+    pub fn new(token: Option<&str>) -> Result<Self> {
+        let header = match token {
+            None => None,
+            Some(t) => {
+                let mut value = MetadataValue::try_from(format!("Bearer {t}"))
+                    .map_err(|_| config_err("token", "must be printable ASCII"))?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        Ok(AuthInterceptor { header })
+    }
+}
+
+impl Interceptor for AuthInterceptor {
+    fn call(&mut self, mut request: tonic::Request<()>) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.header {
+            request.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Whether a call may be sent again after a failure whose outcome is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Sending it twice has the effect of sending it once.
+    Idempotent,
+    /// Sent again only when it provably never reached a broker.
+    Once,
+}
+
+/// A failed attempt: the error, and whether the request provably never reached a broker.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: ClientError,
+    pub(crate) never_sent: bool,
+}
+
+#[derive(Clone)]
+struct Conn {
+    index: usize,
+    generation: u64,
+    channel: Channel,
+    client: RawClient,
+}
+
+struct Inner {
+    config: ClientConfig,
+    endpoints: Vec<Endpoint>,
+    auth: AuthInterceptor,
+    current: parking_lot::Mutex<Option<Conn>>,
+    connecting: tokio::sync::Mutex<()>,
+    next_index: AtomicUsize,
+    generation: AtomicU64,
+}
+
+/// A connection to one of the configured brokers, shared by its clones. See the module docs for the failover and
+/// retry rules.
+#[derive(Clone)]
+pub struct BrokerClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for BrokerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerClient")
+            .field("brokers", &self.inner.config.brokers)
+            .field("current", &self.current_address())
+            .finish()
+    }
+}
+
+impl BrokerClient {
+    /// Validates `config` and prepares the endpoints without connecting; the first call connects.
+    pub fn new(config: ClientConfig) -> Result<Self> {
+        config.validate()?;
+        let auth = AuthInterceptor::new(config.token.as_deref())?;
+        let endpoints = config.brokers.iter().map(|addr| build_endpoint(&config, addr)).collect::<Result<_>>()?;
+        Ok(BrokerClient {
+            inner: Arc::new(Inner {
+                config,
+                endpoints,
+                auth,
+                current: parking_lot::Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+                next_index: AtomicUsize::new(0),
+                generation: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// [`BrokerClient::new`], then connects to the first reachable broker.
+    pub async fn connect(config: ClientConfig) -> Result<Self> {
+        let client = Self::new(config)?;
+        client.connection().await?;
+        Ok(client)
+    }
+
+    /// The configuration this client was built with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The address of the broker currently connected, if any.
+    pub fn current_address(&self) -> Option<String> {
+        self.inner.current.lock().as_ref().map(|c| self.inner.config.brokers[c.index].clone())
+    }
+
+    /// The address calls go to next: the connected broker, else the one the next connect starts with.
+    pub fn address(&self) -> String {
+        self.current_address().unwrap_or_else(|| {
+            let i = self.inner.next_index.load(Ordering::Relaxed) % self.inner.config.brokers.len();
+            self.inner.config.brokers[i].clone()
+        })
+    }
+
+    /// The raw generated client on the current connection (connecting first if needed), with the interceptor,
+    /// limits and compression applied. For streaming calls; report a broken stream with [`Self::reconnect`].
+    pub async fn raw(&self) -> Result<RawClient> {
+        Ok(self.connection().await?.client)
+    }
+
+    /// The current connection's channel (connecting first if needed), e.g. for the gRPC health client.
+    pub async fn channel(&self) -> Result<Channel> {
+        Ok(self.connection().await?.channel)
+    }
+
+    /// Drops the current connection: the next call connects through the next listed broker.
+    pub fn reconnect(&self) {
+        let generation = self.inner.current.lock().as_ref().map(|c| c.generation);
+        if let Some(g) = generation {
+            self.invalidate(g);
+        }
+    }
+
+    async fn connection(&self) -> Result<Conn> {
+        if let Some(conn) = self.inner.current.lock().clone() {
+            return Ok(conn);
+        }
+        let _guard = self.inner.connecting.lock().await;
+        if let Some(conn) = self.inner.current.lock().clone() {
+            return Ok(conn);
+        }
+        let n = self.inner.endpoints.len();
+        let start = self.inner.next_index.load(Ordering::Relaxed) % n;
+        let mut last_error = String::new();
+        for step in 0..n {
+            let index = (start + step) % n;
+            let address = &self.inner.config.brokers[index];
+            match self.inner.endpoints[index].connect().await {
+                Ok(channel) => {
+                    let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
+                    let client = self.make_raw(channel.clone());
+                    let conn = Conn { index, generation, channel, client };
+                    self.inner.next_index.store(index, Ordering::Relaxed);
+                    *self.inner.current.lock() = Some(conn.clone());
+                    tracing::debug!(broker = %address, "connected");
+                    return Ok(conn);
+                }
+                Err(e) => {
+                    last_error = deepest_cause(&e);
+                    tracing::debug!(broker = %address, error = %last_error, "connect failed");
+                }
+            }
+        }
+        // Next round starts after the address tried first, so one dead broker does not always go first.
+        self.inner.next_index.store((start + 1) % n, Ordering::Relaxed);
+        if n == 1 {
+            Err(ClientError::Transport { broker: self.inner.config.brokers[0].clone(), message: last_error })
+        } else {
+            Err(ClientError::Unreachable { brokers: self.inner.config.brokers.join(", "), message: last_error })
+        }
+    }
+
+    fn make_raw(&self, channel: Channel) -> RawClient {
+        let config = &self.inner.config;
+        let mut client = broker_client::BrokerClient::with_interceptor(channel, self.inner.auth.clone())
+            .max_decoding_message_size(config.max_message_bytes)
+            .max_encoding_message_size(config.max_message_bytes)
+            .accept_compressed(CompressionEncoding::Zstd);
+        if config.compression {
+            client = client.send_compressed(CompressionEncoding::Zstd);
+        }
+        client
+    }
+
+    fn invalidate(&self, generation: u64) {
+        let mut current = self.inner.current.lock();
+        if let Some(conn) = current.as_ref()
+            && conn.generation == generation
+        {
+            let n = self.inner.endpoints.len();
+            self.inner.next_index.store((conn.index + 1) % n, Ordering::Relaxed);
+            tracing::debug!(broker = %self.inner.config.brokers[conn.index], "dropping connection after a failure");
+            *current = None;
+        }
+    }
+
+    /// One attempt of a unary call with `timeout`. Transport failures and timeouts drop the connection.
+    pub(crate) async fn attempt<T, F, Fut>(&self, rpc: &'static str, timeout: Duration, f: F) -> Result<T, Failure>
+    where
+        F: FnOnce(RawClient) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let conn = match self.connection().await {
+            Ok(c) => c,
+            Err(error) => return Err(Failure { error, never_sent: true }),
+        };
+        let broker = &self.inner.config.brokers[conn.index];
+        match tokio::time::timeout(timeout, f(conn.client.clone())).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => {
+                let transport = is_transport_status(&status);
+                let never_sent = transport && is_connect_failure(&status);
+                if transport {
+                    self.invalidate(conn.generation);
+                }
+                Err(Failure { error: ClientError::from_status(&status, broker), never_sent })
+            }
+            Err(_) => {
+                self.invalidate(conn.generation);
+                Err(Failure {
+                    error: ClientError::Timeout { rpc, broker: broker.clone(), after: timeout },
+                    never_sent: false,
+                })
+            }
+        }
+    }
+
+    /// A unary call with the retry rule of `retry`.
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        retry: Retry,
+        timeout: Duration,
+        mut f: F,
+    ) -> Result<T>
+    where
+        F: FnMut(RawClient) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let policy = self.inner.config.retry;
+        let mut attempt = 0u32;
+        loop {
+            match self.attempt(rpc, timeout, &mut f).await {
+                Ok(v) => return Ok(v),
+                Err(Failure { error, never_sent }) => {
+                    attempt += 1;
+                    let may_retry = match retry {
+                        Retry::Idempotent => error.is_transport() || error.is_timeout(),
+                        Retry::Once => never_sent,
+                    };
+                    if !may_retry || attempt >= policy.max_attempts {
+                        return Err(error);
+                    }
+                    let delay = policy.delay(attempt - 1);
+                    tracing::debug!(rpc, %error, attempt, ?delay, "retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// The unary timeout of this client.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.config.request_timeout
+    }
+
+    /// Checks a route: gRPC health of the broker, then Metadata, each bounded by `timeout` (connect included),
+    /// one attempt, no retries. For egress probes that must not wait for the RPC timeout.
+    pub async fn probe(&self, timeout: Duration) -> Result<ferry_proto::MetadataResponse> {
+        let address = self.address();
+        let probe = async {
+            let conn = self.connection().await?;
+            let mut health = tonic_health::pb::health_client::HealthClient::with_interceptor(
+                conn.channel.clone(),
+                self.inner.auth.clone(),
+            );
+            let broker = &self.inner.config.brokers[conn.index];
+            let status = health
+                .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+                .await
+                .map_err(|s| {
+                    if is_transport_status(&s) {
+                        self.invalidate(conn.generation);
+                    }
+                    ClientError::from_status(&s, broker)
+                })?
+                .into_inner()
+                .status;
+            if status != tonic_health::pb::health_check_response::ServingStatus::Serving as i32 {
+                return Err(ClientError::Status {
+                    code: tonic::Code::Unavailable,
+                    message: format!("health check answered status {status}, not SERVING"),
+                    broker: broker.clone(),
+                });
+            }
+            self.attempt("Metadata", timeout, |mut c| async move { c.metadata(ferry_proto::MetadataRequest {}).await })
+                .await
+                .map_err(|f| f.error)
+        };
+        match tokio::time::timeout(timeout, probe).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.reconnect();
+                Err(ClientError::Timeout { rpc: "probe", broker: address, after: timeout })
+            }
+        }
+    }
+}
+
+fn build_endpoint(config: &ClientConfig, address: &str) -> Result<Endpoint> {
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
+        .map_err(|e| config_err("brokers", format!("{address:?}: {e}")))?
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(config.keepalive_interval)
+        .keep_alive_timeout(config.keepalive_timeout)
+        .keep_alive_while_idle(true)
+        .initial_stream_window_size(config.stream_window_bytes)
+        .initial_connection_window_size(config.connection_window_bytes)
+        .local_address(config.bind);
+    if let Some(tls) = &config.tls {
+        let mut tls_config = ClientTlsConfig::new();
+        if let Some(ca) = &tls.ca_file {
+            tls_config = tls_config.ca_certificate(Certificate::from_pem(read_pem("tls.ca_file", ca)?));
+        }
+        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+            tls_config = tls_config
+                .identity(Identity::from_pem(read_pem("tls.cert_file", cert)?, read_pem("tls.key_file", key)?));
+        }
+        if let Some(domain) = &tls.domain {
+            tls_config = tls_config.domain_name(domain.clone());
+        }
+        endpoint = endpoint.tls_config(tls_config).map_err(|e| config_err("tls", deepest_cause(&e)))?;
+    }
+    Ok(endpoint)
+}
+
+fn read_pem(field: &'static str, path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| config_err(field, format!("cannot read {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interceptor_sends_a_sensitive_bearer_header() {
+        let mut interceptor = AuthInterceptor::new(Some("tok-123")).unwrap();
+        let request = interceptor.call(tonic::Request::new(())).unwrap();
+        let value = request.metadata().get("authorization").unwrap();
+        assert_eq!(value.to_str().unwrap(), "Bearer tok-123");
+        assert!(value.is_sensitive());
+        assert!(!format!("{interceptor:?}").contains("tok-123"));
+        let mut none = AuthInterceptor::new(None).unwrap();
+        assert!(none.call(tonic::Request::new(())).unwrap().metadata().get("authorization").is_none());
+    }
+
+    #[test]
+    fn missing_tls_files_are_named() {
+        let config = ClientConfig::default()
+            .with_tls(crate::TlsOptions { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() });
+        match BrokerClient::new(config) {
+            Err(ClientError::Config { field: "tls.ca_file", message }) => {
+                assert!(message.contains("/nonexistent/ca.pem"), "{message}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_brokers_are_tried_in_order_and_named() {
+        // Two ports that nothing listens on: bind, note the port, close.
+        let ports: Vec<u16> =
+            (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+        let brokers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let client = BrokerClient::new(ClientConfig::new(brokers.clone())).unwrap();
+        match client.connection().await {
+            Err(ClientError::Unreachable { brokers: listed, .. }) => assert_eq!(listed, brokers.join(", ")),
+            Err(other) => panic!("unexpected {other:?}"),
+            Ok(_) => panic!("connected to a closed port"),
+        }
+        // The next round starts after the first address.
+        assert_eq!(client.address(), brokers[1]);
+    }
+
+    #[tokio::test]
+    async fn a_call_to_a_dead_broker_fails_with_transport_after_retries() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut config = ClientConfig::new([format!("127.0.0.1:{port}")]);
+        config.retry.initial_backoff = Duration::from_millis(1);
+        config.retry.max_backoff = Duration::from_millis(2);
+        let client = BrokerClient::new(config).unwrap();
+        let err = client.metadata().await.unwrap_err();
+        assert!(err.is_transport(), "{err:?}");
+        assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
+    }
+}

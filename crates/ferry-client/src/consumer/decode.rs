@@ -1,0 +1,148 @@
+//! Turning one partition's fetched bytes into records at or after the consumer's position.
+//!
+//! A fetch may start with the whole batch that contains the requested offset, so records below the position
+//! are dropped. The returned position is one past the last record returned, or the broker's `next_offset` when
+//! that is further (a gap left by mirrored retention). A batch that cannot be decoded stops decoding there: the
+//! records before it are kept, the position stays at the bad batch, and the error names its offset.
+
+use bytes::Bytes;
+use ferry_storage::batch::{self, BatchIter};
+
+use super::config::ConsumerRecord;
+use crate::error::ClientError;
+
+/// What one partition's fetched data yielded.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub(crate) records: Vec<ConsumerRecord>,
+    pub(crate) position: u64,
+    pub(crate) error: Option<ClientError>,
+}
+
+/// Decodes `batches` of `topic`/`partition` for a consumer at `position`.
+pub(crate) fn decode_partition(
+    topic: &str,
+    partition: u32,
+    batches: &Bytes,
+    next_offset: u64,
+    position: u64,
+) -> Decoded {
+    let mut records = Vec::new();
+    let mut pos = position;
+    let corrupt = |offset: u64, e: batch::BatchError| ClientError::Corrupt {
+        topic: topic.to_owned(),
+        partition,
+        offset,
+        message: e.to_string(),
+    };
+    for item in BatchIter::new(batches) {
+        let (header, bytes) = match item {
+            Ok(ok) => ok,
+            Err(e) => return Decoded { records, position: pos, error: Some(corrupt(pos, e)) },
+        };
+        if header.next_offset() <= pos {
+            continue;
+        }
+        let decoded = match batch::decode_records(bytes) {
+            Ok(d) => d,
+            Err(e) => return Decoded { records, position: pos, error: Some(corrupt(header.base_offset, e)) },
+        };
+        for r in decoded {
+            if r.offset < pos {
+                continue;
+            }
+            pos = r.offset + 1;
+            records.push(ConsumerRecord {
+                topic: topic.to_owned(),
+                partition,
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+            });
+        }
+        pos = pos.max(header.next_offset());
+    }
+    Decoded { records, position: pos.max(next_offset), error: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_storage::batch::{Compression, Header, ProducerInfo, Record, encode_records};
+
+    fn rec(offset: u64, value: &str) -> Record {
+        Record {
+            offset,
+            timestamp: 1_700_000_000_000 + offset as i64,
+            key: Some(Bytes::from(format!("k{offset}"))),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers: vec![Header { key: "h".into(), value: Some(Bytes::from_static(b"x")) }],
+        }
+    }
+
+    fn batches(groups: &[&[Record]]) -> Bytes {
+        let mut out = Vec::new();
+        for g in groups {
+            out.extend_from_slice(&encode_records(g, 0, Compression::Zstd, ProducerInfo::NONE));
+        }
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn records_below_the_position_are_dropped() {
+        let a = [rec(10, "a"), rec(11, "b"), rec(12, "c")];
+        let b = [rec(13, "d"), rec(14, "e")];
+        let data = batches(&[&a, &b]);
+        let out = decode_partition("t", 1, &data, 15, 12);
+        assert!(out.error.is_none());
+        let got: Vec<(u64, &str)> =
+            out.records.iter().map(|r| (r.offset, std::str::from_utf8(r.value.as_ref().unwrap()).unwrap())).collect();
+        assert_eq!(got, vec![(12, "c"), (13, "d"), (14, "e")]);
+        assert_eq!(out.position, 15);
+        let first = &out.records[0];
+        assert_eq!((first.topic.as_str(), first.partition, first.timestamp), ("t", 1, 1_700_000_000_012));
+        assert_eq!(first.key.as_deref(), Some(&b"k12"[..]));
+        assert_eq!(first.headers, vec![Header { key: "h".into(), value: Some(Bytes::from_static(b"x")) }]);
+    }
+
+    #[test]
+    fn whole_batches_below_the_position_are_skipped_and_gaps_followed() {
+        let a = [rec(0, "a"), rec(1, "b")];
+        let b = [rec(7, "c")];
+        let out = decode_partition("t", 0, &batches(&[&a, &b]), 8, 2);
+        assert_eq!(out.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![7]);
+        assert_eq!(out.position, 8);
+        // Empty data with a next offset past a gap moves on; an unset next offset (0) never moves back.
+        assert_eq!(decode_partition("t", 0, &Bytes::new(), 20, 8).position, 20);
+        assert_eq!(decode_partition("t", 0, &Bytes::new(), 0, 8).position, 8);
+    }
+
+    #[test]
+    fn a_corrupt_batch_keeps_earlier_records_and_names_its_offset() {
+        let a = [rec(0, "a")];
+        let b = [rec(1, "b")];
+        let mut data = batches(&[&a, &b]).to_vec();
+        let last = data.len() - 1;
+        data[last] ^= 0xff;
+        let out = decode_partition("t", 3, &Bytes::from(data), 2, 0);
+        assert_eq!(out.records.len(), 1);
+        assert_eq!(out.position, 1);
+        match out.error {
+            Some(ClientError::Corrupt { topic, partition: 3, offset: 1, .. }) => assert_eq!(topic, "t"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_torn_tail_is_reported_not_skipped() {
+        let a = [rec(5, "a")];
+        let data = batches(&[&a]);
+        let torn = data.slice(..data.len() - 4);
+        let out = decode_partition("t", 0, &torn, 6, 5);
+        assert!(out.records.is_empty());
+        assert_eq!(out.position, 5);
+        assert!(matches!(out.error, Some(ClientError::Corrupt { offset: 5, .. })));
+    }
+}

@@ -1,0 +1,163 @@
+//! [`ProducerConfig`], [`ProducerRecord`] and [`RecordMetadata`]: what a producer is told and what it answers.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_storage::batch::{Compression, Header};
+
+use crate::config::config_err;
+use crate::error::Result;
+use crate::retry::RetryPolicy;
+
+/// Producer settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerConfig {
+    /// How long a partition's first waiting record may wait for more before its batch is sent (5 ms).
+    pub linger: Duration,
+    /// Largest batch, header included (1 MiB); capped by the broker's `max_batch_bytes`.
+    pub batch_bytes: usize,
+    /// Bytes of records waiting or in flight (64 MiB); `send` waits while it is full.
+    pub buffer_bytes: usize,
+    /// Idempotent produce (on): a producer id with per-partition sequence numbers, so a retried batch is
+    /// written once.
+    pub idempotence: bool,
+    /// How long a record may take from `send` to acknowledgement, retries included (120 s).
+    pub delivery_timeout: Duration,
+    /// Compression of the records section of each batch.
+    pub compression: Compression,
+    /// Backoff between retries of one batch (`max_attempts` is not used: the delivery timeout bounds retries).
+    pub retry: RetryPolicy,
+    /// Partition counts are re-read from the broker when older than this (60 s), so grown topics are used.
+    pub metadata_max_age: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            linger: Duration::from_millis(5),
+            batch_bytes: 1024 * 1024,
+            buffer_bytes: 64 * 1024 * 1024,
+            idempotence: true,
+            delivery_timeout: Duration::from_secs(120),
+            compression: Compression::None,
+            retry: RetryPolicy { max_backoff: Duration::from_secs(1), ..RetryPolicy::default() },
+            metadata_max_age: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ProducerConfig {
+    /// Checks the fields; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch_bytes <= ferry_storage::batch::HEADER_LEN {
+            return Err(config_err("producer.batch_bytes", format!("{} is too small for a batch", self.batch_bytes)));
+        }
+        if self.buffer_bytes < self.batch_bytes {
+            return Err(config_err(
+                "producer.buffer_bytes",
+                format!("{} must be at least batch_bytes ({})", self.buffer_bytes, self.batch_bytes),
+            ));
+        }
+        if u32::try_from(self.batch_bytes).is_err() {
+            return Err(config_err("producer.batch_bytes", "must be below 4 GiB"));
+        }
+        if self.delivery_timeout.is_zero() {
+            return Err(config_err("producer.delivery_timeout", "must be greater than zero"));
+        }
+        self.retry.validate()
+    }
+}
+
+/// A record to send.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Explicit partition; else by key, else round robin.
+    pub partition: Option<u32>,
+    /// Key (also the partitioning key).
+    pub key: Option<Bytes>,
+    /// Value; `None` is a null value.
+    pub value: Option<Bytes>,
+    /// Ordered headers; keys may repeat.
+    pub headers: Vec<Header>,
+    /// Timestamp in ms since the Unix epoch; `None` takes the time of `send`.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record with a value and nothing else.
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        ProducerRecord { topic: topic.into(), value: Some(value.into()), ..Default::default() }
+    }
+
+    /// Sets the key.
+    pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the partition.
+    pub fn with_partition(mut self, partition: u32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Appends a header.
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push(Header { key: key.into(), value: Some(value.into()) });
+        self
+    }
+
+    /// Sets the timestamp (ms since the Unix epoch).
+    pub fn with_timestamp(mut self, timestamp: i64) -> Self {
+        self.timestamp = Some(timestamp);
+        self
+    }
+}
+
+/// Where an acknowledged record was written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RecordMetadata {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Offset.
+    pub offset: u64,
+    /// The record's timestamp, ms since the Unix epoch.
+    pub timestamp: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_design_and_validate() {
+        let c = ProducerConfig::default();
+        assert_eq!(c.linger, Duration::from_millis(5));
+        assert_eq!(c.batch_bytes, 1 << 20);
+        assert_eq!(c.buffer_bytes, 64 << 20);
+        assert!(c.idempotence);
+        assert_eq!(c.delivery_timeout, Duration::from_secs(120));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_buffer_smaller_than_a_batch_is_refused() {
+        let c = ProducerConfig { buffer_bytes: 1000, batch_bytes: 2000, ..Default::default() };
+        assert!(matches!(c.validate(), Err(crate::ClientError::Config { field: "producer.buffer_bytes", .. })));
+    }
+
+    #[test]
+    fn record_builder_sets_every_field() {
+        let r = ProducerRecord::new("t", "v").with_key("k").with_partition(2).with_header("h", "x").with_timestamp(5);
+        assert_eq!(r.topic, "t");
+        assert_eq!(r.partition, Some(2));
+        assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(r.value.as_deref(), Some(&b"v"[..]));
+        assert_eq!(r.headers, vec![Header { key: "h".into(), value: Some(Bytes::from_static(b"x")) }]);
+        assert_eq!(r.timestamp, Some(5));
+    }
+}

@@ -1,0 +1,156 @@
+//! Typed wrappers for every unary RPC of `ferry.v1.Broker` on [`BrokerClient`]: proto request in, proto response
+//! out, with the connection's timeout, failover and retry rules. Which calls are idempotent is decided here, per
+//! RPC (and for Produce and JoinGroup, per request).
+//!
+//! `Subscribe` is a bidirectional stream and is used through [`BrokerClient::raw`].
+
+use std::time::Duration;
+
+use ferry_proto as pb;
+use ferry_storage::batch::BatchHeader;
+
+use crate::connection::{BrokerClient, Retry};
+use crate::error::Result;
+
+macro_rules! unary {
+    ($(#[$doc:meta])* $method:ident, $rpc:literal, $req:ty, $resp:ty, $retry:expr) => {
+        $(#[$doc])*
+        pub async fn $method(&self, request: $req) -> Result<$resp> {
+            let retry: fn(&$req) -> Retry = $retry;
+            let retry = retry(&request);
+            self.call($rpc, retry, self.request_timeout(), |mut c| {
+                let request = request.clone();
+                async move { c.$method(request).await }
+            })
+            .await
+        }
+    };
+}
+
+const fn idempotent<T>(_: &T) -> Retry {
+    Retry::Idempotent
+}
+
+const fn once<T>(_: &T) -> Retry {
+    Retry::Once
+}
+
+impl BrokerClient {
+    /// Cluster id, advertised address and limits.
+    pub async fn metadata(&self) -> Result<pb::MetadataResponse> {
+        self.call("Metadata", Retry::Idempotent, self.request_timeout(), |mut c| async move {
+            c.metadata(pb::MetadataRequest {}).await
+        })
+        .await
+    }
+
+    unary!(
+        /// Creates a topic. Not retried after an unknown outcome (a retry would answer ALREADY_EXISTS).
+        create_topic, "CreateTopic", pb::CreateTopicRequest, pb::CreateTopicResponse, once);
+    unary!(
+        /// Deletes a topic. Not retried after an unknown outcome (a retry would answer NOT_FOUND).
+        delete_topic, "DeleteTopic", pb::DeleteTopicRequest, pb::DeleteTopicResponse, once);
+    unary!(
+        /// Lists topics.
+        list_topics, "ListTopics", pb::ListTopicsRequest, pb::ListTopicsResponse, idempotent);
+    unary!(
+        /// Describes a topic and its partitions.
+        describe_topic, "DescribeTopic", pb::DescribeTopicRequest, pb::DescribeTopicResponse, idempotent);
+    unary!(
+        /// Grows the partition count (setting the same count twice is harmless).
+        alter_partitions, "AlterPartitions", pb::AlterPartitionsRequest, pb::AlterPartitionsResponse, idempotent);
+    unary!(
+        /// Changes topic config fields that are set.
+        alter_topic_config, "AlterTopicConfig", pb::AlterTopicConfigRequest, pb::AlterTopicConfigResponse,
+        idempotent);
+    unary!(
+        /// Clears a topic's mirror mark (idempotent by protocol).
+        promote, "Promote", pb::PromoteRequest, pb::PromoteResponse, idempotent);
+    unary!(
+        /// Allocates a producer id and epoch (a retry only wastes an id).
+        init_producer, "InitProducer", pb::InitProducerRequest, pb::InitProducerResponse, idempotent);
+    unary!(
+        /// Produces batches. Retried only when the first batch carries a producer id (the broker deduplicates
+        /// it); plain batches are sent again only if no connection could be made.
+        produce, "Produce", pb::ProduceRequest, pb::ProduceResponse, produce_retry);
+    unary!(
+        /// Appends batches that carry offsets (mirror topics); safe to repeat: present batches are recognised.
+        append_with_offsets, "AppendWithOffsets", pb::AppendWithOffsetsRequest, pb::AppendWithOffsetsResponse,
+        idempotent);
+    unary!(
+        /// The first offset after an epoch.
+        epoch_end, "EpochEnd", pb::EpochEndRequest, pb::EpochEndResponse, idempotent);
+    unary!(
+        /// Truncates a mirror partition at or below an offset.
+        truncate_partition, "TruncatePartition", pb::TruncatePartitionRequest, pb::TruncatePartitionResponse,
+        idempotent);
+    unary!(
+        /// Offsets by earliest, latest or timestamp.
+        list_offsets, "ListOffsets", pb::ListOffsetsRequest, pb::ListOffsetsResponse, idempotent);
+    unary!(
+        /// Joins a group. A first join (empty member id) is not repeated after an unknown outcome, which would
+        /// leave a ghost member until its session expires; a rejoin with a member id is.
+        join_group, "JoinGroup", pb::JoinGroupRequest, pb::JoinGroupResponse,
+        |r| if r.member_id.is_empty() { Retry::Once } else { Retry::Idempotent });
+    unary!(
+        /// Keeps a membership alive and learns about new generations.
+        heartbeat, "Heartbeat", pb::HeartbeatRequest, pb::HeartbeatResponse, idempotent);
+    unary!(
+        /// Leaves a group.
+        leave_group, "LeaveGroup", pb::LeaveGroupRequest, pb::LeaveGroupResponse, idempotent);
+    unary!(
+        /// Commits offsets (the same offsets twice is the same commit).
+        commit_offsets, "CommitOffsets", pb::CommitOffsetsRequest, pb::CommitOffsetsResponse, idempotent);
+    unary!(
+        /// Reads committed offsets.
+        fetch_committed_offsets, "FetchCommittedOffsets", pb::FetchCommittedOffsetsRequest,
+        pb::FetchCommittedOffsetsResponse, idempotent);
+    unary!(
+        /// Lists groups.
+        list_groups, "ListGroups", pb::ListGroupsRequest, pb::ListGroupsResponse, idempotent);
+    unary!(
+        /// Describes a group: members, assignment, committed offsets.
+        describe_group, "DescribeGroup", pb::DescribeGroupRequest, pb::DescribeGroupResponse, idempotent);
+
+    /// Long-poll fetch. The timeout is the request timeout plus the request's `max_wait_ms`.
+    pub async fn fetch(&self, request: pb::FetchRequest) -> Result<pb::FetchResponse> {
+        let timeout = self.request_timeout() + Duration::from_millis(u64::from(request.max_wait_ms));
+        self.call("Fetch", Retry::Idempotent, timeout, |mut c| {
+            let request = request.clone();
+            async move { c.fetch(request).await }
+        })
+        .await
+    }
+}
+
+/// Produce is idempotent exactly when the broker can recognise a resend: the batch carries a producer id.
+fn produce_retry(request: &pb::ProduceRequest) -> Retry {
+    match BatchHeader::parse(&request.batches) {
+        Ok(header) if header.is_idempotent() => Retry::Idempotent,
+        _ => Retry::Once,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_storage::batch::{BatchBuilder, Compression, ProducerInfo};
+
+    fn batch(producer: ProducerInfo) -> bytes::Bytes {
+        let mut b = BatchBuilder::new(Compression::None, producer);
+        b.push(0, 1, None, Some(b"v"), &[]);
+        b.build(0, 0)
+    }
+
+    #[test]
+    fn produce_is_retried_only_with_a_producer_id() {
+        let plain = pb::ProduceRequest { batches: batch(ProducerInfo::NONE), ..Default::default() };
+        assert_eq!(produce_retry(&plain), Retry::Once);
+        let idem = pb::ProduceRequest {
+            batches: batch(ProducerInfo { producer_id: 7, producer_epoch: 0, base_sequence: 0 }),
+            ..Default::default()
+        };
+        assert_eq!(produce_retry(&idem), Retry::Idempotent);
+        assert_eq!(produce_retry(&pb::ProduceRequest::default()), Retry::Once);
+    }
+}
