@@ -163,7 +163,9 @@ fn open_segment(
 pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
     fs::create_dir_all(&dir).map_err(Log::io_error(&dir))?;
     let bases = list_segments(&dir)?;
-    let clean = checkpoint::take_marker(&dir)?;
+    // A brand-new log (no segments, no checkpoint) starts at epoch 0: there is nothing a crash could have lost.
+    let fresh = bases.is_empty() && !dir.join(checkpoint::EPOCH_FILE).exists();
+    let clean = checkpoint::take_marker(&dir)? || fresh;
     let mut epochs = EpochState::load(&dir)?;
     let recorded_gaps = checkpoint::load_gaps(&dir)?;
     let now_ms = clock.now_ms();
