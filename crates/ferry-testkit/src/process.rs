@@ -352,11 +352,21 @@ fn launch(spec: &ChildSpec, run: u32) -> Result<(tokio::process::Child, u32)> {
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
-    let child = cmd.spawn().map_err(|source| Error::Spawn {
-        name: spec.name.clone(),
-        program: spec.program.clone(),
-        source,
-    })?;
+    // ETXTBSY: an executable a test just wrote can be held open for a moment by a child that another thread
+    // forked meanwhile (the fd is close-on-exec, so only until that child execs). Retry briefly.
+    let mut attempts = 0;
+    let child = loop {
+        match cmd.spawn() {
+            Ok(child) => break child,
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(source) => {
+                return Err(Error::Spawn { name: spec.name.clone(), program: spec.program.clone(), source });
+            }
+        }
+    };
     // A freshly spawned child always has an id; 0 would only appear after it was reaped.
     let pid = child.id().unwrap_or(0);
     tracing::debug!(name = %spec.name, pid, run, log = %spec.log_path.display(), "spawned");
