@@ -56,3 +56,17 @@ pub use proxy::{Proxy, ProxyMode, ProxyStats};
 pub use rustix::process::Signal;
 pub use util::{init_tracing, reserve_port};
 pub use wait::{Check, Found, MIN_DEADLINE, POLL_INTERVAL, deadline, wait_for, wait_until};
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_can_be_shared_across_tasks() {
+        assert_send_sync::<crate::Proxy>();
+        assert_send_sync::<crate::BrokerProcess>();
+        assert_send_sync::<crate::MirrorProcess>();
+        assert_send_sync::<crate::ChildProcess>();
+        assert_send_sync::<crate::Error>();
+    }
+}

@@ -44,13 +44,15 @@ pub struct ChildSpec {
 
 impl ChildSpec {
     /// A spec running `program`, named `name` in errors, with stdout and stderr appended to `log_path`. The
-    /// environment is inherited from the test process, plus whatever [`ChildSpec::env`] adds.
+    /// environment is inherited from the test process, plus `NO_COLOR=1` (the log is a file: no ANSI colour
+    /// codes in it, so log assertions match plain text), plus whatever [`ChildSpec::env`] adds (which may
+    /// override `NO_COLOR`).
     pub fn new(name: impl Into<String>, program: impl Into<PathBuf>, log_path: impl Into<PathBuf>) -> Self {
         Self {
             name: name.into(),
             program: program.into(),
             args: Vec::new(),
-            envs: Vec::new(),
+            envs: vec![("NO_COLOR".into(), "1".into())],
             cwd: None,
             log_path: log_path.into(),
         }

@@ -208,7 +208,7 @@ async fn child_process_runs_one_shot_commands_with_captured_output() {
     let dir = tempfile::tempdir().unwrap();
     let spec = ChildSpec::new("sh-probe", "/bin/sh", dir.path().join("log"))
         .arg("-c")
-        .arg("echo out; echo err >&2; echo \"$PROBE in $(pwd)\"; exit 7")
+        .arg("echo out; echo err >&2; echo \"$PROBE in $(pwd) nc=$NO_COLOR\"; exit 7")
         .env("PROBE", "value")
         .current_dir(dir.path());
     let mut child = ChildProcess::spawn(spec).unwrap();
@@ -217,8 +217,8 @@ async fn child_process_runs_one_shot_commands_with_captured_output() {
     assert_eq!(child.exit_status(), Some(status));
     let logs = child.logs();
     let cwd = dir.path().canonicalize().unwrap();
-    assert!(logs.ends_with(&format!("out\nerr\nvalue in {}\n", cwd.display())), "{logs}");
-    assert_eq!(child.log_tail(2), format!("err\nvalue in {}", cwd.display()));
+    assert!(logs.ends_with(&format!("out\nerr\nvalue in {} nc=1\n", cwd.display())), "{logs}");
+    assert_eq!(child.log_tail(2), format!("err\nvalue in {} nc=1", cwd.display()));
 
     child.respawn().unwrap();
     assert_eq!(child.wait_exit(WAIT).await.unwrap().code(), Some(7));

@@ -12,9 +12,9 @@
 //!   each other, left as they are by `restore`;
 //! - **response resets** ([`Proxy::reset_next_responses`]) — a one-shot budget.
 //!
-//! Per connection and direction, a reader moves chunks (up to 64 KiB) into a queue bounded at 64 MiB and a writer
-//! delivers them in order, each at its read time plus the delay; so the delay adds latency without limiting
-//! bandwidth (up to 64 MiB in flight per direction). Half-closes (FIN) travel the same queue, so they keep their
+//! Per connection and direction, a reader moves chunks (up to 64 KiB) into a queue bounded at 64 MiB (per
+//! connection and direction) and a writer delivers them in order, each at its read time plus the delay; so the
+//! delay adds latency without limiting bandwidth (up to 64 MiB in flight per direction of a connection). Half-closes (FIN) travel the same queue, so they keep their
 //! place; a reset (RST) from one peer is passed on to the other as a reset.
 //!
 //! All tasks stop when the `Proxy` is dropped (or [`Proxy::shutdown`]); the connections they hold close then.
