@@ -126,7 +126,8 @@ async fn start_timeout_is_an_error_with_the_log_tail() {
     assert!(matches!(err, Error::StartTimeout { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.starts_with("ferry-broker was not ready within 1s (address file "), "{msg}");
-    assert!(msg.contains("standin args: --config"), "{msg}");
+    // The tail holds at least the kit's own run marker (the stand-in's lines may not be out yet on a busy machine).
+    assert!(msg.contains("==== testkit: run 1 of ferry-broker:"), "{msg}");
 }
 
 #[tokio::test]
