@@ -787,8 +787,10 @@ mod tests {
         assert!(BatchHeader::parse(&[0u8; 10]).is_err());
     }
 
-    fn arb_record()
-    -> impl Strategy<Value = (u32, i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>)> {
+    /// (offset gap, timestamp, key, value, headers) of one generated record.
+    type RecordParts = (u32, i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>);
+
+    fn arb_record() -> impl Strategy<Value = RecordParts> {
         (
             1u32..5,
             -1_000_000i64..1_000_000,

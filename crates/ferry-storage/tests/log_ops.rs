@@ -117,7 +117,13 @@ fn segments_roll_on_size_and_on_age() {
     clock.advance(1);
     let info = log.append(&b).unwrap();
     assert_eq!(log.segment_base_offsets(), vec![0, 4 * per_segment, info.base_offset]);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "index")).count(), 3);
+    assert_eq!(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "index"))
+            .count(),
+        3
+    );
     assert_eq!(read_all(&log).len() as u64, log.log_end_offset());
 }
 
@@ -137,7 +143,10 @@ fn reads_use_the_index_across_many_batches_and_segments() {
         let r = log.read(offset, 1).unwrap();
         let recs = batch::decode_records(&r.batches).unwrap();
         assert!(recs.first().unwrap().offset <= offset && recs.last().unwrap().offset >= offset);
-        assert_eq!(recs, expected.iter().filter(|e| recs.iter().any(|r| r.offset == e.offset)).cloned().collect::<Vec<_>>());
+        assert_eq!(
+            recs,
+            expected.iter().filter(|e| recs.iter().any(|r| r.offset == e.offset)).cloned().collect::<Vec<_>>()
+        );
     }
     assert_eq!(read_all(&log), expected);
     // The index files hold whole entries and at least one entry per full segment.
@@ -261,7 +270,9 @@ fn retention_by_bytes_and_by_age_deletes_whole_sealed_segments() {
     assert_eq!(log.apply_retention(cutoff_ts + 10).unwrap(), 2);
     assert_eq!(log.log_start_offset(), segments[2]);
     assert_eq!(read_all(&log), expected[segments[2] as usize..].to_vec());
-    assert!(matches!(log.read(0, 1), Err(StorageError::OffsetOutOfRange { log_start, .. }) if log_start == segments[2]));
+    assert!(
+        matches!(log.read(0, 1), Err(StorageError::OffsetOutOfRange { log_start, .. }) if log_start == segments[2])
+    );
     assert!(!log_path(dir.path(), segments[0]).exists() && !index_path(dir.path(), segments[0]).exists());
 
     // By bytes: keep the total at or under the limit as far as whole sealed segments allow.
@@ -316,7 +327,8 @@ fn epochs_bump_on_unclean_open_and_answer_epoch_end() {
     assert_eq!(log.epoch(), 2);
     assert_eq!(log.epoch_end(1), Some(EpochEnd { epoch: 1, end_offset: 9 }));
     assert_eq!(log.epoch_end(2), Some(EpochEnd { epoch: 1, end_offset: 9 }));
-    let headers: Vec<(u64, u32)> = read_all_batches(&log, 1 << 20).iter().map(|(h, _)| (h.base_offset, h.epoch)).collect();
+    let headers: Vec<(u64, u32)> =
+        read_all_batches(&log, 1 << 20).iter().map(|(h, _)| (h.base_offset, h.epoch)).collect();
     assert_eq!(headers, vec![(0, 0), (4, 0), (6, 1)]);
 }
 
@@ -343,7 +355,10 @@ fn async_flush_interval_is_driven_by_flush_if_due() {
     clock.advance(10_000);
     assert!(!log.flush_if_due().unwrap());
     // Async by bytes: the append that crosses the threshold flushes.
-    log.set_config(LogConfig { flush: FlushPolicy::Async { interval: Duration::from_secs(3600), bytes: 1 }, ..small_config() });
+    log.set_config(LogConfig {
+        flush: FlushPolicy::Async { interval: Duration::from_secs(3600), bytes: 1 },
+        ..small_config()
+    });
     log.append(&producer_batch(1, 1, "b")).unwrap();
     assert!(!log.flush_if_due().unwrap(), "the byte threshold flushed already");
     assert_eq!(read_all(&log).len(), 3);
@@ -390,7 +405,8 @@ fn stats_close_and_delete() {
     let stats = log.stats();
     assert_eq!((stats.log_start_offset, stats.log_end_offset, stats.epoch), (0, 40, 0));
     assert_eq!(stats.segments as usize, log.segment_base_offsets().len());
-    let on_disk: u64 = log.segment_base_offsets().iter().map(|b| std::fs::metadata(log_path(&path, *b)).unwrap().len()).sum();
+    let on_disk: u64 =
+        log.segment_base_offsets().iter().map(|b| std::fs::metadata(log_path(&path, *b)).unwrap().len()).sum();
     assert_eq!(stats.size_bytes, on_disk);
     assert!(stats.gaps.is_empty());
     log.close().unwrap();
@@ -421,7 +437,8 @@ fn concurrent_readers_see_only_whole_batches_in_order() {
                 let n = 1 + i % 5;
                 // Every record's value names its offset, so readers can check any prefix.
                 let base = log.log_end_offset();
-                let recs: Vec<_> = (0..n).map(|j| rec(j, i as i64, None, Some(&format!("v{}", base + j)), &[])).collect();
+                let recs: Vec<_> =
+                    (0..n).map(|j| rec(j, i as i64, None, Some(&format!("v{}", base + j)), &[])).collect();
                 log.append(&batch_of(&recs, 0)).unwrap();
             }
             finished.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -88,11 +88,17 @@ fn a_different_batch_below_the_end_diverges_at_the_first_differing_offset() {
     // Headers are compared too (order and repeats matter).
     let mut recs = records(0, 5, 100, "s");
     recs[3].headers.reverse();
-    assert!(matches!(log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(), OffsetAppendOutcome::Diverged { at: 3, .. }));
+    assert!(matches!(
+        log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(),
+        OffsetAppendOutcome::Diverged { at: 3, .. }
+    ));
     // Timestamps too.
     let mut recs = records(0, 5, 100, "s");
     recs[4].timestamp += 1;
-    assert!(matches!(log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(), OffsetAppendOutcome::Diverged { at: 4, .. }));
+    assert!(matches!(
+        log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(),
+        OffsetAppendOutcome::Diverged { at: 4, .. }
+    ));
 
     // Same records, different epoch: diverged at the batch's base.
     let other_epoch = batch_of(&records(5, 3, 200, "s"), 1);
@@ -108,14 +114,20 @@ fn a_different_batch_below_the_end_diverges_at_the_first_differing_offset() {
     // A record missing on the offered side: [5, 7] offered with offset 6 absent.
     let mut recs = records(5, 3, 200, "s");
     recs.remove(1);
-    assert!(matches!(log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(), OffsetAppendOutcome::Diverged { at: 6, .. }));
+    assert!(matches!(
+        log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(),
+        OffsetAppendOutcome::Diverged { at: 6, .. }
+    ));
 
     // Spanning two stored batches ([0..7] against [0..4] + [5..7]), differing at 7.
     let mut recs = records(0, 5, 100, "s");
     let mut tail = records(5, 3, 200, "s");
     tail[2].key = None;
     recs.extend(tail);
-    assert!(matches!(log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(), OffsetAppendOutcome::Diverged { at: 7, .. }));
+    assert!(matches!(
+        log.append_with_offsets(&batch_of(&recs, 0), 0).unwrap(),
+        OffsetAppendOutcome::Diverged { at: 7, .. }
+    ));
 
     // Present batches before the divergence count; processing stops at it.
     let after = batch_of(&records(10, 1, 1, "s"), 2);
@@ -236,7 +248,10 @@ fn refused_calls_name_the_offsets_and_write_nothing() {
         Err(StorageError::InvalidBatch { offset: 12, source: batch::BatchError::CrcMismatch { .. }, .. })
     ));
     // A cut-off batch.
-    assert!(matches!(log.append_with_offsets(&a[..a.len() - 5], 0), Err(StorageError::InvalidBatch { offset: 10, .. })));
+    assert!(matches!(
+        log.append_with_offsets(&a[..a.len() - 5], 0),
+        Err(StorageError::InvalidBatch { offset: 10, .. })
+    ));
     // Oversized.
     log.set_config(LogConfig { max_batch_bytes: 100, ..small_config() });
     assert!(matches!(log.append_with_offsets(&a, 0), Err(StorageError::BatchTooLarge { offset: 10, .. })));
@@ -261,7 +276,10 @@ fn batches_below_the_log_start_are_refused() {
     log.set_config(LogConfig { retention_bytes: Some(0), ..small_config() });
     assert!(log.apply_retention(0).unwrap() > 0);
     let start = log.log_start_offset();
-    assert!(matches!(log.append_with_offsets(&offered[0], 0), Err(StorageError::OffsetAppendRefused { offset: 0, .. })));
+    assert!(matches!(
+        log.append_with_offsets(&offered[0], 0),
+        Err(StorageError::OffsetAppendRefused { offset: 0, .. })
+    ));
     let first_kept = offered.iter().find(|b| batch::verify(b).unwrap().base_offset == start).unwrap();
     assert_eq!(log.append_with_offsets(first_kept, 0).unwrap(), appended(0, 1, 90));
 }
