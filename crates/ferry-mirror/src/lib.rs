@@ -1,4 +1,33 @@
 //! The Ferry MirrorMaker: copies chosen topics from a source datacenter to a target datacenter, partition by
 //! partition, keeping offsets, order and every record byte, with exactly-once semantics through the target's
-//! append-with-offsets. Components: `SyncManager`, `SourceDcConsumer`, `TargetDcProducer`,
-//! `TopicAndOffsetManager`, `EventBus`, `Egress`, `Alarmer` and `Monitor`.
+//! append-with-offsets.
+//!
+//! Components (the seed's modules, each a struct with a `run(.., shutdown)` task):
+//! - [`sync::SyncManager`]: the arranger; owns the partition tasks, the scale-out share, commits.
+//! - [`source::SourceDcConsumer`]: one credit-based fetch stream over the active route.
+//! - [`target::TargetDcProducer`]: one task per partition; appends with offsets, guards the history.
+//! - [`topics::TopicAndOffsetManager`]: discovery, target topics, the resume rule.
+//! - [`events::EventBus`]: typed events with the seed's snake_case names.
+//! - [`egress::EgressHandle`]: source routes, probes, failover.
+//! - [`group_sync::GroupSync`]: consumer-group offsets copied to the target for failover.
+//!
+//! [`run::run`] boots them in order and stops them in reverse; the `ferry-mirror` binary and `ferryctl demo` call it.
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod egress;
+pub mod events;
+pub mod group_sync;
+pub mod metrics;
+pub mod ratelimit;
+pub mod reshape;
+pub mod run;
+pub mod source;
+pub mod state;
+pub mod sync;
+pub mod target;
+pub mod topics;
+
+pub use config::MirrorConfig;
+pub use run::{MirrorHandle, RunOptions, run};

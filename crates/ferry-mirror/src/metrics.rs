@@ -1,0 +1,247 @@
+//! Prometheus metrics of the mirror. Names follow `ferry_<name>_<unit>[_total]` and labels come from bounded sets
+//! (topic, partition, route, channel, direction, event), never per-message values. prometheus-client appends
+//! `_total` to counters, so counters are registered without it.
+//!
+//! Exported (design §5, plus a few more):
+//! - `ferry_mirror_partition_lag_records{topic,partition}`
+//! - `ferry_mirror_partition_offset{topic,partition,kind="source|cache|commit|target"}`
+//! - `ferry_mirror_records_total{direction="in|out"}`, `ferry_mirror_bytes_total{direction}`
+//! - `ferry_mirror_replication_latency_seconds` (histogram: append time minus record timestamp)
+//! - `ferry_mirror_route_active{route}`, `ferry_mirror_route_healthy{route}`
+//! - `ferry_alarms_total{channel,outcome="sent|suppressed|failed|dropped"}`
+//! - `ferry_mirror_events_total{event}`
+//! - `ferry_mirror_partitions{state}`
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The mirror's metric families, cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: parking_lot::Mutex<Registry>,
+    lag: Family<Labels, Gauge>,
+    offsets: Family<Labels, Gauge>,
+    records: Family<Labels, Counter>,
+    bytes: Family<Labels, Counter>,
+    latency: Histogram,
+    route_active: Family<Labels, Gauge>,
+    route_healthy: Family<Labels, Gauge>,
+    alarms: Family<Labels, Counter>,
+    events: Family<Labels, Counter>,
+    partitions: Family<Labels, Gauge>,
+    process_rss: Gauge,
+    process_cpu: Gauge<f64, AtomicU64>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let lag = Family::<Labels, Gauge>::default();
+        registry.register(
+            "ferry_mirror_partition_lag_records",
+            "Source log end minus cache offset, per partition",
+            lag.clone(),
+        );
+        let offsets = Family::<Labels, Gauge>::default();
+        registry.register(
+            "ferry_mirror_partition_offset",
+            "Per-partition offsets (next-offset positions): source, cache, commit, target",
+            offsets.clone(),
+        );
+        let records = Family::<Labels, Counter>::default();
+        registry.register(
+            "ferry_mirror_records",
+            "Records received from the source (in) and appended to the target (out)",
+            records.clone(),
+        );
+        let bytes = Family::<Labels, Counter>::default();
+        registry.register(
+            "ferry_mirror_bytes",
+            "Batch bytes received from the source (in) and appended to the target (out)",
+            bytes.clone(),
+        );
+        let latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
+        registry.register(
+            "ferry_mirror_replication_latency_seconds",
+            "Time from a batch's newest record timestamp to its append on the target",
+            latency.clone(),
+        );
+        let route_active = Family::<Labels, Gauge>::default();
+        registry.register("ferry_mirror_route_active", "1 for the source route in use", route_active.clone());
+        let route_healthy = Family::<Labels, Gauge>::default();
+        registry.register(
+            "ferry_mirror_route_healthy",
+            "1 while a source route passes its probes",
+            route_healthy.clone(),
+        );
+        let alarms = Family::<Labels, Counter>::default();
+        registry.register("ferry_alarms", "Alarm notifications per channel and outcome", alarms.clone());
+        let events = Family::<Labels, Counter>::default();
+        registry.register("ferry_mirror_events", "Events raised, by kind", events.clone());
+        let partitions = Family::<Labels, Gauge>::default();
+        registry.register("ferry_mirror_partitions", "Partitions owned by this process, by state", partitions.clone());
+        let process_rss = Gauge::default();
+        registry.register(
+            "ferry_mirror_process_resident_memory_bytes",
+            "Resident set size of the mirror process",
+            process_rss.clone(),
+        );
+        let process_cpu = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "ferry_mirror_process_cpu_seconds",
+            "CPU time used by the mirror process (user + system)",
+            process_cpu.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry: parking_lot::Mutex::new(registry),
+                lag,
+                offsets,
+                records,
+                bytes,
+                latency,
+                route_active,
+                route_healthy,
+                alarms,
+                events,
+                partitions,
+                process_rss,
+                process_cpu,
+            }),
+        }
+    }
+
+    /// Sets a partition's lag and offsets.
+    pub fn partition(&self, topic: &str, partition: u32, source: u64, cache: u64, commit: u64, target: u64) {
+        let tp = || vec![("topic", topic.to_owned()), ("partition", partition.to_string())];
+        self.inner.lag.get_or_create(&tp()).set(source.saturating_sub(cache) as i64);
+        for (kind, v) in [("source", source), ("cache", cache), ("commit", commit), ("target", target)] {
+            let mut l = tp();
+            l.push(("kind", kind.to_owned()));
+            self.inner.offsets.get_or_create(&l).set(v as i64);
+        }
+    }
+
+    /// Forgets a partition's series (it moved to another process or its topic was removed).
+    pub fn remove_partition(&self, topic: &str, partition: u32) {
+        let tp = || vec![("topic", topic.to_owned()), ("partition", partition.to_string())];
+        self.inner.lag.remove(&tp());
+        for kind in ["source", "cache", "commit", "target"] {
+            let mut l = tp();
+            l.push(("kind", kind.to_owned()));
+            self.inner.offsets.remove(&l);
+        }
+    }
+
+    /// Counts records and bytes received from the source.
+    pub fn received(&self, records: u64, bytes: u64) {
+        self.inner.records.get_or_create(&vec![("direction", "in".to_owned())]).inc_by(records);
+        self.inner.bytes.get_or_create(&vec![("direction", "in".to_owned())]).inc_by(bytes);
+    }
+
+    /// Counts records and bytes appended to the target, and the replication latency of the batch.
+    pub fn appended(&self, records: u64, bytes: u64, latency_seconds: Option<f64>) {
+        self.inner.records.get_or_create(&vec![("direction", "out".to_owned())]).inc_by(records);
+        self.inner.bytes.get_or_create(&vec![("direction", "out".to_owned())]).inc_by(bytes);
+        if let Some(l) = latency_seconds {
+            self.inner.latency.observe(l.max(0.0));
+        }
+    }
+
+    /// Sets a route's active and healthy gauges.
+    pub fn route(&self, route: &str, active: bool, healthy: bool) {
+        let l = vec![("route", route.to_owned())];
+        self.inner.route_active.get_or_create(&l).set(i64::from(active));
+        self.inner.route_healthy.get_or_create(&l).set(i64::from(healthy));
+    }
+
+    /// Counts an alarm outcome on a channel (`sent`, `suppressed`, `failed`, `dropped`).
+    pub fn alarm(&self, channel: &str, outcome: &str) {
+        self.inner.alarms.get_or_create(&vec![("channel", channel.to_owned()), ("outcome", outcome.to_owned())]).inc();
+    }
+
+    /// The count of an alarm outcome so far.
+    pub fn alarm_count(&self, channel: &str, outcome: &str) -> u64 {
+        self.inner.alarms.get_or_create(&vec![("channel", channel.to_owned()), ("outcome", outcome.to_owned())]).get()
+    }
+
+    /// Counts an event.
+    pub fn event(&self, name: &str) {
+        self.inner.events.get_or_create(&vec![("event", name.to_owned())]).inc();
+    }
+
+    /// Sets how many partitions are in each state.
+    pub fn partition_states(&self, counts: &[(&str, i64)]) {
+        for (state, n) in counts {
+            self.inner.partitions.get_or_create(&vec![("state", (*state).to_owned())]).set(*n);
+        }
+    }
+
+    /// Sets the process gauges.
+    pub fn process(&self, rss_bytes: u64, cpu_seconds: f64) {
+        self.inner.process_rss.set(rss_bytes as i64);
+        self.inner.process_cpu.set(cpu_seconds);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.inner.registry.lock();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_uses_the_contract_names() {
+        let m = Metrics::new();
+        m.partition("orders", 3, 100, 90, 80, 90);
+        m.received(5, 500);
+        m.appended(5, 500, Some(0.01));
+        m.route("primary", true, true);
+        m.alarm("ops", "sent");
+        let text = m.encode();
+        for needle in [
+            "ferry_mirror_partition_lag_records{topic=\"orders\",partition=\"3\"} 10",
+            "ferry_mirror_records_total{direction=\"in\"} 5",
+            "ferry_mirror_bytes_total{direction=\"out\"} 500",
+            "ferry_mirror_replication_latency_seconds_count 1",
+            "ferry_mirror_route_active{route=\"primary\"} 1",
+            "ferry_mirror_route_healthy{route=\"primary\"} 1",
+            "ferry_alarms_total{channel=\"ops\",outcome=\"sent\"} 1",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

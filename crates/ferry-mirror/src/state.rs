@@ -1,0 +1,374 @@
+//! Shared, lock-light state that the pipeline writes and the Monitor reads: per-partition offsets and state,
+//! paused topics, and the source and target rate meters.
+//!
+//! All offsets are "next offset" positions (design §4): `source_offset` is the source log end, `cache_offset` the
+//! next offset to copy (one past the last record the target acknowledged), `commit_offset` the next offset
+//! committed to the source group, `target_offset` the target log end. `lag = source_offset - cache_offset`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// The life of one partition in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionState {
+    /// Resolving where to resume.
+    Starting,
+    /// Copying (or caught up).
+    Mirroring,
+    /// Paused by an operator.
+    Paused,
+    /// Stopped after divergence or an error that needs an operator.
+    Halted,
+}
+
+impl PartitionState {
+    /// The snake_case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PartitionState::Starting => "starting",
+            PartitionState::Mirroring => "mirroring",
+            PartitionState::Paused => "paused",
+            PartitionState::Halted => "halted",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StatusInner {
+    state: PartitionState,
+    last_error: Option<String>,
+    stalled: bool,
+    last_progress: Instant,
+}
+
+/// One mirrored partition as the Monitor sees it.
+#[derive(Debug)]
+pub struct PartitionStatus {
+    /// Source topic.
+    pub topic: String,
+    /// Target topic.
+    pub target_topic: String,
+    /// Partition.
+    pub partition: u32,
+    source_offset: AtomicU64,
+    source_log_start: AtomicU64,
+    cache_offset: AtomicU64,
+    commit_offset: AtomicU64,
+    target_offset: AtomicU64,
+    inner: Mutex<StatusInner>,
+}
+
+/// A serialisable snapshot of a partition (the `/api/v1/partitions` item).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionView {
+    /// Source topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Target topic.
+    pub target_topic: String,
+    /// Source log end.
+    pub source_offset: u64,
+    /// Source log start.
+    pub source_log_start_offset: u64,
+    /// Next offset to copy.
+    pub cache_offset: u64,
+    /// Next offset committed to the source group.
+    pub commit_offset: u64,
+    /// Target log end.
+    pub target_offset: u64,
+    /// `source_offset - cache_offset`.
+    pub lag: u64,
+    /// State name; "stalled" while mirroring without progress.
+    pub state: String,
+    /// The last error, if any.
+    pub last_error: Option<String>,
+}
+
+impl PartitionStatus {
+    /// A new status in the `starting` state.
+    pub fn new(topic: &str, target_topic: &str, partition: u32) -> PartitionStatus {
+        PartitionStatus {
+            topic: topic.to_owned(),
+            target_topic: target_topic.to_owned(),
+            partition,
+            source_offset: AtomicU64::new(0),
+            source_log_start: AtomicU64::new(0),
+            cache_offset: AtomicU64::new(0),
+            commit_offset: AtomicU64::new(0),
+            target_offset: AtomicU64::new(0),
+            inner: Mutex::new(StatusInner {
+                state: PartitionState::Starting,
+                last_error: None,
+                stalled: false,
+                last_progress: Instant::now(),
+            }),
+        }
+    }
+
+    /// Records the source log start and end.
+    pub fn set_source(&self, log_start: u64, log_end: u64) {
+        self.source_log_start.store(log_start, Ordering::Relaxed);
+        self.source_offset.store(log_end, Ordering::Relaxed);
+    }
+
+    /// Records a new cache offset (and counts it as progress when it moved).
+    pub fn set_cache(&self, offset: u64) {
+        if self.cache_offset.swap(offset, Ordering::Relaxed) != offset {
+            let mut i = self.inner.lock();
+            i.last_progress = Instant::now();
+        }
+    }
+
+    /// Records the target log end.
+    pub fn set_target(&self, offset: u64) {
+        self.target_offset.store(offset, Ordering::Relaxed);
+    }
+
+    /// Records a committed offset.
+    pub fn set_commit(&self, offset: u64) {
+        self.commit_offset.store(offset, Ordering::Relaxed);
+    }
+
+    /// Source log end.
+    pub fn source_offset(&self) -> u64 {
+        self.source_offset.load(Ordering::Relaxed)
+    }
+
+    /// Next offset to copy.
+    pub fn cache_offset(&self) -> u64 {
+        self.cache_offset.load(Ordering::Relaxed)
+    }
+
+    /// Next offset committed.
+    pub fn commit_offset(&self) -> u64 {
+        self.commit_offset.load(Ordering::Relaxed)
+    }
+
+    /// Target log end.
+    pub fn target_offset(&self) -> u64 {
+        self.target_offset.load(Ordering::Relaxed)
+    }
+
+    /// Records lag.
+    pub fn lag(&self) -> u64 {
+        self.source_offset().saturating_sub(self.cache_offset())
+    }
+
+    /// Sets the state (clearing the error when leaving `halted`).
+    pub fn set_state(&self, state: PartitionState) {
+        let mut i = self.inner.lock();
+        if i.state == PartitionState::Halted && state != PartitionState::Halted {
+            i.last_error = None;
+        }
+        i.state = state;
+        i.last_progress = Instant::now();
+    }
+
+    /// The state.
+    pub fn state(&self) -> PartitionState {
+        self.inner.lock().state
+    }
+
+    /// Records an error (the state is unchanged).
+    pub fn set_error(&self, error: impl Into<String>) {
+        self.inner.lock().last_error = Some(error.into());
+    }
+
+    /// Clears the last error.
+    pub fn clear_error(&self) {
+        self.inner.lock().last_error = None;
+    }
+
+    /// Halts the partition with a reason.
+    pub fn halt(&self, reason: impl Into<String>) {
+        let mut i = self.inner.lock();
+        i.state = PartitionState::Halted;
+        i.last_error = Some(reason.into());
+    }
+
+    /// How long since the cache offset last moved (or the state changed).
+    pub fn since_progress(&self) -> Duration {
+        self.inner.lock().last_progress.elapsed()
+    }
+
+    /// Marks the partition stalled or not; returns whether that changed.
+    pub fn set_stalled(&self, stalled: bool) -> bool {
+        let mut i = self.inner.lock();
+        std::mem::replace(&mut i.stalled, stalled) != stalled
+    }
+
+    /// Whether the partition is flagged stalled.
+    pub fn stalled(&self) -> bool {
+        self.inner.lock().stalled
+    }
+
+    /// A snapshot.
+    pub fn view(&self) -> PartitionView {
+        let i = self.inner.lock();
+        let state = if i.stalled && i.state == PartitionState::Mirroring { "stalled" } else { i.state.name() };
+        PartitionView {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            target_topic: self.target_topic.clone(),
+            source_offset: self.source_offset(),
+            source_log_start_offset: self.source_log_start.load(Ordering::Relaxed),
+            cache_offset: self.cache_offset(),
+            commit_offset: self.commit_offset(),
+            target_offset: self.target_offset(),
+            lag: self.lag(),
+            state: state.to_owned(),
+            last_error: i.last_error.clone(),
+        }
+    }
+}
+
+/// Counts per second over the last minute, for rates over 1 s, 10 s and 60 s windows.
+#[derive(Debug)]
+pub struct RateMeter {
+    start: Instant,
+    inner: Mutex<RateInner>,
+}
+
+#[derive(Debug)]
+struct RateInner {
+    /// buckets[s % 61] counts second s since start; 61 so the current (incomplete) second never overlaps.
+    buckets: [u64; 61],
+    second: u64,
+}
+
+impl Default for RateMeter {
+    fn default() -> Self {
+        RateMeter { start: Instant::now(), inner: Mutex::new(RateInner { buckets: [0; 61], second: 0 }) }
+    }
+}
+
+impl RateMeter {
+    fn roll(&self, i: &mut RateInner) {
+        let now = self.start.elapsed().as_secs();
+        if now > i.second {
+            let gap = (now - i.second).min(61);
+            for k in 1..=gap {
+                i.buckets[((i.second + k) % 61) as usize] = 0;
+            }
+            i.second = now;
+        }
+    }
+
+    /// Adds `n` to the current second.
+    pub fn add(&self, n: u64) {
+        let mut i = self.inner.lock();
+        self.roll(&mut i);
+        let s = i.second;
+        i.buckets[(s % 61) as usize] += n;
+    }
+
+    /// Average per second over the last `window` complete seconds (1..=60).
+    pub fn rate(&self, window: u64) -> f64 {
+        let window = window.clamp(1, 60);
+        let mut i = self.inner.lock();
+        self.roll(&mut i);
+        let s = i.second;
+        let sum: u64 = (1..=window).filter(|k| *k <= s).map(|k| i.buckets[((s - k) % 61) as usize]).sum();
+        sum as f64 / window as f64
+    }
+}
+
+/// Rates of one side of the mirror.
+#[derive(Debug, Default)]
+pub struct SideRates {
+    /// Records per second.
+    pub records: RateMeter,
+    /// Bytes per second.
+    pub bytes: RateMeter,
+    /// Records since start.
+    pub records_total: AtomicU64,
+    /// Bytes since start.
+    pub bytes_total: AtomicU64,
+}
+
+impl SideRates {
+    /// Counts records and bytes.
+    pub fn add(&self, records: u64, bytes: u64) {
+        self.records.add(records);
+        self.bytes.add(bytes);
+        self.records_total.fetch_add(records, Ordering::Relaxed);
+        self.bytes_total.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The state shared by every component.
+#[derive(Debug)]
+pub struct Shared {
+    /// When the process started.
+    pub started: Instant,
+    /// Partitions owned by this process, by (source topic, partition).
+    pub partitions: DashMap<(String, u32), Arc<PartitionStatus>>,
+    /// Source topics an operator paused.
+    pub paused: Mutex<BTreeSet<String>>,
+    /// Records and bytes received from the source.
+    pub source_rates: SideRates,
+    /// Records and bytes appended to the target.
+    pub target_rates: SideRates,
+    /// Source topics currently mirrored (source name -> target name), set by discovery.
+    pub topics: Mutex<std::collections::BTreeMap<String, String>>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            started: Instant::now(),
+            partitions: DashMap::new(),
+            paused: Mutex::new(BTreeSet::new()),
+            source_rates: SideRates::default(),
+            target_rates: SideRates::default(),
+            topics: Mutex::new(Default::default()),
+        }
+    }
+}
+
+impl Shared {
+    /// Snapshots of all partitions, sorted by topic and partition, optionally for one source topic.
+    pub fn partition_views(&self, topic: Option<&str>) -> Vec<PartitionView> {
+        let mut out: Vec<PartitionView> =
+            self.partitions.iter().filter(|e| topic.is_none_or(|t| e.key().0 == t)).map(|e| e.value().view()).collect();
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        out
+    }
+
+    /// Whether a source topic is paused.
+    pub fn is_paused(&self, topic: &str) -> bool {
+        self.paused.lock().contains(topic)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_source_minus_cache() {
+        let s = PartitionStatus::new("t", "t", 0);
+        s.set_source(0, 100);
+        s.set_cache(60);
+        assert_eq!(s.view().lag, 40);
+        s.halt("diverged at 5");
+        assert_eq!(s.view().state, "halted");
+        assert_eq!(s.view().last_error.as_deref(), Some("diverged at 5"));
+    }
+
+    #[test]
+    fn rate_meter_averages_complete_seconds() {
+        let m = RateMeter::default();
+        m.add(10);
+        // The current second is incomplete and never counted.
+        assert_eq!(m.rate(1), 0.0);
+    }
+}

@@ -1,0 +1,404 @@
+//! TopicAndOffsetManager: which topics are mirrored, their target topics, and where each partition resumes.
+//!
+//! **Discovery** runs every `discovery_interval` (and at once after a SIGHUP): source topics matching an include
+//! regex and no exclude regex are mirrored, except topics that are themselves mirror topics and topics whose name
+//! starts with `{target.cluster}.` — that is what keeps active-active pairs from looping. Target topics are created
+//! as mirror topics (same partition count, the source's config, the source cluster id and topic id recorded),
+//! grown when the source grows (`modify_partition_num`), and kept in step with later config changes. A source
+//! topic that disappears or stops matching raises `remove_topic`; its target topic is kept.
+//!
+//! **Resume rule** ([`resume_position`]): the target is the truth. A target partition with data or a recorded log
+//! start resumes at its log end. An empty one starts at `start_position` on the mirror's very first run and at the
+//! earliest source offset otherwise; if the source group shows progress although the target is empty, the target
+//! lost data: `sync_error`, and the partition is copied again from the earliest source offset.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ferry_client::proto as pb;
+use ferry_client::{Admin, BrokerClient, ClientError, OffsetSpec};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Rename, TopicsConfig};
+use crate::egress::EgressHandle;
+use crate::events::{Event, EventBus, EventKind};
+use crate::state::Shared;
+
+/// One mirrored topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirroredTopic {
+    /// Source topic name.
+    pub source: String,
+    /// The source topic id the target mirror topic records (a re-created source topic differs, and halts).
+    pub source_id: String,
+    /// Partition count on the target.
+    pub partitions: u32,
+    /// Target topic name.
+    pub target: String,
+}
+
+/// The set of mirrored topics, by source name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicSet {
+    /// Topics.
+    pub topics: BTreeMap<String, MirroredTopic>,
+    /// True once a discovery round completed (before that the set is empty because nothing is known).
+    pub discovered: bool,
+}
+
+/// Target topic name of a source topic.
+pub fn target_name(rename: Rename, source_cluster: &str, topic: &str) -> String {
+    match rename {
+        Rename::Identity => topic.to_owned(),
+        Rename::Prefix => format!("{source_cluster}.{topic}"),
+    }
+}
+
+/// Whether a source topic is selected by the rules (before the mirror-topic check).
+pub fn selected(cfg: &TopicsConfig, target_cluster: &str, topic: &str) -> bool {
+    cfg.include.iter().any(|r| r.is_match(topic))
+        && !cfg.exclude.iter().any(|r| r.is_match(topic))
+        && !topic.starts_with(&format!("{target_cluster}."))
+}
+
+/// The parts of a topic config the mirror keeps in step.
+fn config_differs(source: Option<&pb::TopicConfig>, target: Option<&pb::TopicConfig>) -> bool {
+    match (source, target) {
+        (Some(s), Some(t)) => {
+            s.flush != t.flush
+                || s.flush_interval_ms != t.flush_interval_ms
+                || s.flush_bytes != t.flush_bytes
+                || s.retention_bytes != t.retention_bytes
+                || s.retention_ms != t.retention_ms
+                || s.segment_bytes != t.segment_bytes
+                || s.segment_ms != t.segment_ms
+        }
+        _ => false,
+    }
+}
+
+/// Identity and naming the manager needs.
+#[derive(Debug, Clone)]
+pub struct Naming {
+    /// `source.cluster`.
+    pub source_cluster: String,
+    /// `target.cluster`.
+    pub target_cluster: String,
+}
+
+/// The TopicAndOffsetManager.
+pub struct TopicAndOffsetManager {
+    naming: Naming,
+    rules: watch::Receiver<TopicsConfig>,
+    target: Admin,
+    egress: EgressHandle,
+    events: EventBus,
+    shared: Arc<Shared>,
+    tx: watch::Sender<Arc<TopicSet>>,
+    /// Target topics refused because they are not (or no longer) mirror topics, to alarm once.
+    refused: BTreeSet<String>,
+}
+
+impl TopicAndOffsetManager {
+    /// A manager publishing the topic set on `tx`.
+    pub fn new(
+        naming: Naming,
+        rules: watch::Receiver<TopicsConfig>,
+        target: Admin,
+        egress: EgressHandle,
+        events: EventBus,
+        shared: Arc<Shared>,
+        tx: watch::Sender<Arc<TopicSet>>,
+    ) -> TopicAndOffsetManager {
+        TopicAndOffsetManager { naming, rules, target, egress, events, shared, tx, refused: BTreeSet::new() }
+    }
+
+    /// Runs discovery until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        loop {
+            let interval = self.rules.borrow().discovery_interval;
+            if let Err(e) = self.discover().await {
+                tracing::warn!(error = %e, "topic discovery failed; keeping the current topic set");
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+                changed = self.rules.changed() => {
+                    if changed.is_err() { return; }
+                    tracing::info!("topic rules reloaded; discovering now");
+                }
+            }
+        }
+    }
+
+    /// One discovery round.
+    pub async fn discover(&mut self) -> Result<(), ClientError> {
+        let rules = self.rules.borrow().clone();
+        let source = Admin::new(self.egress.active().client.clone());
+        let source_topics = source.list_topics().await?;
+        let target_topics: BTreeMap<String, pb::TopicInfo> =
+            self.target.list_topics().await?.into_iter().map(|t| (t.name.clone(), t)).collect();
+        let cluster_id = match self.egress.expected_cluster_id() {
+            Some(id) => id,
+            None => source.metadata().await?.cluster_id,
+        };
+        let previous = self.tx.borrow().clone();
+        let mut next = TopicSet { topics: BTreeMap::new(), discovered: true };
+        for t in source_topics {
+            if t.mirror.is_some() || !selected(&rules, &self.naming.target_cluster, &t.name) {
+                continue;
+            }
+            let target = target_name(rules.rename, &self.naming.source_cluster, &t.name);
+            let mirrored = match target_topics.get(&target) {
+                None => match self.create(&t, &target, &cluster_id).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(topic = %t.name, target = %target, error = %e, "cannot create the target topic");
+                        continue;
+                    }
+                },
+                Some(existing) => match self.reconcile(&t, existing).await {
+                    Some(m) => m,
+                    None => continue,
+                },
+            };
+            next.topics.insert(t.name.clone(), mirrored);
+        }
+        for (name, m) in &next.topics {
+            if !previous.topics.contains_key(name) {
+                self.events.emit(
+                    Event::new(
+                        EventKind::AddTopic,
+                        format!("mirroring {name} -> {} ({} partitions)", m.target, m.partitions),
+                    )
+                    .topic(name)
+                    .detail("target_topic", m.target.clone())
+                    .detail("partitions", m.partitions),
+                );
+            }
+        }
+        for name in previous.topics.keys() {
+            if !next.topics.contains_key(name) {
+                self.events.emit(
+                    Event::new(EventKind::RemoveTopic, format!("stopped mirroring {name} (deleted on the source or no longer selected); the target topic is kept"))
+                        .topic(name),
+                );
+            }
+        }
+        *self.shared.topics.lock() = next.topics.iter().map(|(s, m)| (s.clone(), m.target.clone())).collect();
+        if *previous != next {
+            self.tx.send_replace(Arc::new(next));
+        }
+        Ok(())
+    }
+
+    async fn create(
+        &mut self,
+        t: &pb::TopicInfo,
+        target: &str,
+        cluster_id: &str,
+    ) -> Result<MirroredTopic, ClientError> {
+        let mirror = pb::MirrorSource {
+            source_cluster_id: cluster_id.to_owned(),
+            source_topic_id: t.topic_id.clone(),
+            source_topic: t.name.clone(),
+            source_cluster: self.naming.source_cluster.clone(),
+        };
+        let created =
+            self.target.create_topic(target, t.partitions, t.config.clone().unwrap_or_default(), Some(mirror)).await;
+        match created {
+            Ok(_) => {}
+            // Another mirror process created it first: fine.
+            Err(e) if e.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
+        tracing::info!(topic = %t.name, target, partitions = t.partitions, "created target mirror topic");
+        Ok(MirroredTopic {
+            source: t.name.clone(),
+            source_id: t.topic_id.clone(),
+            partitions: t.partitions,
+            target: target.to_owned(),
+        })
+    }
+
+    /// Brings an existing target topic in step; `None` when it must not be mirrored into.
+    async fn reconcile(&mut self, t: &pb::TopicInfo, existing: &pb::TopicInfo) -> Option<MirroredTopic> {
+        let Some(mark) = &existing.mirror else {
+            if self.refused.insert(existing.name.clone()) {
+                self.events.emit(
+                    Event::new(
+                        EventKind::SyncError,
+                        format!(
+                            "target topic {} exists and is not a mirror topic (promoted, or created locally); {} is not mirrored into it",
+                            existing.name, t.name
+                        ),
+                    )
+                    .topic(&t.name)
+                    .detail("target_topic", existing.name.clone()),
+                );
+            }
+            return None;
+        };
+        self.refused.remove(&existing.name);
+        let mut partitions = existing.partitions;
+        if t.partitions > existing.partitions {
+            match self.target.alter_partitions(&existing.name, t.partitions).await {
+                Ok(_) => {
+                    partitions = t.partitions;
+                    self.events.emit(
+                        Event::new(
+                            EventKind::ModifyPartitionNum,
+                            format!(
+                                "{} grew from {} to {} partitions; the target followed",
+                                t.name, existing.partitions, t.partitions
+                            ),
+                        )
+                        .topic(&t.name)
+                        .detail("from", existing.partitions)
+                        .detail("to", t.partitions),
+                    );
+                }
+                Err(e) => tracing::warn!(topic = %t.name, error = %e, "cannot grow the target topic"),
+            }
+        }
+        if mark.source_topic_id == t.topic_id && config_differs(t.config.as_ref(), existing.config.as_ref()) {
+            match self.target.alter_topic_config(&existing.name, t.config.clone().unwrap_or_default()).await {
+                Ok(_) => tracing::info!(topic = %t.name, "copied the source topic's config change to the target"),
+                Err(e) => tracing::warn!(topic = %t.name, error = %e, "cannot copy the topic config"),
+            }
+        }
+        Some(MirroredTopic {
+            source: t.name.clone(),
+            // The id the target records: a re-created source topic shows a different id and its partitions halt.
+            source_id: mark.source_topic_id.clone(),
+            partitions,
+            target: existing.name.clone(),
+        })
+    }
+}
+
+/// What [`resume_position`] needs.
+pub struct ResumeInput<'a> {
+    /// Target admin.
+    pub target: &'a Admin,
+    /// Source client (active route).
+    pub source: BrokerClient,
+    /// The mirror's source group.
+    pub source_group: &'a str,
+    /// Source topic.
+    pub topic: &'a str,
+    /// Target topic.
+    pub target_topic: &'a str,
+    /// Partition.
+    pub partition: u32,
+    /// Whether an empty partition starts at the source's log end (start_position = latest on the first run).
+    pub first_run_latest: bool,
+}
+
+/// Where a partition resumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// Next offset to copy.
+    pub cache_offset: u64,
+    /// Target log end.
+    pub target_leo: u64,
+    /// Epoch of the target's last batch.
+    pub copied_epoch: Option<u32>,
+    /// The source group's committed offset.
+    pub committed: Option<u64>,
+    /// Position an empty target here first (an empty append with this source log start).
+    pub jump_to: Option<u64>,
+    /// A `sync_error` to raise (target lost data).
+    pub sync_error: Option<String>,
+}
+
+/// The resume rule (see the module docs).
+pub async fn resume_position(input: ResumeInput<'_>) -> Result<Resume, ClientError> {
+    let desc = input.target.describe_topic(input.target_topic).await?;
+    let part =
+        desc.partitions.iter().find(|p| p.partition == input.partition).ok_or_else(|| ClientError::Protocol {
+            rpc: "DescribeTopic",
+            broker: input.target.client().address(),
+            message: format!("target topic {} has no partition {}", input.target_topic, input.partition),
+        })?;
+    let source = Admin::new(input.source);
+    let committed = source
+        .fetch_committed_offsets(input.source_group, &[(input.topic.to_owned(), input.partition)])
+        .await?
+        .first()
+        .map(|c| c.offset);
+    if part.log_end_offset > 0 || part.log_start_offset > 0 {
+        let end = input.target.epoch_end(input.target_topic, input.partition, u32::MAX).await?;
+        return Ok(Resume {
+            cache_offset: part.log_end_offset,
+            target_leo: part.log_end_offset,
+            copied_epoch: end.found.then_some(end.epoch),
+            committed,
+            jump_to: None,
+            sync_error: None,
+        });
+    }
+    let offsets = source
+        .list_offsets(&[
+            (input.topic.to_owned(), input.partition, OffsetSpec::Earliest),
+            (input.topic.to_owned(), input.partition, OffsetSpec::Latest),
+        ])
+        .await?;
+    let earliest = offsets.first().and_then(|o| o.offset).unwrap_or(0);
+    let latest = offsets.get(1).and_then(|o| o.offset).unwrap_or(earliest);
+    let (start, sync_error) = match committed {
+        Some(c) if c > 0 => (
+            earliest,
+            Some(format!(
+                "target partition {}/{} is empty although the mirror had committed offset {c} for {}/{}: the target lost \
+                 data; copying it again from the earliest source offset {earliest}",
+                input.target_topic, input.partition, input.topic, input.partition
+            )),
+        ),
+        _ if input.first_run_latest => (latest, None),
+        _ => (earliest, None),
+    };
+    Ok(Resume {
+        cache_offset: start,
+        target_leo: 0,
+        copied_epoch: None,
+        committed,
+        jump_to: (start > 0).then_some(start),
+        sync_error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex::Regex;
+
+    fn rules(include: &[&str], exclude: &[&str]) -> TopicsConfig {
+        TopicsConfig {
+            include: include.iter().map(|r| Regex::new(r).unwrap()).collect(),
+            exclude: exclude.iter().map(|r| Regex::new(r).unwrap()).collect(),
+            rename: Rename::Prefix,
+            discovery_interval: std::time::Duration::from_secs(1),
+            start_position: crate::config::StartPosition::Earliest,
+        }
+    }
+
+    #[test]
+    fn selection_honours_include_exclude_and_loop_prevention() {
+        let r = rules(&["^orders", "^payments$"], &["^__", "internal$"]);
+        assert!(selected(&r, "dc-b", "orders.eu"));
+        assert!(selected(&r, "dc-b", "payments"));
+        assert!(!selected(&r, "dc-b", "payments2"));
+        assert!(!selected(&r, "dc-b", "orders.internal"));
+        let all = rules(&[".*"], &[]);
+        assert!(!selected(&all, "dc-b", "dc-b.orders"), "a topic mirrored from dc-b must not go back to dc-b");
+        assert!(selected(&all, "dc-b", "dc-a.orders"));
+    }
+
+    #[test]
+    fn rename_policies() {
+        assert_eq!(target_name(Rename::Identity, "dc-a", "orders"), "orders");
+        assert_eq!(target_name(Rename::Prefix, "dc-a", "orders"), "dc-a.orders");
+    }
+}
