@@ -62,6 +62,7 @@ pub struct PartitionStatus {
     cache_offset: AtomicU64,
     commit_offset: AtomicU64,
     target_offset: AtomicU64,
+    latency_ms: AtomicU64,
     inner: Mutex<StatusInner>,
 }
 
@@ -90,6 +91,8 @@ pub struct PartitionView {
     pub state: String,
     /// The last error, if any.
     pub last_error: Option<String>,
+    /// Replication latency of the last appended batch, ms.
+    pub latency_ms: u64,
 }
 
 impl PartitionStatus {
@@ -104,6 +107,7 @@ impl PartitionStatus {
             cache_offset: AtomicU64::new(0),
             commit_offset: AtomicU64::new(0),
             target_offset: AtomicU64::new(0),
+            latency_ms: AtomicU64::new(0),
             inner: Mutex::new(StatusInner {
                 state: PartitionState::Starting,
                 last_error: None,
@@ -135,6 +139,17 @@ impl PartitionStatus {
     /// Records a committed offset.
     pub fn set_commit(&self, offset: u64) {
         self.commit_offset.store(offset, Ordering::Relaxed);
+    }
+
+    /// Records the replication latency of the last appended batch (append time minus its newest record's
+    /// timestamp).
+    pub fn set_latency_ms(&self, ms: u64) {
+        self.latency_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Replication latency of the last appended batch, in ms (meaningful while there is lag).
+    pub fn latency_ms(&self) -> u64 {
+        self.latency_ms.load(Ordering::Relaxed)
     }
 
     /// Source log end.
@@ -226,6 +241,7 @@ impl PartitionStatus {
             lag: self.lag(),
             state: state.to_owned(),
             last_error: i.last_error.clone(),
+            latency_ms: self.latency_ms(),
         }
     }
 }

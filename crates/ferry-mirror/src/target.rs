@@ -717,6 +717,7 @@ impl TargetDcProducer {
                 self.status.clear_error();
                 let now = now_ms();
                 let latency = parts.iter().map(|p| p.3).max().map(|ts| (now - ts) as f64 / 1000.0);
+                self.status.set_latency_ms(latency.map_or(0, |l| (l.max(0.0) * 1000.0) as u64));
                 self.ctx.metrics.appended(records, bytes, latency);
                 self.ctx.shared.target_rates.add(records, bytes);
             }
