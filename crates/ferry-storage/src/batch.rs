@@ -386,7 +386,14 @@ pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
     // The count comes from an untrusted header: cap the pre-allocation by what the bytes could possibly hold.
     let mut out = Vec::with_capacity((header.record_count as usize).min(records.len() / 7 + 1));
     for _ in 0..header.record_count {
-        out.push(reader.record(&header)?);
+        let at = reader.pos;
+        let record = reader.record(&header)?;
+        // Offsets are strictly increasing within a partition, so within a batch too (found by fuzzing: without
+        // this, a batch could decode into records whose offsets go backwards).
+        if out.last().is_some_and(|prev: &Record| record.offset <= prev.offset) {
+            return Err(BatchError::Malformed { what: "record offsets do not increase", position: at });
+        }
+        out.push(record);
     }
     if reader.pos != records.len() {
         return Err(BatchError::Malformed { what: "trailing bytes after the last record", position: reader.pos });
@@ -789,6 +796,32 @@ mod tests {
 
     /// (offset gap, timestamp, key, value, headers) of one generated record.
     type RecordParts = (u32, i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>);
+
+    #[test]
+    fn records_whose_offsets_go_backwards_are_malformed() {
+        // Found by the batch_decode fuzz target: a CRC-valid batch whose second record's offset delta is below
+        // the first's decoded into offsets that decrease.
+        let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+        builder.push(5, 1, None, Some(b"a"), &[]);
+        builder.push(2, 1, None, Some(b"b"), &[]);
+        let mut batch = builder.build(100, 0).to_vec();
+        // The builder records the last pushed delta; claim a span that covers both records, as the input did.
+        batch[OFF_LAST_OFFSET_DELTA..OFF_LAST_OFFSET_DELTA + 4].copy_from_slice(&5u32.to_be_bytes());
+        let crc = compute_crc(&batch);
+        batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(verify(&batch).is_ok(), "the header alone is consistent");
+        assert!(matches!(
+            decode_records(&batch),
+            Err(BatchError::Malformed { what: "record offsets do not increase", .. })
+        ));
+        let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+        builder.push(3, 1, None, Some(b"a"), &[]);
+        builder.push(3, 1, None, Some(b"b"), &[]);
+        assert!(matches!(
+            decode_records(&builder.build(0, 0)),
+            Err(BatchError::Malformed { what: "record offsets do not increase", .. })
+        ));
+    }
 
     fn arb_record() -> impl Strategy<Value = RecordParts> {
         (
