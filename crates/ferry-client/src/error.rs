@@ -178,9 +178,19 @@ impl ClientError {
         self.code() == Some(Code::InvalidArgument)
     }
 
-    /// OUT_OF_RANGE (offset outside the log, batch too large) or the per-partition OFFSET_OUT_OF_RANGE.
+    /// OUT_OF_RANGE (offset outside the log) or the per-partition OFFSET_OUT_OF_RANGE.
     pub fn is_out_of_range(&self) -> bool {
         self.code() == Some(Code::OutOfRange) || self.partition_code() == Some(ErrorCode::OffsetOutOfRange)
+    }
+
+    /// RESOURCE_EXHAUSTED: a batch over the broker's `max_batch_bytes`.
+    pub fn is_resource_exhausted(&self) -> bool {
+        self.code() == Some(Code::ResourceExhausted)
+    }
+
+    /// DATA_LOSS: a batch whose CRC does not match its bytes.
+    pub fn is_data_loss(&self) -> bool {
+        self.code() == Some(Code::DataLoss)
     }
 
     /// UNAUTHENTICATED: missing or wrong token.
@@ -210,12 +220,7 @@ impl ClientError {
             ClientError::Transport { .. } | ClientError::Unreachable { .. } | ClientError::Timeout { .. } => true,
             ClientError::Status { code, .. } => matches!(
                 code,
-                Code::Unavailable
-                    | Code::ResourceExhausted
-                    | Code::Internal
-                    | Code::Unknown
-                    | Code::DeadlineExceeded
-                    | Code::Cancelled
+                Code::Unavailable | Code::Internal | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled
             ),
             _ => false,
         }
@@ -328,7 +333,11 @@ mod tests {
         assert!(s(Code::OutOfRange).is_out_of_range());
         assert!(s(Code::Unauthenticated).is_unauthenticated());
         assert!(s(Code::Aborted).is_aborted());
-        assert!(s(Code::ResourceExhausted).is_retriable());
+        assert!(s(Code::ResourceExhausted).is_resource_exhausted());
+        assert!(!s(Code::ResourceExhausted).is_retriable(), "a too-large batch stays too large");
+        assert!(s(Code::DataLoss).is_data_loss());
+        assert!(!s(Code::DataLoss).is_retriable());
+        assert!(s(Code::Internal).is_retriable());
         assert!(!s(Code::FailedPrecondition).is_retriable());
         let p = ClientError::Partition {
             topic: "t".into(),

@@ -21,6 +21,8 @@ mod rpc;
 
 pub use ferry_proto as proto;
 pub use ferry_storage::batch;
+/// The gRPC status code carried by [`ClientError::Status`].
+pub use tonic::Code;
 
 pub use admin::{Admin, OffsetSpec, PartitionOffsets, Promoted, TopicDescription};
 pub use config::{ClientConfig, TlsOptions};

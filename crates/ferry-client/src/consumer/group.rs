@@ -103,6 +103,19 @@ impl Membership {
         (state.view.member_id.clone(), state.view.generation)
     }
 
+    /// One heartbeat now, to learn a new generation (after a commit was fenced as stale).
+    pub(crate) async fn refresh(&self, client: &BrokerClient) -> Result<()> {
+        let (member_id, generation) = self.identity();
+        let request = pb::HeartbeatRequest { group: self.group.clone(), member_id: member_id.clone(), generation };
+        let response = client.heartbeat(request).await?;
+        if response.member_known && response.generation != generation {
+            let view =
+                GroupView { member_id, generation: response.generation, assignment: assignment(response.assignment) };
+            record(&self.group, &self.state, &self.changed, view);
+        }
+        Ok(())
+    }
+
     /// Stops heartbeats and leaves the group.
     pub(crate) async fn leave(self, client: &BrokerClient) -> Result<()> {
         self.cancel.cancel();
@@ -158,15 +171,20 @@ async fn heartbeat_loop(
             }
         };
         if let Some(view) = update {
-            tracing::info!(group = %spec.group, member = %view.member_id, generation = view.generation,
-                partitions = view.assignment.len(), "group generation changed");
-            let mut s = state.lock();
-            s.view = view;
-            s.changed = true;
-            drop(s);
-            changed.notify_one();
+            record(&spec.group, &state, &changed, view);
         }
     }
+}
+
+/// Stores a new view for the consumer to apply and wakes a consumer waiting for an assignment.
+fn record(group: &str, state: &parking_lot::Mutex<SharedState>, changed: &Notify, view: GroupView) {
+    tracing::info!(group, member = %view.member_id, generation = view.generation,
+        partitions = view.assignment.len(), "group generation changed");
+    let mut s = state.lock();
+    s.view = view;
+    s.changed = true;
+    drop(s);
+    changed.notify_one();
 }
 
 #[cfg(test)]

@@ -193,8 +193,22 @@ impl Consumer {
             return Ok(());
         }
         let (member_id, generation) = self.membership.as_ref().map(Membership::identity).unwrap_or_default();
-        let request = pb::CommitOffsetsRequest { group, member_id, generation, offsets };
-        self.client.commit_offsets(request).await.map(drop)
+        let mut request = pb::CommitOffsetsRequest { group, member_id, generation, offsets };
+        match (self.client.commit_offsets(request.clone()).await, &self.membership) {
+            (Err(e), Some(membership)) if e.is_failed_precondition() => {
+                // A rebalance the heartbeat has not seen yet: learn the generation and commit once more. The
+                // consumer still owns what it consumed until it applies the new assignment on its next poll.
+                membership.refresh(&self.client).await?;
+                let (member_id, generation) = membership.identity();
+                if generation == request.generation {
+                    return Err(e);
+                }
+                request.member_id = member_id;
+                request.generation = generation;
+                self.client.commit_offsets(request).await.map(drop)
+            }
+            (result, _) => result.map(drop),
+        }
     }
 
     /// Commits (group mode with auto-commit), leaves the group, and closes the consumer.

@@ -4,9 +4,10 @@
 //! - One batch in flight per partition, so records are written in the order they were sent.
 //! - A batch is encoded once; every retry sends the same bytes, so with idempotence the broker recognises a
 //!   resend and answers with the original offsets.
-//! - The sequence number advances only when the broker acknowledged the batch. A batch the broker definitely
-//!   refused leaves the sequence where it was. A batch whose outcome stays unknown (delivery timeout after
-//!   transport failures) retires the producer id, so no later batch can be taken for a duplicate of it.
+//! - The sequence number advances only when the broker acknowledged the batch. A batch that fails for good
+//!   (refused, or its outcome unknown after the delivery timeout) retires the producer id: the next batch of
+//!   every partition starts a fresh id at sequence 0. So no later batch can be taken for a duplicate of a batch
+//!   that may have been written, and a refusal for an out-of-order sequence cannot repeat forever.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -89,8 +90,6 @@ async fn deliver(
     let count = i32::try_from(records.len()).unwrap_or(i32::MAX);
     let mut batch: Option<(Bytes, Option<Identity>)> = None;
     let mut retry = 0u32;
-    // Set once an attempt may have been written without us learning it.
-    let mut uncertain = false;
     loop {
         let attempt: Result<ProduceResponse, (ClientError, bool)> = async {
             if batch.is_none() {
@@ -136,9 +135,6 @@ async fn deliver(
                 }
                 Err(failure) => {
                     let retriable = if identity.is_some() { failure.error.is_retriable() } else { failure.never_sent };
-                    if !failure.never_sent && (failure.error.is_transport() || failure.error.is_timeout()) {
-                        uncertain = true;
-                    }
                     Err((failure.error, retriable))
                 }
             }
@@ -148,37 +144,40 @@ async fn deliver(
             Ok(response) => return Ok(response),
             Err(e) => e,
         };
+        let mut final_error = None;
         if error.is_not_found() {
             // The topic may have been deleted, or the partition may be new: ask again before deciding.
             match shared.refresh_topic(&queue.topic).await {
                 Ok(partitions) if queue.partition < partitions => retriable = true,
                 Ok(partitions) => {
-                    return Err(ClientError::UnknownPartition {
+                    final_error = Some(ClientError::UnknownPartition {
                         topic: queue.topic.clone(),
                         partition: queue.partition,
                         partitions,
                     });
                 }
-                Err(e) if e.is_not_found() => return Err(e),
+                Err(e) if e.is_not_found() => final_error = Some(e),
                 Err(_) => retriable = true,
             }
         }
         let delay = shared.config.retry.delay(retry);
         retry = retry.saturating_add(1);
-        let last = !retriable || Instant::now() + delay >= deadline;
-        if last {
-            if uncertain && let Some((_, Some(identity))) = &batch {
-                shared.reset_identity(identity.generation).await;
-            }
-            if !retriable {
-                return Err(error);
-            }
-            return Err(ClientError::DeliveryTimeout {
+        if final_error.is_none() && !retriable {
+            final_error = Some(error.clone());
+        }
+        if final_error.is_none() && Instant::now() + delay >= deadline {
+            final_error = Some(ClientError::DeliveryTimeout {
                 topic: queue.topic.clone(),
                 partition: queue.partition,
                 after: shared.config.delivery_timeout,
                 last_error: error.to_string(),
             });
+        }
+        if let Some(final_error) = final_error {
+            if let Some((_, Some(identity))) = &batch {
+                shared.reset_identity(identity.generation).await;
+            }
+            return Err(final_error);
         }
         tracing::debug!(topic = %queue.topic, partition = queue.partition, %error, ?delay, "retrying batch");
         tokio::time::sleep(delay).await;
