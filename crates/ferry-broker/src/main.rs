@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none())
         .init();
     let overrides = Overrides { listen: args.listen, data_dir: args.data_dir, cluster_id: args.cluster_id };
     let config = match BrokerConfig::load(args.config.as_deref(), &overrides) {

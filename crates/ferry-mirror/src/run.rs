@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_client::{Admin, BrokerClient, ClientConfig, OffsetSpec};
+use ferry_client::{Admin, BrokerClient, ClientConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{MirrorConfig, StartPosition};
 use crate::egress::EgressHandle;
-use crate::events::{Event, EventBus, EventKind};
+use crate::events::EventBus;
 use crate::group_sync::GroupSync;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimits;
@@ -207,7 +207,6 @@ pub async fn run(
     if first_run_latest {
         tracing::info!("first run: partitions present now start at the source's log end (start_position = latest)");
     }
-    let _ = OffsetSpec::Latest;
 
     let (topics_tx, topics_rx) = watch::channel(Arc::new(TopicSet::default()));
     let (rules_tx, rules_rx) = watch::channel(config.topics.clone());
@@ -267,10 +266,6 @@ pub async fn run(
     let sync_task = tokio::spawn(sync.run(sync_stop.clone()));
     tasks.spawn(GroupSync::new(groups_rx, topics_rx, target.clone(), egress.clone()).run(components.clone()));
 
-    events.emit(Event::new(
-        EventKind::AddTopic,
-        format!("mirror {} started: {} -> {}", config.name, config.source.cluster, config.target.cluster),
-    ));
     tracing::info!(mirror = %config.name, source = %config.source.cluster, target = %config.target.cluster, "ferry-mirror running");
 
     // Apply reloads until shutdown.
