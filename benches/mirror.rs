@@ -1,0 +1,307 @@
+//! End-to-end MirrorMaker benchmarks, printed as ratios measured side by side in one run (never asserted):
+//!
+//! 1. mirror throughput (1 KiB records, 8 partitions, from a backlog) / raw produce throughput into the target;
+//! 2. the same over a 25 ms one-way delay line on the source link (50 ms RTT) / without it;
+//! 3. replication latency p50 / p99 at half the maximum rate;
+//! 4. mirror RSS and CPU seconds per 100 MB mirrored;
+//! 5. 1,000 partitions: time from start until all are mirrored, and idle CPU.
+//!
+//! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror`.
+//! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size (default 256).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use ferry::{Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt};
+use ferry_testkit::{BrokerProcess, MirrorProcess, Proxy};
+
+const RECORD: usize = 1024;
+const PARTITIONS: u32 = 8;
+
+fn bin_dir() -> PathBuf {
+    std::env::var_os("FERRY_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ferry_testkit::workspace_root().join("target/release"))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn broker(id: &str) -> Result<BrokerProcess> {
+    Ok(BrokerProcess::builder()
+        .program(bin_dir().join("ferry-broker"))
+        .cluster_id(id)
+        .config("[broker]\nmax_batch_bytes = \"1MiB\"\n[storage]\nflush = \"async\"\n")
+        .start()
+        .await?)
+}
+
+fn admin(addr: &str) -> Result<Admin> {
+    Ok(Admin::new(BrokerClient::new(ClientConfig::new([addr.to_owned()]))?))
+}
+
+/// Produces `total` bytes of 1 KiB records spread over the partitions; returns the elapsed time.
+async fn produce(addr: &str, topic: &str, total: usize, linger: Duration) -> Result<Duration> {
+    let client = BrokerClient::new(ClientConfig::new([addr.to_owned()]))?;
+    let config = ProducerConfig { linger, ..Default::default() };
+    let producer = Producer::new(client, config).await?;
+    let value = Bytes::from(vec![b'x'; RECORD]);
+    let n = total / RECORD;
+    let start = Instant::now();
+    let mut pending = Vec::with_capacity(n);
+    for i in 0..n {
+        let rec = ProducerRecord::new(topic, value.clone())
+            .with_key(Bytes::from(format!("key-{i}")))
+            .with_partition(i as u32 % PARTITIONS);
+        pending.push(producer.send(rec).await?);
+    }
+    for p in pending {
+        p.await?;
+    }
+    producer.close().await;
+    Ok(start.elapsed())
+}
+
+async fn total_leo(admin: &Admin, topic: &str) -> Result<u64> {
+    Ok(admin.describe_topic(topic).await?.partitions.iter().map(|p| p.log_end_offset).sum())
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn rss_peak_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn mirror_config(source: &str, target: &str, include: &str) -> String {
+    format!(
+        r#"[mirror]
+name = "bench"
+[source]
+cluster = "dc-a"
+[[source.routes]]
+name = "primary"
+brokers = ["{source}"]
+[source.health]
+check_interval = "1s"
+timeout = "2s"
+[target]
+cluster = "dc-b"
+brokers = ["{target}"]
+[topics]
+include = ["{include}"]
+discovery_interval = "500ms"
+[sync]
+compression = "none"
+commit_interval = "5s"
+[monitor]
+listen = "127.0.0.1:0"
+"#
+    )
+}
+
+struct MirrorRun {
+    seconds: f64,
+    cpu: f64,
+    rss_peak_mib: f64,
+}
+
+/// Starts a mirror over `source_addr` and waits until the target holds `expected` records of `topic`.
+async fn mirror_backlog(source_addr: &str, target: &BrokerProcess, topic: &str, expected: u64) -> Result<MirrorRun> {
+    let target_addr = target.addr().to_string();
+    let mut mirror = MirrorProcess::builder(mirror_config(source_addr, &target_addr, &format!("^{topic}$")))
+        .program(bin_dir().join("ferry-mirror"))
+        .start()
+        .await?;
+    let admin = admin(&target_addr)?;
+    // Clock from the moment the target topic exists (discovery done) until every record arrived.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while admin.describe_topic(topic).await.is_err() {
+        if Instant::now() > deadline {
+            bail!("target topic {topic} never appeared:\n{}", mirror.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let start = Instant::now();
+    let cpu0 = cpu_seconds(mirror.pid());
+    loop {
+        if total_leo(&admin, topic).await? >= expected {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("mirror did not finish:\n{}", mirror.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let run = MirrorRun {
+        seconds: start.elapsed().as_secs_f64(),
+        cpu: cpu_seconds(mirror.pid()) - cpu0,
+        rss_peak_mib: rss_peak_mib(mirror.pid()),
+    };
+    mirror.terminate(Duration::from_secs(30)).await?;
+    Ok(run)
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn bench() -> Result<()> {
+    for bin in ["ferry-broker", "ferry-mirror"] {
+        if !bin_dir().join(bin).exists() {
+            bail!("{} not found in {}: run `cargo build --release -p ferry-broker -p ferry-mirror` first", bin, bin_dir().display());
+        }
+    }
+    let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let bytes = mb * 1024 * 1024;
+    let records = (bytes / RECORD) as u64;
+    println!("mirror bench: {mb} MiB of {RECORD}-byte records over {PARTITIONS} partitions");
+
+    let a = broker("dc-a").await?;
+    let b = broker("dc-b").await?;
+    let (a_addr, b_addr) = (a.addr().to_string(), b.addr().to_string());
+    let (a_admin, b_admin) = (admin(&a_addr)?, admin(&b_addr)?);
+    for (adm, t) in [(&b_admin, "raw"), (&a_admin, "lan"), (&a_admin, "wan"), (&a_admin, "lat")] {
+        adm.create_topic(t, PARTITIONS, Default::default(), None).await.context("create topic")?;
+    }
+
+    // 1. Raw ingest into the target vs mirror throughput into the same target.
+    let raw = produce(&b_addr, "raw", bytes, Duration::from_millis(5)).await?;
+    let raw_mbps = mb as f64 / raw.as_secs_f64();
+    println!("raw produce into target:       {raw_mbps:8.1} MiB/s ({:.0} records/s)", records as f64 / raw.as_secs_f64());
+    produce(&a_addr, "lan", bytes, Duration::from_millis(5)).await?;
+    let lan = mirror_backlog(&a_addr, &b, "lan", records).await?;
+    let lan_mbps = mb as f64 / lan.seconds;
+    println!("mirror throughput (0 ms RTT):  {lan_mbps:8.1} MiB/s ({:.0} records/s)", records as f64 / lan.seconds);
+    println!("RATIO mirror / raw target ingest: {:.2}  (target >= 0.9)", lan_mbps / raw_mbps);
+    println!("mirror CPU per 100 MB: {:.2} s;  mirror peak RSS: {:.1} MiB", lan.cpu / mb as f64 * 100.0, lan.rss_peak_mib);
+
+    // 2. The same over a 25 ms one-way delay line (50 ms RTT) on the source link.
+    produce(&a_addr, "wan", bytes, Duration::from_millis(5)).await?;
+    let proxy = Proxy::start(a.addr()).await?;
+    proxy.set_delay(Duration::from_millis(25));
+    let wan = mirror_backlog(&proxy.addr().to_string(), &b, "wan", records).await?;
+    let wan_mbps = mb as f64 / wan.seconds;
+    println!("mirror throughput (50 ms RTT): {wan_mbps:8.1} MiB/s");
+    println!("RATIO 50 ms RTT / 0 ms RTT: {:.2}  (target >= 0.8)", wan_mbps / lan_mbps);
+    drop(proxy);
+
+    // 3. Replication latency at half the maximum rate.
+    let rate = (lan_mbps.min(raw_mbps) * 1024.0 * 1024.0 / RECORD as f64 / 2.0).max(1000.0);
+    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^lat$")).program(bin_dir().join("ferry-mirror")).start().await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b_admin.describe_topic("lat").await.is_err() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut consumer = Consumer::new(BrokerClient::new(ClientConfig::new([b_addr.clone()]))?, ConsumerConfig::default())?;
+    consumer.assign((0..PARTITIONS).map(|p| ("lat".to_owned(), p, StartAt::Offset(0))).collect())?;
+    let seconds = 10.0;
+    let total = (rate * seconds) as usize;
+    let producer_addr = a_addr.clone();
+    let producer_task = tokio::spawn(async move {
+        let client = BrokerClient::new(ClientConfig::new([producer_addr]))?;
+        let producer = Producer::new(client, ProducerConfig { linger: Duration::from_millis(1), ..Default::default() }).await?;
+        let value = Bytes::from(vec![b'x'; RECORD]);
+        let start = Instant::now();
+        let mut pending = Vec::new();
+        for i in 0..total {
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                tokio::time::sleep(wait).await;
+            }
+            let rec = ProducerRecord::new("lat", value.clone()).with_partition(i as u32 % PARTITIONS).with_timestamp(now_ms());
+            pending.push(producer.send(rec).await?);
+        }
+        for p in pending {
+            p.await?;
+        }
+        producer.close().await;
+        anyhow::Ok(())
+    });
+    let mut latencies = Vec::with_capacity(total);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while latencies.len() < total && Instant::now() < deadline {
+        for r in consumer.poll(Duration::from_millis(200)).await? {
+            latencies.push(now_ms() - r.timestamp);
+        }
+    }
+    producer_task.await??;
+    latencies.sort_unstable();
+    println!(
+        "replication latency at {:.0} records/s (half max): p50 {} ms, p99 {} ms ({} records, produce -> visible on target)",
+        rate,
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        latencies.len()
+    );
+    mirror.terminate(Duration::from_secs(30)).await?;
+    drop((a, b));
+
+    // 5. 1,000 partitions on one mirror.
+    let a = broker("dc-a").await?;
+    let b = broker("dc-b").await?;
+    let (a_addr, b_addr) = (a.addr().to_string(), b.addr().to_string());
+    let (a_admin, b_admin) = (admin(&a_addr)?, admin(&b_addr)?);
+    let client = BrokerClient::new(ClientConfig::new([a_addr.clone()]))?;
+    let producer = Producer::new(client, ProducerConfig::default()).await?;
+    let mut pending = Vec::new();
+    for t in 0..100 {
+        let topic = format!("many-{t:03}");
+        a_admin.create_topic(&topic, 10, Default::default(), None).await?;
+        for p in 0..10 {
+            pending.push(producer.send(ProducerRecord::new(topic.clone(), Bytes::from_static(b"v")).with_partition(p)).await?);
+        }
+    }
+    for p in pending {
+        p.await?;
+    }
+    producer.close().await;
+    let started = Instant::now();
+    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^many-")).program(bin_dir().join("ferry-mirror")).start().await?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let topics = b_admin.list_topics().await?;
+        let mut done = 0u64;
+        if topics.len() == 100 {
+            for t in &topics {
+                done += total_leo(&b_admin, &t.name).await?;
+            }
+        }
+        if done == 1000 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("1000 partitions not mirrored in time:\n{}", mirror.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("1000 partitions: all mirroring after {:.1} s (target < 30 s)", started.elapsed().as_secs_f64());
+    let cpu0 = cpu_seconds(mirror.pid());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle = (cpu_seconds(mirror.pid()) - cpu0) / 10.0 * 100.0;
+    println!("1000 partitions idle CPU: {idle:.1}% of a core (target < 5%)");
+    mirror.terminate(Duration::from_secs(30)).await?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(bench())
+}
