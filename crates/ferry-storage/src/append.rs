@@ -14,7 +14,7 @@ use std::io::{IoSlice, Write};
 use crate::batch::{self, CRC_START};
 use crate::checkpoint;
 use crate::index;
-use crate::log::{AppendInfo, Log, Writer};
+use crate::log::{AppendInfo, Log, SealedFiles, Writer};
 use crate::segment::{BatchMeta, Segment};
 use crate::{FlushPolicy, Result, StorageError};
 
@@ -183,33 +183,67 @@ impl Log {
         Ok(())
     }
 
-    /// fsyncs the active segment (and writes pending index entries).
+    /// fsyncs everything appended so far: segments sealed since the last flush, then the active segment (and
+    /// writes pending index entries). Moves the recovery point up to the active segment.
     pub(crate) fn flush_locked(&self, w: &mut Writer) -> Result<()> {
         self.write_pending_index(w)?;
-        let (file, path) = {
+        for sealed in &w.sealed_unflushed {
+            sealed.log.sync_data().map_err(Log::io_error(&sealed.log_path))?;
+            if let Some(index) = &sealed.index {
+                index.sync_all().map_err(Log::io_error(&sealed.index_path))?;
+            }
+        }
+        w.sealed_unflushed.clear();
+        let (file, path, active_base) = {
             let st = self.state.read();
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
-            (active.file.clone(), active.log_path.clone())
+            (active.file.clone(), active.log_path.clone(), active.base)
         };
         file.sync_data().map_err(Log::io_error(&path))?;
         w.unflushed = 0;
         w.last_flush_ms = self.clock.now_ms();
+        self.set_recovery_point(w, active_base)
+    }
+
+    /// Persists a new recovery point (every segment based below it is durable) if it changed.
+    pub(crate) fn set_recovery_point(&self, w: &mut Writer, offset: u64) -> Result<()> {
+        if w.recovery_point != offset {
+            checkpoint::store_recovery_point(&self.dir, offset)?;
+            w.recovery_point = offset;
+        }
         Ok(())
     }
 
-    /// Seals the active segment (fsyncing it and its index) and starts a new empty one at `new_base`.
+    /// Seals the active segment and starts a new empty one at `new_base`.
+    ///
+    /// Under the sync policy the sealed segment is already durable (every append was fsynced). Under the async
+    /// policy its fsync is left to the next flush, like any other unflushed bytes, so a roll does not stall the
+    /// writer; until then the recovery point stays below it, and recovery after a crash checks it batch by batch.
     pub(crate) fn roll(&self, w: &mut Writer, new_base: u64) -> Result<()> {
-        self.flush_locked(w)?;
-        if let Some(index_file) = &w.index_file {
-            let path = self.state.read().segments.last().map(|s| s.index_path.clone()).unwrap_or_default();
-            index_file.sync_all().map_err(Log::io_error(&path))?;
-        }
+        self.write_pending_index(w)?;
+        let (old_file, old_log_path, old_index_path, sync) = {
+            let st = self.state.read();
+            let active = st.segments.last().ok_or_else(|| self.closed_error())?;
+            let sync = matches!(st.config.flush, FlushPolicy::Sync);
+            (active.file.clone(), active.log_path.clone(), active.index_path.clone(), sync)
+        };
         let segment = Segment::create(&self.dir, new_base)?;
         checkpoint::sync_dir(&self.dir)?;
-        w.index_file = Some(index::open_append(&segment.index_path)?);
+        let old_index = w.index_file.replace(index::open_append(&segment.index_path)?);
         w.last_index_pos = 0;
+        if !sync || !w.sealed_unflushed.is_empty() {
+            w.sealed_unflushed.push(SealedFiles {
+                log: old_file,
+                log_path: old_log_path,
+                index: old_index,
+                index_path: old_index_path,
+            });
+        }
         tracing::debug!(dir = %self.dir.display(), base = new_base, "rolled a new segment");
         self.state.write().segments.push(segment);
+        if w.sealed_unflushed.is_empty() {
+            self.set_recovery_point(w, new_base)?;
+        }
         Ok(())
     }
 

@@ -15,6 +15,8 @@ use crate::{Result, StorageError};
 pub(crate) const EPOCH_FILE: &str = "epoch.checkpoint";
 /// File holding the offset ranges skipped by gap appends.
 pub(crate) const GAPS_FILE: &str = "gaps.checkpoint";
+/// File holding the recovery point: every segment based below it was fsynced whole.
+pub(crate) const RECOVERY_FILE: &str = "recovery-point.checkpoint";
 /// Present only between a clean `close()` and the next `open()`.
 pub(crate) const CLEAN_MARKER: &str = "clean-shutdown";
 /// Suffix of files being replaced atomically; leftovers are removed on open.
@@ -22,6 +24,7 @@ pub(crate) const TMP_SUFFIX: &str = ".tmp";
 
 const EPOCH_MAGIC: &str = "ferry-epochs v1";
 const GAPS_MAGIC: &str = "ferry-gaps v1";
+const RECOVERY_MAGIC: &str = "ferry-recovery-point v1";
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
     move |source| StorageError::Io { path: path.to_path_buf(), source }
@@ -189,6 +192,25 @@ pub(crate) fn store_gaps(dir: &Path, gaps: &[(u64, u64)]) -> Result<()> {
     write_atomic(dir, GAPS_FILE, out.as_bytes())
 }
 
+/// Loads the recovery point; a missing file is 0 (no segment is known to be flushed).
+pub(crate) fn load_recovery_point(dir: &Path) -> Result<u64> {
+    let path = dir.join(RECOVERY_FILE);
+    let Some(text) = read_optional(&path)? else { return Ok(0) };
+    let mut lines = text.lines();
+    match (lines.next(), lines.next().and_then(|l| l.trim().parse::<u64>().ok()), lines.next()) {
+        (Some(RECOVERY_MAGIC), Some(offset), None) => Ok(offset),
+        _ => Err(StorageError::BadFile {
+            path,
+            reason: format!("expected \"{RECOVERY_MAGIC}\" and one offset on the next line"),
+        }),
+    }
+}
+
+/// Persists the recovery point atomically.
+pub(crate) fn store_recovery_point(dir: &Path, offset: u64) -> Result<()> {
+    write_atomic(dir, RECOVERY_FILE, format!("{RECOVERY_MAGIC}\n{offset}\n").as_bytes())
+}
+
 /// Path of the clean-shutdown marker.
 pub(crate) fn marker_path(dir: &Path) -> PathBuf {
     dir.join(CLEAN_MARKER)
@@ -251,6 +273,11 @@ mod tests {
         assert_eq!(load_gaps(dir.path()).unwrap(), vec![]);
         store_gaps(dir.path(), &[(3, 10), (12, 40)]).unwrap();
         assert_eq!(load_gaps(dir.path()).unwrap(), vec![(3, 10), (12, 40)]);
+        assert_eq!(load_recovery_point(dir.path()).unwrap(), 0);
+        store_recovery_point(dir.path(), 4711).unwrap();
+        assert_eq!(load_recovery_point(dir.path()).unwrap(), 4711);
+        fs::write(dir.path().join(RECOVERY_FILE), "ferry-recovery-point v1\nx\n").unwrap();
+        assert!(matches!(load_recovery_point(dir.path()), Err(StorageError::BadFile { .. })));
         assert!(!take_marker(dir.path()).unwrap());
         write_marker(dir.path()).unwrap();
         assert!(take_marker(dir.path()).unwrap());

@@ -19,12 +19,14 @@
 //! 00000000000000004711.index
 //! epoch.checkpoint             current epoch and epoch history (text, see below)
 //! gaps.checkpoint              offset ranges skipped by gap appends (text, see below)
+//! recovery-point.checkpoint    every segment based below this offset is fsynced whole (text: magic, offset)
 //! clean-shutdown               present only between a clean close and the next open
 //! ```
 //!
 //! - **Segments.** Offsets within a segment are contiguous from batch to batch (each batch starts at the previous
 //!   one's last offset + 1); the first batch starts at the segment's base. The last segment is the active one;
-//!   the others are sealed: fsynced, with their index, when the next one was started. A segment rolls before an
+//!   the others are sealed. A sealed segment is fsynced (with its index) by the flush that follows its sealing
+//!   (at once under the sync policy), and then the recovery point moves past it. A segment rolls before an
 //!   append that would take it past `segment_bytes`, once its first append is `segment_ms` old, or before
 //!   relative offsets or positions would leave `u32`. The active segment is never deleted, so an emptied log
 //!   keeps its log end offset (an empty active segment's name is the log end).

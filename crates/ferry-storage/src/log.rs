@@ -183,6 +183,23 @@ pub(crate) struct Writer {
     pub last_flush_ms: i64,
     /// Set when a failed append could not be undone; appends are refused until the log is reopened.
     pub poisoned: Option<String>,
+    /// Segments sealed under the async policy and not fsynced yet (the next flush does it).
+    pub sealed_unflushed: Vec<SealedFiles>,
+    /// The persisted recovery point: every segment based below it is durable.
+    pub recovery_point: u64,
+}
+
+/// The files of a sealed segment awaiting its fsync.
+#[derive(Debug)]
+pub(crate) struct SealedFiles {
+    /// The `.log` file.
+    pub log: Arc<File>,
+    /// Its path.
+    pub log_path: PathBuf,
+    /// The `.index` file.
+    pub index: Option<File>,
+    /// Its path.
+    pub index_path: PathBuf,
 }
 
 impl Log {

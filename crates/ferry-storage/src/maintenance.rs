@@ -30,8 +30,11 @@ impl Log {
         if offset >= log_end {
             return Ok(log_end);
         }
-        self.write_pending_index(&mut w)?;
+        // Everything left after the cut must be durable before the recovery point can move down to it.
+        self.flush_locked(&mut w)?;
         let new_end = if offset < log_start { self.reset_to(&mut w, offset)? } else { self.cut_at(&mut w, offset)? };
+        let active_base = self.state.read().segments.last().map_or(new_end, |s| s.base);
+        self.set_recovery_point(&mut w, active_base)?;
         let epochs = {
             let st = self.state.read();
             let mut epochs = st.epochs.clone();

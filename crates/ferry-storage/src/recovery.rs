@@ -2,13 +2,15 @@
 //!
 //! - Segment files are found by name; a name that looks like a segment file but is malformed is `BadFile`. Files
 //!   that are not ours are left alone (with a warning); leftover `*.tmp` files and orphan indexes are removed.
-//! - Every sealed segment's chain of headers is walked (one pread per batch): each batch must parse, be whole and
-//!   follow the previous one's offsets. A sealed segment was fsynced when it was sealed, so a break there is real
-//!   corruption: `CorruptSegment` naming the file, position and offset, never skipped. CRCs of sealed segments
-//!   are checked by every read instead.
-//! - The active segment of an uncleanly closed log is read through with every CRC checked; at the first torn,
-//!   corrupt or zero-filled batch the file is cut, so the log recovers to exactly its last good batch. After a
-//!   clean close, its header chain is walked like a sealed segment's, and a break is recovered the same way.
+//! - A segment sealed below the recovery point (or any sealed segment after a clean close) is known whole and
+//!   durable: its chain of headers is walked (one pread per batch), and each batch must parse, be whole and
+//!   follow the previous one's offsets. A break there is real corruption: `CorruptSegment` naming the file,
+//!   position and offset, never skipped. CRCs of such segments are checked by every read instead.
+//! - After an unclean shutdown, the active segment and any segment sealed at or above the recovery point (whose
+//!   fsync may not have happened under the async policy) are read through with every CRC checked; at the first
+//!   torn, corrupt or zero-filled batch the file is cut, so the log recovers to exactly its last good batch. A
+//!   sealed segment cut this way takes the segments after it along (they would follow a hole). After a clean
+//!   close, the active segment's header chain is walked, and a break is recovered the same way.
 //! - Each index is checked entry by entry against the batches found and rebuilt when wrong; a valid index that
 //!   misses its tail (entries not yet written at a crash) is extended.
 //! - Without the clean-shutdown marker, or when anything was cut, the epoch is bumped and persisted: offsets
@@ -54,8 +56,13 @@ fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
                 indexes.insert(base);
             }
             Some(Err(reason)) => return Err(StorageError::BadFile { path, reason }),
-            None if [checkpoint::EPOCH_FILE, checkpoint::GAPS_FILE, checkpoint::CLEAN_MARKER]
-                .contains(&name.as_str()) => {}
+            None if [
+                checkpoint::EPOCH_FILE,
+                checkpoint::GAPS_FILE,
+                checkpoint::RECOVERY_FILE,
+                checkpoint::CLEAN_MARKER,
+            ]
+            .contains(&name.as_str()) => {}
             None => tracing::warn!(path = %path.display(), "ignoring an unexpected file in a partition directory"),
         }
     }
@@ -67,16 +74,23 @@ fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
     Ok(logs)
 }
 
+/// How a segment is checked on open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Known durable and whole (sealed below the recovery point, or any sealed segment after a clean close):
+    /// walk the headers; a break is corruption.
+    Trusted,
+    /// The active segment after a clean close: walk the headers; on a break, find the last good batch with CRCs
+    /// and cut there.
+    CleanTail,
+    /// May have lost a tail in a crash (the active segment, or a segment sealed after the recovery point): check
+    /// every CRC and cut at the first bad batch.
+    Suspect,
+}
+
 /// Opens one existing segment, checks or recovers it, and loads (or rebuilds) its index. Returns the segment and
 /// whether bytes were cut from it.
-fn open_segment(
-    dir: &Path,
-    base: u64,
-    active: bool,
-    clean: bool,
-    config: &LogConfig,
-    now_ms: i64,
-) -> Result<(Segment, bool)> {
+fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms: i64) -> Result<(Segment, bool)> {
     let log_path = dir.join(segment::log_file_name(base));
     let index_path = dir.join(segment::index_file_name(base));
     let file = OpenOptions::new().read(true).append(true).open(&log_path).map_err(Log::io_error(&log_path))?;
@@ -88,18 +102,21 @@ fn open_segment(
             reason: format!("segment is {size} bytes; positions past 4 GiB cannot be indexed"),
         });
     }
-    let (batches, stop) = if active && !clean {
+    let (batches, stop) = if check == Check::Suspect {
         walk_verified(&file, &log_path, base, size)?
     } else {
         walk_headers(&file, &log_path, base, size)?
     };
     let (batches, end) = match stop {
         None => (batches, size),
-        Some(stop) if !active => return Err(stop.into_error(&log_path)),
+        Some(stop) if check == Check::Trusted => return Err(stop.into_error(&log_path)),
         Some(stop) => {
-            // The tail of the active segment: find the last good batch (with CRCs, if not done yet) and cut there.
-            let (batches, stop) =
-                if clean { walk_verified(&file, &log_path, base, size)? } else { (batches, Some(stop)) };
+            // A tail lost in a crash: find the last good batch (with CRCs, if not done yet) and cut there.
+            let (batches, stop) = if check == Check::CleanTail {
+                walk_verified(&file, &log_path, base, size)?
+            } else {
+                (batches, Some(stop))
+            };
             let cut = stop.as_ref().map_or(size, |s| s.pos);
             tracing::warn!(
                 file = %log_path.display(),
@@ -170,13 +187,40 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
     let recorded_gaps = checkpoint::load_gaps(&dir)?;
     let now_ms = clock.now_ms();
 
+    let recovery_point = checkpoint::load_recovery_point(&dir)?;
+    let bases: Vec<u64> = bases.into_iter().collect();
     let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
     let mut cut_any = false;
-    let last_base = bases.last().copied();
-    for &base in &bases {
-        let (segment, cut) = open_segment(&dir, base, Some(base) == last_base, clean, &config, now_ms)?;
+    for (i, &base) in bases.iter().enumerate() {
+        let active = i + 1 == bases.len();
+        let check = match (clean, active) {
+            (true, false) => Check::Trusted,
+            (true, true) => Check::CleanTail,
+            (false, false) if base < recovery_point => Check::Trusted,
+            (false, _) => Check::Suspect,
+        };
+        let (segment, cut) = open_segment(&dir, base, check, &config, now_ms)?;
+        if check == Check::Suspect {
+            // What was checked is what the log now holds: make it durable before trusting it.
+            segment.file.sync_all().map_err(Log::io_error(&segment.log_path))?;
+        }
         cut_any |= cut;
         segments.push(segment);
+        if cut && !active {
+            // A sealed segment lost its tail: the segments after it lie beyond a hole in the offsets and go too.
+            for &later in &bases[i + 1..] {
+                let path = dir.join(segment::log_file_name(later));
+                tracing::warn!(file = %path.display(), "removing a segment that follows a segment cut by recovery");
+                for p in [path, dir.join(segment::index_file_name(later))] {
+                    match fs::remove_file(&p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(source) => return Err(StorageError::Io { path: p, source }),
+                    }
+                }
+            }
+            break;
+        }
     }
     // An empty segment that is not the last is left by an interrupted gap jump or reset: it holds nothing.
     let count = segments.len();
@@ -234,6 +278,8 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
         unflushed: 0,
         last_flush_ms: now_ms,
         poisoned: None,
+        sealed_unflushed: Vec::new(),
+        recovery_point,
     };
     let state = State { closed: false, config, segments, epochs, gaps: recorded_gaps.clone(), closed_range: (0, 0) };
     let layout_gaps = state.layout_gaps();
@@ -242,5 +288,8 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
         tracing::info!(dir = %log.dir.display(), ?recorded_gaps, ?layout_gaps, "gaps record updated from the segment layout");
     }
     log.refresh_gaps()?;
+    // Every segment before the active one is now known whole and durable.
+    let active_base = log.state.read().segments.last().map_or(0, |s| s.base);
+    log.set_recovery_point(&mut log.writer.lock(), active_base)?;
     Ok(log)
 }

@@ -265,3 +265,58 @@ fn an_unclean_open_with_several_segments_cuts_only_the_active_tail() {
     assert_eq!(log.segment_base_offsets(), bases);
     assert_eq!(log.epoch(), 1);
 }
+
+/// Several segments written under the async policy with no flush at all, then dropped (a crash).
+fn unflushed_segments(dir: &Path, flush_before_crash: bool) -> (Vec<Record>, Vec<u64>) {
+    let log = Log::open(dir, small_config()).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..30u64 {
+        let info = log.append(&producer_batch(3, i as i64, "u")).unwrap();
+        expected.extend(rebased(&records(0, 3, i as i64, "u"), info.base_offset));
+    }
+    if flush_before_crash {
+        log.flush().unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 4);
+    drop(log);
+    (expected, bases)
+}
+
+#[test]
+fn a_sealed_segment_that_was_never_flushed_is_recovered_like_a_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (expected, bases) = unflushed_segments(dir.path(), false);
+    // The crash lost the end of the second segment (sealed, not yet fsynced under the async policy).
+    let file = log_path(dir.path(), bases[1]);
+    let (pos, header) = *batch_positions(&file).last().unwrap();
+    OpenOptions::new().write(true).open(&file).unwrap().set_len(pos + 20).unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    assert_eq!(log.log_end_offset(), header.base_offset);
+    assert_eq!(read_all(&log), expected[..header.base_offset as usize].to_vec());
+    // The segments after the hole are gone, files included; the cut segment is the active one now.
+    assert_eq!(log.segment_base_offsets(), bases[..2].to_vec());
+    for base in &bases[2..] {
+        assert!(!log_path(dir.path(), *base).exists() && !index_path(dir.path(), *base).exists());
+    }
+    assert_eq!(log.epoch(), 1);
+    let info = log.append(&producer_batch(1, 1, "after")).unwrap();
+    assert_eq!((info.base_offset, info.epoch), (header.base_offset, 1));
+}
+
+#[test]
+fn after_a_flush_a_broken_sealed_segment_is_corruption_not_a_lost_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, bases) = unflushed_segments(dir.path(), true);
+    let recovery_point = std::fs::read_to_string(dir.path().join("recovery-point.checkpoint")).unwrap();
+    assert_eq!(recovery_point, format!("ferry-recovery-point v1\n{}\n", bases.last().unwrap()));
+    let file = log_path(dir.path(), bases[1]);
+    let (pos, header) = *batch_positions(&file).last().unwrap();
+    OpenOptions::new().write(true).open(&file).unwrap().set_len(pos + 20).unwrap();
+    match Log::open(dir.path(), small_config()) {
+        Err(StorageError::CorruptSegment { file: f, position, offset, .. }) => {
+            assert_eq!((f, position, offset), (file, pos, Some(header.base_offset)));
+        }
+        other => panic!("expected CorruptSegment, got {other:?}"),
+    }
+}
