@@ -9,15 +9,20 @@
 //! granted by the client) is positive, and always sends whole batches, so one batch may overdraw the credit. A
 //! mirror that stops granting credit for a slow partition stops that partition alone; HTTP/2 flow control below
 //! bounds the rest.
+//!
+//! Invariant: no response carries more than [`response_limit`] bytes of batches, whatever budgets the client
+//! asks for, so a response always fits the gRPC message limit both ends apply
+//! (`ferry_proto::max_message_bytes`). A partition whose next batch would cross the limit is answered with its
+//! position only and served by the next response.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::FutureExt;
 use ferry_proto as pb;
 use ferry_storage::StorageError;
+use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -25,6 +30,13 @@ use tonic::Status;
 use crate::core::BrokerCore;
 use crate::error::BrokerError;
 use crate::partition::Partition;
+
+/// Bytes of batches one fetch or subscribe response may carry: twice the largest batch. The gRPC message limit is
+/// `2 x max_batch_bytes + ferry_proto::MESSAGE_OVERHEAD_BYTES`, so this leaves the overhead for framing and the
+/// other fields.
+pub const fn response_limit(max_batch_bytes: u64) -> u64 {
+    max_batch_bytes.saturating_mul(2)
+}
 
 /// Builds the per-partition error entry of a fetch-style response.
 fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) -> pb::PartitionData {
@@ -99,11 +111,13 @@ fn read_partition(p: &Partition, offset: u64, max_bytes: u64, topic_id: String) 
 }
 
 /// Serves a long-poll fetch: answers at once when any partition has data or an error, else waits up to
-/// `max_wait` for data to arrive and reads once more.
+/// `max_wait` for data to arrive and reads once more. The response carries at most `limit` bytes of batches
+/// (see [`response_limit`]), however large the request's budgets are.
 pub async fn fetch(
     core: &BrokerCore,
     req: pb::FetchRequest,
     max_wait: Duration,
+    limit: u64,
     shutdown: &CancellationToken,
 ) -> pb::FetchResponse {
     let mut arrivals = core.arrivals();
@@ -112,19 +126,29 @@ pub async fn fetch(
         // Mark the current arrivals value as seen before reading, so an append between the read and the wait
         // still wakes us.
         arrivals.borrow_and_update();
-        let mut budget = if req.max_bytes == 0 { u64::MAX } else { req.max_bytes };
+        let mut budget = if req.max_bytes == 0 { limit } else { req.max_bytes.min(limit) };
+        let mut total = 0u64;
         let mut out = Vec::with_capacity(req.partitions.len());
         let mut any = false;
         for pf in &req.partitions {
-            let per = if pf.max_bytes == 0 { budget } else { pf.max_bytes.min(budget) };
             // Once the total budget is spent, later partitions report their position only.
-            let data = read_one(core, &pf.topic, pf.partition, pf.offset, if budget == 0 { 1 } else { per });
-            let mut data = data;
-            if budget == 0 && !data.batches.is_empty() {
+            let mut data = if budget == 0 {
+                unread(core, &pf.topic, pf.partition, pf.offset)
+            } else {
+                let per = if pf.max_bytes == 0 { budget } else { pf.max_bytes.min(budget) };
+                read_one(core, &pf.topic, pf.partition, pf.offset, per)
+            };
+            let n = data.batches.len() as u64;
+            // A read returns at least one whole batch, which may be more than the budget left: never let it take
+            // the response past the limit (the first data of a response always fits: a batch is at most half).
+            if total > 0 && total + n > limit {
                 data.batches = Bytes::new();
                 data.next_offset = pf.offset;
+                budget = 0;
+            } else {
+                total += n;
+                budget = budget.saturating_sub(n);
             }
-            budget = budget.saturating_sub(data.batches.len() as u64);
             any |= !data.batches.is_empty() || data.error != pb::ErrorCode::None as i32;
             out.push(data);
         }
@@ -151,15 +175,17 @@ struct Sub {
     errored: bool,
 }
 
-/// Runs one subscribe stream until the client goes away or the broker shuts down.
+/// Runs one subscribe stream until the client goes away or the broker shuts down. No response carries more than
+/// `limit` bytes of batches (see [`response_limit`]); a client's `max_response_bytes` is capped at it.
 pub async fn subscribe(
     core: Arc<BrokerCore>,
     mut requests: tonic::Streaming<pb::SubscribeRequest>,
     tx: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
+    limit: u64,
     shutdown: CancellationToken,
 ) {
     let mut subs: BTreeMap<(String, u32), Sub> = BTreeMap::new();
-    let mut max_response: u64 = 4 * 1024 * 1024;
+    let mut max_response: u64 = limit.min(4 * 1024 * 1024);
     let mut heartbeat = Duration::from_millis(1000);
     let mut arrivals = core.arrivals();
     let mut next_heartbeat = tokio::time::Instant::now() + heartbeat;
@@ -168,10 +194,8 @@ pub async fn subscribe(
         // Positions of every partition on a fixed beat, busy or not, so the client always knows each log end.
         if tokio::time::Instant::now() >= next_heartbeat {
             next_heartbeat = tokio::time::Instant::now() + heartbeat;
-            let positions: Vec<pb::PartitionData> = subs
-                .iter()
-                .map(|((topic, partition), sub)| position(&core, topic, *partition, sub.offset))
-                .collect();
+            let positions: Vec<pb::PartitionData> =
+                subs.iter().map(|((topic, partition), sub)| position(&core, topic, *partition, sub.offset)).collect();
             if !positions.is_empty() && tx.send(Ok(pb::SubscribeResponse { partitions: positions })).await.is_err() {
                 return;
             }
@@ -202,10 +226,11 @@ pub async fn subscribe(
                 continue;
             }
             sub.errored = false;
-            if data.batches.is_empty() {
+            let n = data.batches.len() as u64;
+            // The first batch of a read may overdraw what is left of the response: leave it for the next one.
+            if n == 0 || (size > 0 && size + n > max_response) {
                 continue;
             }
-            let n = data.batches.len() as u64;
             size += n;
             sub.credit = sub.credit.saturating_sub(n);
             sub.offset = data.next_offset;
@@ -218,7 +243,7 @@ pub async fn subscribe(
             // Take in any credit or stop messages that arrived meanwhile before reading more.
             while let Some(msg) = requests.message().now_or_never() {
                 match msg {
-                    Ok(Some(req)) => apply(&mut subs, req, &mut max_response, &mut heartbeat),
+                    Ok(Some(req)) => apply(&mut subs, req, limit, &mut max_response, &mut heartbeat),
                     Ok(None) | Err(_) => return,
                 }
             }
@@ -231,7 +256,7 @@ pub async fn subscribe(
                 return;
             }
             msg = requests.message() => match msg {
-                Ok(Some(req)) => apply(&mut subs, req, &mut max_response, &mut heartbeat),
+                Ok(Some(req)) => apply(&mut subs, req, limit, &mut max_response, &mut heartbeat),
                 Ok(None) => return,
                 Err(status) => {
                     tracing::debug!(%status, "subscribe stream closed by client");
@@ -246,6 +271,20 @@ pub async fn subscribe(
             _ = tokio::time::sleep_until(next_heartbeat) => {}
         }
     }
+}
+
+/// A fetch entry for a partition the response has no room left for: its position, or why it cannot be read at
+/// `offset` (the same error a read would give), without reading any batch.
+fn unread(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::PartitionData {
+    let mut data = position(core, topic, partition, offset);
+    let (log_start, log_end) = (data.log_start_offset, data.log_end_offset);
+    if data.error == pb::ErrorCode::None as i32 && (offset < log_start || offset > log_end) {
+        let err = BrokerError::OffsetOutOfRange { topic: topic.to_owned(), partition, offset, log_start, log_end };
+        let (topic_id, epoch) = (std::mem::take(&mut data.topic_id), data.epoch);
+        data = error_data(topic, partition, &err, topic_id);
+        data.epoch = epoch;
+    }
+    data
 }
 
 /// A data-less entry telling the client where a partition stands.
@@ -271,11 +310,17 @@ fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::
     }
 }
 
-fn apply(subs: &mut BTreeMap<(String, u32), Sub>, req: pb::SubscribeRequest, max_response: &mut u64, heartbeat: &mut Duration) {
+fn apply(
+    subs: &mut BTreeMap<(String, u32), Sub>,
+    req: pb::SubscribeRequest,
+    limit: u64,
+    max_response: &mut u64,
+    heartbeat: &mut Duration,
+) {
     match req.kind {
         Some(pb::subscribe_request::Kind::Start(start)) => {
             if start.max_response_bytes > 0 {
-                *max_response = start.max_response_bytes.max(64 * 1024);
+                *max_response = start.max_response_bytes.max(64 * 1024).min(limit);
             }
             if start.idle_heartbeat_ms > 0 {
                 *heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(50));
@@ -297,5 +342,98 @@ fn apply(subs: &mut BTreeMap<(String, u32), Sub>, req: pb::SubscribeRequest, max
             }
         }
         None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topic::TopicSettings;
+    use ferry_storage::LogConfig;
+    use ferry_storage::batch::{BatchBuilder, BatchIter, Compression, ProducerInfo};
+
+    const MAX_BATCH: u64 = 64 * 1024;
+
+    /// A broker core whose batches are at most 64 KiB, with `topic` of `partitions` partitions, each holding
+    /// `batches` batches of ~50 KiB.
+    async fn core_with_backlog(partitions: u32, batches: usize) -> (tempfile::TempDir, BrokerCore) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { max_batch_bytes: MAX_BATCH, ..LogConfig::default() };
+        let core = BrokerCore::open(dir.path(), Some("test"), config).unwrap();
+        let topic = core.create_topic("t", partitions, TopicSettings::default(), None).await.unwrap();
+        for p in topic.partitions() {
+            for _ in 0..batches {
+                let mut b = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+                for i in 0..50 {
+                    b.push(i, 1, None, Some(&[7u8; 1000]), &[]);
+                }
+                p.produce(b.build(0, 0)).await.unwrap();
+            }
+        }
+        (dir, core)
+    }
+
+    fn request(partitions: u32, offsets: &[u64], max_bytes: u64) -> pb::FetchRequest {
+        pb::FetchRequest {
+            partitions: (0..partitions)
+                .map(|p| pb::PartitionFetch {
+                    topic: "t".into(),
+                    partition: p,
+                    offset: offsets[p as usize],
+                    max_bytes: 1024 * 1024,
+                })
+                .collect(),
+            max_wait_ms: 0,
+            max_bytes,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fetch_never_carries_more_than_the_response_limit_and_loses_nothing() {
+        let (_dir, core) = core_with_backlog(4, 6).await;
+        let limit = response_limit(MAX_BATCH);
+        let token = CancellationToken::new();
+        let mut offsets = vec![0u64; 4];
+        let mut records = 0;
+        let mut responses = 0;
+        while offsets.iter().any(|&o| o < 300) {
+            // The client asks for far more than one message may carry (16 MiB total, 1 MiB per partition).
+            let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, &token).await;
+            let total: u64 = r.partitions.iter().map(|d| d.batches.len() as u64).sum();
+            assert!(total <= limit, "response of {total} bytes, limit {limit}");
+            assert!(total > 0, "no progress at {offsets:?}");
+            for d in &r.partitions {
+                assert_eq!(d.error, pb::ErrorCode::None as i32, "{}", d.message);
+                assert_eq!(d.log_end_offset, 300);
+                let p = d.partition as usize;
+                for item in BatchIter::new(&d.batches) {
+                    let (header, _) = item.unwrap();
+                    assert_eq!(header.base_offset, offsets[p], "partition {p} skipped or repeated data");
+                    records += header.record_count as u64;
+                    offsets[p] = header.next_offset();
+                }
+                assert_eq!(d.next_offset, offsets[p]);
+            }
+            responses += 1;
+        }
+        assert_eq!(records, 4 * 300);
+        assert!(responses >= 4 * 6 * 50 * 1000 / limit as usize, "{responses} responses");
+    }
+
+    #[tokio::test]
+    async fn partitions_without_room_report_their_position_or_range_error() {
+        let (_dir, core) = core_with_backlog(3, 3).await;
+        let limit = response_limit(MAX_BATCH);
+        let token = CancellationToken::new();
+        // The total budget is one byte: partition 0 gets one whole batch, the others no data.
+        let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, &token).await;
+        let d = &r.partitions;
+        assert_eq!((d[0].error, d[0].next_offset), (pb::ErrorCode::None as i32, 50));
+        assert!(!d[0].batches.is_empty());
+        assert_eq!((d[1].error, d[1].next_offset, d[1].log_end_offset), (pb::ErrorCode::None as i32, 50, 150));
+        assert!(d[1].batches.is_empty());
+        assert_eq!(d[2].error, pb::ErrorCode::OffsetOutOfRange as i32);
+        assert!(d[2].message.contains("offset 999 is out of range"), "{}", d[2].message);
+        assert_eq!((d[2].log_start_offset, d[2].log_end_offset), (0, 150));
     }
 }

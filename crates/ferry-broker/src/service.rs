@@ -187,7 +187,10 @@ impl Broker for BrokerService {
         }
         let outcome = match part.append_with_offsets(req.batches, req.source_log_start_offset).await {
             Ok(o) => o,
-            Err(BrokerError::Storage { source: ferry_storage::StorageError::OffsetAppendRefused { reason, offset, .. }, .. }) => {
+            Err(BrokerError::Storage {
+                source: ferry_storage::StorageError::OffsetAppendRefused { reason, offset, .. },
+                ..
+            }) => {
                 let code = if reason.contains("epoch") {
                     pb::ErrorCode::EpochRegressed
                 } else if reason.contains("straddl") {
@@ -213,7 +216,10 @@ impl Broker for BrokerService {
             },
             OffsetAppendOutcome::Diverged { at, written, present, log_end_offset } => pb::AppendWithOffsetsResponse {
                 error: pb::ErrorCode::Diverged as i32,
-                message: format!("{}/{}: stored data differs from the offered batches at offset {at}", req.topic, req.partition),
+                message: format!(
+                    "{}/{}: stored data differs from the offered batches at offset {at}",
+                    req.topic, req.partition
+                ),
                 log_end_offset,
                 written_batches: written,
                 present_batches: present,
@@ -248,7 +254,8 @@ impl Broker for BrokerService {
     }
 
     async fn fetch(&self, req: Request<pb::FetchRequest>) -> Rpc<pb::FetchResponse> {
-        ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, &self.shutdown).await)
+        let limit = crate::fetch::response_limit(self.max_batch_bytes);
+        ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, limit, &self.shutdown).await)
     }
 
     type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
@@ -257,7 +264,8 @@ impl Broker for BrokerService {
         let (tx, rx) = mpsc::channel(4);
         let core = Arc::clone(&self.core);
         let shutdown = self.shutdown.clone();
-        tokio::spawn(crate::fetch::subscribe(core, req.into_inner(), tx, shutdown));
+        let limit = crate::fetch::response_limit(self.max_batch_bytes);
+        tokio::spawn(crate::fetch::subscribe(core, req.into_inner(), tx, limit, shutdown));
         ok(ReceiverStream::new(rx))
     }
 
