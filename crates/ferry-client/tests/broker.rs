@@ -455,3 +455,36 @@ async fn stream_hands_out_records_one_by_one_and_a_dropped_stream_loses_nothing(
     consumer.close().await.unwrap();
     assert!(matches!(consumer.poll(Duration::ZERO).await, Err(ferry_client::ClientError::Closed(_))));
 }
+
+#[tokio::test]
+async fn flush_skips_the_linger_and_a_small_buffer_only_slows_sends_down() {
+    use futures::FutureExt as _;
+    init_tracing();
+    let broker = BrokerProcess::start().await.unwrap();
+    let client = connect(broker.addr()).await;
+    Admin::new(client.clone()).create_topic("f", 2, TopicConfig::default(), None).await.unwrap();
+
+    // A linger far longer than the flush bound below: flush must send at once instead of waiting for it.
+    let lingering = ProducerConfig { linger: Duration::from_secs(600), ..Default::default() };
+    let producer = Producer::new(client.clone(), lingering).await.unwrap();
+    let mut pending = Vec::new();
+    for i in 0..10 {
+        pending.push(producer.send(record("f", i)).await.unwrap());
+    }
+    tokio::time::timeout(Duration::from_secs(60), producer.flush()).await.expect("flush waited for the linger");
+    for p in pending {
+        p.now_or_never().expect("flush returned before an ack").unwrap();
+    }
+    producer.close().await;
+
+    // 4 KiB of buffer for 2 MB of records: send() waits for room, and everything arrives.
+    let small = ProducerConfig { buffer_bytes: 4096, batch_bytes: 2048, ..Default::default() };
+    let producer = Producer::new(client.clone(), small).await.unwrap();
+    let big_value = Bytes::from(vec![b'x'; 1000]);
+    let records = (0..2000).map(|i| ProducerRecord::new("f", big_value.clone()).with_key(format!("k{i}"))).collect();
+    let acks = produce_all(&producer, records).await;
+    producer.close().await;
+    assert_eq!(acks.len(), 2000);
+    let consumed = consume_all(&client, "f", 2, 2010).await;
+    assert_eq!(consumed.iter().filter(|r| r.value.as_ref() == Some(&big_value)).count(), 2000);
+}
