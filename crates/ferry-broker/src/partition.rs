@@ -55,13 +55,7 @@ impl Partition {
         let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
         log.for_each_batch_header(from, &mut |h: &BatchHeader| producers.record(h, h.base_offset, h.last_offset()))
             .map_err(|e| BrokerError::storage(topic, index, e))?;
-        Ok(Partition {
-            topic: topic.to_owned(),
-            index,
-            log: Arc::new(log),
-            writer: Mutex::new(producers),
-            arrivals,
-        })
+        Ok(Partition { topic: topic.to_owned(), index, log: Arc::new(log), writer: Mutex::new(producers), arrivals })
     }
 
     /// Topic name.
@@ -126,10 +120,21 @@ impl Partition {
     }
 
     /// Appends the batches of a produce request, assigning offsets; retried idempotent batches get their original
-    /// offsets back and are not written again.
+    /// offsets back and are not written again. A request whose batches the producer state refuses (a sequence gap
+    /// or a fenced epoch in any of them) writes nothing.
     pub async fn produce(&self, batches: Bytes) -> Result<Produced> {
         let verified = self.verified_batches(&batches)?;
         let mut producers = self.writer.lock().await;
+        if verified.len() > 1
+            && let Err((producer_id, reason)) = producers.check_all(verified.iter().map(|(h, _)| h))
+        {
+            return Err(BrokerError::ProducerSequence {
+                topic: self.topic.clone(),
+                partition: self.index,
+                producer_id,
+                reason,
+            });
+        }
         let mut first: Option<u64> = None;
         let mut last = 0;
         let mut all_duplicates = true;

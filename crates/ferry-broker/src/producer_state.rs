@@ -89,8 +89,10 @@ impl ProducerStates {
         if !h.is_idempotent() {
             return;
         }
-        let entry =
-            self.producers.entry(h.producer_id).or_insert_with(|| Entry { epoch: h.producer_epoch, recent: VecDeque::new() });
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| Entry { epoch: h.producer_epoch, recent: VecDeque::new() });
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.recent.clear();
@@ -119,6 +121,28 @@ impl ProducerStates {
     /// Forgets everything (after a truncation the remembered offsets may no longer exist).
     pub fn clear(&mut self) {
         self.producers.clear();
+    }
+
+    /// Checks the batches of one request in order, as if each accepted one had been written, without changing
+    /// anything: the first refusal, with the refused batch's producer id, or `Ok` when every batch would be
+    /// appended or recognised as a duplicate. Lets a request of several batches be refused before any is written.
+    pub fn check_all<'a>(&self, headers: impl IntoIterator<Item = &'a BatchHeader>) -> Result<(), (i64, String)> {
+        let mut scratch = ProducerStates::default();
+        for h in headers {
+            if h.is_idempotent()
+                && !scratch.producers.contains_key(&h.producer_id)
+                && let Some(entry) = self.producers.get(&h.producer_id)
+            {
+                scratch.producers.insert(h.producer_id, entry.clone());
+            }
+            match scratch.check(h) {
+                Check::Refuse(reason) => return Err((h.producer_id, reason)),
+                // Offsets do not matter for later verdicts, only sequences and epochs.
+                Check::Append => scratch.record(h, 0, 0),
+                Check::Duplicate { .. } => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -160,6 +184,21 @@ mod tests {
         assert!(matches!(s.check(&header(7, 0, 1, 1)), Check::Refuse(r) if r.contains("fenced")));
         assert_eq!(s.check(&header(7, 2, 0, 1)), Check::Append);
         assert_eq!(s.check(&header(8, 0, 42, 1)), Check::Append);
+    }
+
+    #[test]
+    fn a_request_is_checked_as_a_whole_without_changing_the_state() {
+        let mut s = ProducerStates::default();
+        s.record(&header(7, 0, 0, 2), 0, 1);
+        // In order, continuing the sequence, with a duplicate and a new producer: fine.
+        let ok = [header(7, 0, 2, 3), header(7, 0, 5, 1), header(7, 0, 0, 2), header(9, 0, 40, 1)];
+        assert_eq!(s.check_all(&ok), Ok(()));
+        // A batch after a good one that skips a sequence is refused, naming its producer.
+        let bad = [header(8, 0, 0, 2), header(8, 0, 5, 1)];
+        assert!(matches!(s.check_all(&bad), Err((8, r)) if r.contains("expected 2, got 5")));
+        // Nothing was recorded by the checks.
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.check(&header(7, 0, 2, 1)), Check::Append);
     }
 
     #[test]
