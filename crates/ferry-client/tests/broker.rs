@@ -488,3 +488,26 @@ async fn flush_skips_the_linger_and_a_small_buffer_only_slows_sends_down() {
     let consumed = consume_all(&client, "f", 2, 2010).await;
     assert_eq!(consumed.iter().filter(|r| r.value.as_ref() == Some(&big_value)).count(), 2000);
 }
+
+#[tokio::test]
+async fn zstd_requests_and_a_bound_local_address_work() {
+    init_tracing();
+    let broker = BrokerProcess::start().await.unwrap();
+    let config =
+        config(&[broker.addr().to_string()]).with_compression(true).with_bind(std::net::IpAddr::from([127, 0, 0, 1]));
+    let client = BrokerClient::connect(config).await.unwrap();
+    Admin::new(client.clone()).create_topic("z", 1, TopicConfig::default(), None).await.unwrap();
+    let producer = Producer::new(
+        client.clone(),
+        ProducerConfig { compression: ferry_client::batch::Compression::Zstd, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let acks = produce_all(&producer, (0..100).map(|i| record("z", i)).collect()).await;
+    producer.close().await;
+    assert_eq!(acks.last().unwrap().offset, 99);
+    let consumed = consume_all(&client, "z", 1, 100).await;
+    let values: Vec<String> =
+        consumed.iter().map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()).collect();
+    assert_eq!(values, (0..100).map(|i| format!("value-{i}")).collect::<Vec<_>>());
+}
