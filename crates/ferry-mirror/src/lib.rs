@@ -10,11 +10,13 @@
 //! - [`events::EventBus`]: typed events with the seed's snake_case names.
 //! - [`egress::EgressHandle`]: source routes, probes, failover.
 //! - [`group_sync::GroupSync`]: consumer-group offsets copied to the target for failover.
+//! - [`alarm::Alarmer`]: alarm rules, the lag and stall checks, email and webhook notifications.
 //!
 //! [`run::run`] boots them in order and stops them in reverse; the `ferry-mirror` binary and `ferryctl demo` call it.
 
 #![deny(missing_docs)]
 
+pub mod alarm;
 pub mod config;
 pub mod egress;
 pub mod events;

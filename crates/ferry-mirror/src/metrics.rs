@@ -186,6 +186,14 @@ impl Metrics {
         self.inner.alarms.get_or_create(&vec![("channel", channel.to_owned()), ("outcome", outcome.to_owned())]).inc();
     }
 
+    /// Counts `n` alarm outcomes at once on a channel (e.g. events lost by a lagging subscriber).
+    pub fn alarm_by(&self, channel: &str, outcome: &str, n: u64) {
+        self.inner
+            .alarms
+            .get_or_create(&vec![("channel", channel.to_owned()), ("outcome", outcome.to_owned())])
+            .inc_by(n);
+    }
+
     /// The count of an alarm outcome so far.
     pub fn alarm_count(&self, channel: &str, outcome: &str) -> u64 {
         self.inner.alarms.get_or_create(&vec![("channel", channel.to_owned()), ("outcome", outcome.to_owned())]).get()

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::alarm::{AlarmIdentity, Alarmer};
 use crate::config::{MirrorConfig, StartPosition};
 use crate::egress::EgressHandle;
 use crate::events::EventBus;
@@ -29,6 +30,9 @@ pub enum MirrorError {
     /// A client could not be built from the config.
     #[error("invalid connection settings: {0}")]
     Client(#[from] ferry_client::ClientError),
+    /// The alarm rules or channels could not be set up.
+    #[error(transparent)]
+    Alarms(#[from] crate::alarm::AlarmError),
     /// The monitor could not start.
     #[error("monitor: {0}")]
     Monitor(String),
@@ -167,6 +171,19 @@ pub async fn run(
     let egress = EgressHandle::new(&config.source, config.sync.compression, learned, events.clone())?;
     tasks.spawn(egress.clone().run(metrics.clone(), components.clone()));
 
+    // Alarms: rules, channels and the lag/stall checks; SIGHUP sends new [alarms] settings on alarms_tx.
+    let (alarms_tx, alarms_rx) = watch::channel(config.alarms.clone());
+    let identity = AlarmIdentity {
+        mirror: config.name.clone(),
+        source_cluster: config.source.cluster.clone(),
+        target_cluster: config.target.cluster.clone(),
+    };
+    let alarmer = Alarmer::new(&config.alarms, identity, events.clone(), metrics.clone()).map_err(|e| {
+        components.cancel();
+        MirrorError::Alarms(e)
+    })?;
+    tasks.spawn(alarmer.run(Arc::clone(&shared), config.sync.stall_check_interval, alarms_rx, components.clone()));
+
     let controls: Controls = Arc::new(dashmap::DashMap::new());
     let target_health = Arc::new(TargetHealth::default());
     let handle = MirrorHandle {
@@ -280,9 +297,10 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             new = reload => match new {
                 Some(new) => {
-                    tracing::info!("configuration reloaded: topic and group rules applied");
+                    tracing::info!("configuration reloaded: topic, group and alarm rules applied");
                     let _ = rules_tx.send(new.topics.clone());
                     let _ = groups_tx.send(new.groups.clone());
+                    let _ = alarms_tx.send(new.alarms.clone());
                 }
                 None => std::future::pending::<()>().await,
             },

@@ -487,6 +487,8 @@ pub(super) fn validate_raw(
         p.add("alarms.rules", format!("{} does not exist", r.display()));
     }
     let alarms = AlarmsConfig { rules, queue_size: a.queue_size.unwrap_or(1000).max(1) as usize, webhooks, emails };
+    // The rules file, the email templates and the email addresses (crate::alarm owns their formats).
+    p.0.extend(crate::alarm::check(&alarms));
 
     if !p.0.is_empty() {
         return Err(ConfigProblems(p.0));
