@@ -117,6 +117,20 @@ pub enum BrokerError {
         /// Log end offset.
         log_end: u64,
     },
+    /// An append with offsets was refused against the partition's log end (see [`RefusalKind`]).
+    #[error("offset append to {topic}/{partition} refused at offset {offset}: {reason}")]
+    AppendRefused {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Base offset of the refused batch.
+        offset: u64,
+        /// Which rule refused it.
+        kind: RefusalKind,
+        /// The log's explanation.
+        reason: String,
+    },
     /// Idempotent producer sequence or epoch problem.
     #[error("producer {producer_id} on {topic}/{partition}: {reason}")]
     ProducerSequence {
@@ -162,6 +176,34 @@ pub enum BrokerError {
     Internal(String),
 }
 
+/// Why an append with offsets was refused; each has its own `ErrorCode` in the AppendWithOffsets response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// A batch above the log end that source retention does not explain, or below the log start (GAP_REFUSED).
+    Gap,
+    /// A batch that straddles the log end (STRADDLES_END).
+    Straddle,
+    /// A batch whose epoch is below the latest epoch in the log's history (EPOCH_REGRESSED).
+    EpochRegressed,
+}
+
+impl RefusalKind {
+    /// Classifies the log's refusal. The log reports refusals as text, so this matches its wording; the
+    /// partition tests pin every case, so a change of wording fails them. `None` is a request error (offsets of
+    /// the offered batches not increasing), not an outcome against the log.
+    pub fn of(reason: &str) -> Option<RefusalKind> {
+        if reason.contains("epoch regressed") {
+            Some(RefusalKind::EpochRegressed)
+        } else if reason.contains("straddles the log end") {
+            Some(RefusalKind::Straddle)
+        } else if reason.contains("above the log end offset") || reason.contains("below the log start offset") {
+            Some(RefusalKind::Gap)
+        } else {
+            None
+        }
+    }
+}
+
 impl BrokerError {
     /// Wraps a storage error for `topic/partition`, lifting the cases that have their own code.
     pub fn storage(topic: &str, partition: u32, source: StorageError) -> BrokerError {
@@ -171,13 +213,14 @@ impl BrokerError {
                 BrokerError::OffsetOutOfRange { topic, partition, offset, log_start, log_end }
             }
             StorageError::BatchTooLarge { size, max, .. } => BrokerError::BatchTooLarge { topic, partition, size, max },
-            StorageError::InvalidBatch { source: ferry_storage::batch::BatchError::CrcMismatch { stored, computed }, .. } => {
-                BrokerError::CorruptBatch {
-                    topic,
-                    partition,
-                    reason: format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
-                }
-            }
+            StorageError::InvalidBatch {
+                source: ferry_storage::batch::BatchError::CrcMismatch { stored, computed },
+                ..
+            } => BrokerError::CorruptBatch {
+                topic,
+                partition,
+                reason: format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+            },
             StorageError::InvalidBatch { source, .. } => {
                 BrokerError::MalformedBatch { topic, partition, reason: source.to_string() }
             }
@@ -190,14 +233,15 @@ impl BrokerError {
     pub fn code(&self) -> Code {
         match self {
             BrokerError::UnknownTopic { .. } | BrokerError::UnknownPartition { .. } => Code::NotFound,
-            BrokerError::InvalidTopicName { .. } | BrokerError::InvalidArgument(_) | BrokerError::MalformedBatch { .. } => {
-                Code::InvalidArgument
-            }
+            BrokerError::InvalidTopicName { .. }
+            | BrokerError::InvalidArgument(_)
+            | BrokerError::MalformedBatch { .. } => Code::InvalidArgument,
             BrokerError::TopicExists { .. } => Code::AlreadyExists,
             BrokerError::ShrinkPartitions { .. }
             | BrokerError::MirrorTopicReadOnly { .. }
             | BrokerError::NotAMirrorTopic { .. }
             | BrokerError::ProducerSequence { .. }
+            | BrokerError::AppendRefused { .. }
             | BrokerError::Group { .. } => Code::FailedPrecondition,
             BrokerError::BatchTooLarge { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,

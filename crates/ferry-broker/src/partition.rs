@@ -13,7 +13,7 @@ use ferry_storage::batch::{self, BatchHeader, BatchIter};
 use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError};
 use tokio::sync::{Mutex, watch};
 
-use crate::error::{BrokerError, Result};
+use crate::error::{BrokerError, RefusalKind, Result};
 use crate::producer_state::{Check, ProducerStates};
 
 /// What a produce request wrote.
@@ -184,7 +184,7 @@ impl Partition {
         let outcome = tokio::task::spawn_blocking(move || log.append_with_offsets(&batches, source_log_start))
             .await
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| self.offset_append_error(e))?;
         let leo = self.log.log_end_offset();
         for (header, _) in BatchIter::new(&for_state).flatten() {
             if header.last_offset() < leo {
@@ -193,6 +193,28 @@ impl Partition {
         }
         self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
         Ok(outcome)
+    }
+
+    /// A refused offset append becomes [`BrokerError::AppendRefused`] with its kind, or a malformed request when
+    /// the offered batches themselves are out of order.
+    fn offset_append_error(&self, e: StorageError) -> BrokerError {
+        match e {
+            StorageError::OffsetAppendRefused { offset, reason, .. } => match RefusalKind::of(&reason) {
+                Some(kind) => BrokerError::AppendRefused {
+                    topic: self.topic.clone(),
+                    partition: self.index,
+                    offset,
+                    kind,
+                    reason,
+                },
+                None => BrokerError::MalformedBatch {
+                    topic: self.topic.clone(),
+                    partition: self.index,
+                    reason: format!("batch at offset {offset}: {reason}"),
+                },
+            },
+            other => self.err(other),
+        }
     }
 
     /// Truncates to the batch boundary at or below `offset`, returning the new log end offset.
@@ -225,5 +247,62 @@ impl Partition {
             segments: s.segments,
             gaps: s.gaps.iter().map(|&(start, end)| pb::OffsetRange { start, end }).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_storage::batch::{Compression, ProducerInfo, Record, encode_records};
+
+    fn partition(dir: &std::path::Path) -> Partition {
+        let (arrivals, _) = watch::channel(0);
+        Partition::open("m", 0, dir.join("0"), LogConfig::default(), arrivals).unwrap()
+    }
+
+    fn batch(base: u64, n: u64, epoch: u32) -> Bytes {
+        let records: Vec<Record> = (base..base + n)
+            .map(|o| Record {
+                offset: o,
+                timestamp: 1,
+                key: None,
+                value: Some(Bytes::from(o.to_string())),
+                headers: vec![],
+            })
+            .collect();
+        encode_records(&records, epoch, Compression::None, ProducerInfo::NONE)
+    }
+
+    fn kind(r: Result<OffsetAppendOutcome>) -> Option<RefusalKind> {
+        match r {
+            Err(BrokerError::AppendRefused { kind, .. }) => Some(kind),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_offset_append_refusal_of_the_log_is_classified() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path());
+        p.append_with_offsets(batch(0, 5, 1), 0).await.unwrap();
+        // Above the log end without a retention gap to explain it.
+        assert_eq!(kind(p.append_with_offsets(batch(9, 1, 1), 0).await), Some(RefusalKind::Gap));
+        // Straddling the log end.
+        assert_eq!(kind(p.append_with_offsets(batch(3, 4, 1), 0).await), Some(RefusalKind::Straddle));
+        // An older epoch after a newer one.
+        assert_eq!(kind(p.append_with_offsets(batch(5, 1, 0), 0).await), Some(RefusalKind::EpochRegressed));
+        // Offered batches out of order are a bad request, not an outcome against the log.
+        let unordered = Bytes::from([batch(5, 2, 1), batch(6, 2, 1)].concat());
+        let err = p.append_with_offsets(unordered, 0).await.unwrap_err();
+        assert!(matches!(err, BrokerError::MalformedBatch { .. }), "{err:?}");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.to_string().contains("offsets must increase"), "{err}");
+        assert_eq!(p.log().log_end_offset(), 5);
+        // Below the log start (moved by a gap append to a log that had nothing): cannot be checked.
+        let dir2 = tempfile::tempdir().unwrap();
+        let q = partition(dir2.path());
+        q.append_with_offsets(batch(100, 2, 0), 100).await.unwrap();
+        assert_eq!(q.log().log_start_offset(), 100);
+        assert_eq!(kind(q.append_with_offsets(batch(90, 2, 0), 100).await), Some(RefusalKind::Gap));
     }
 }

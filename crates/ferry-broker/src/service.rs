@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::core::BrokerCore;
-use crate::error::BrokerError;
+use crate::error::{BrokerError, RefusalKind};
 use crate::groups::GroupCoordinator;
 use crate::topic::{MirrorMark, TopicSettings};
 
@@ -187,16 +187,11 @@ impl Broker for BrokerService {
         }
         let outcome = match part.append_with_offsets(req.batches, req.source_log_start_offset).await {
             Ok(o) => o,
-            Err(BrokerError::Storage {
-                source: ferry_storage::StorageError::OffsetAppendRefused { reason, offset, .. },
-                ..
-            }) => {
-                let code = if reason.contains("epoch") {
-                    pb::ErrorCode::EpochRegressed
-                } else if reason.contains("straddl") {
-                    pb::ErrorCode::StraddlesEnd
-                } else {
-                    pb::ErrorCode::GapRefused
+            Err(BrokerError::AppendRefused { offset, kind, reason, .. }) => {
+                let code = match kind {
+                    RefusalKind::Gap => pb::ErrorCode::GapRefused,
+                    RefusalKind::Straddle => pb::ErrorCode::StraddlesEnd,
+                    RefusalKind::EpochRegressed => pb::ErrorCode::EpochRegressed,
                 };
                 let (leo, start) = (part.log().log_end_offset(), part.log().log_start_offset());
                 return ok(append_error(code, format!("batch at offset {offset}: {reason}"), leo, start));
