@@ -47,8 +47,8 @@ pub struct ClientConfig {
     /// Largest gRPC message sent or accepted. Defaults to `ferry_proto::max_message_bytes(64 MiB)`, so a fetch of
     /// large batches is never capped by tonic's 4 MiB default.
     pub max_message_bytes: usize,
-    /// Compress requests with zstd (gRPC message compression). Responses in zstd are always accepted. Off by
-    /// default: a broker built without zstd support would refuse compressed requests.
+    /// zstd gRPC message compression in both directions: requests are compressed and the broker is told it may
+    /// compress responses. Off by default: it pays on a WAN link, not on a local one.
     pub compression: bool,
     /// HTTP/2 initial stream window. Fixed and large rather than adaptive: see [`ClientConfig::default`].
     pub stream_window_bytes: u32,

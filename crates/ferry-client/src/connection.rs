@@ -220,10 +220,11 @@ impl BrokerClient {
         let config = &self.inner.config;
         let mut client = broker_client::BrokerClient::with_interceptor(channel, self.inner.auth.clone())
             .max_decoding_message_size(config.max_message_bytes)
-            .max_encoding_message_size(config.max_message_bytes)
-            .accept_compressed(CompressionEncoding::Zstd);
+            .max_encoding_message_size(config.max_message_bytes);
+        // Both directions follow the setting: a client that advertises zstd makes the broker compress every
+        // response, which costs CPU on a fast local link for nothing. The mirror turns it on for the WAN.
         if config.compression {
-            client = client.send_compressed(CompressionEncoding::Zstd);
+            client = client.send_compressed(CompressionEncoding::Zstd).accept_compressed(CompressionEncoding::Zstd);
         }
         client
     }
