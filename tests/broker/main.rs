@@ -1,0 +1,15 @@
+//! End-to-end tests of the broker: the real `ferry-broker` binary (and `ferryctl`) on loopback with temp dirs,
+//! driven through the Rust client. Build the binaries first: `cargo build --workspace --bins`.
+//!
+//! One test binary with a module per area keeps link time down; every test starts its own broker, so they run in
+//! parallel.
+
+mod auth;
+mod common;
+mod ferryctl;
+mod groups;
+mod idempotence;
+mod mirror_append;
+mod produce_consume;
+mod restart;
+mod validation;
