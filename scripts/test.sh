@@ -12,6 +12,14 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+# Headless Chromium for the dashboard test (crates/ferry-mirror/tests/monitor.rs).
+if ! command -v chromium >/dev/null 2>&1; then
+  log "installing chromium"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
+
 # ---- build the binaries the end-to-end tests spawn --------------------------------------------------------------
 log "building binaries"
 cargo build --workspace --bins

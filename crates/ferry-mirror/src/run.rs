@@ -197,9 +197,20 @@ pub async fn run(
         controls: Arc::clone(&controls),
         target_health: Arc::clone(&target_health),
     };
+    // The monitor serves from here on, also while the pipeline drains; it stops when run() returns, on any path.
+    let monitor_stop = CancellationToken::new();
+    let _monitor_guard = monitor_stop.clone().drop_guard();
+    let (monitor_addr, monitor_task) =
+        crate::monitor::start(handle.clone(), &config.monitor, monitor_stop.clone()).await.map_err(|e| {
+            components.cancel();
+            MirrorError::Monitor(e.to_string())
+        })?;
     if let Some(path) = &options.addr_file {
-        // Until the monitor binds its own address, record the configured one.
-        let _ = std::fs::write(path, config.monitor.listen.to_string());
+        // Write then rename, so a reader never sees a partial address.
+        let tmp = path.with_extension("tmp");
+        if let Err(e) = std::fs::write(&tmp, monitor_addr.to_string()).and_then(|()| std::fs::rename(&tmp, path)) {
+            tracing::warn!(file = %path.display(), error = %e, "cannot write the monitor address file");
+        }
     }
     if let Some(tx) = options.on_started.take() {
         let _ = tx.send(handle.clone());
@@ -320,6 +331,8 @@ pub async fn run(
     components.cancel();
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+    monitor_stop.cancel();
+    let _ = tokio::time::timeout(crate::monitor::SHUTDOWN_GRACE + Duration::from_secs(1), monitor_task).await;
     tracing::info!("ferry-mirror stopped");
     Ok(())
 }
