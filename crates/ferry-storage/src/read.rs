@@ -86,8 +86,7 @@ impl Log {
             });
         }
         let want = max_bytes.min(seg.end - pos).max(first_len) as usize;
-        let mut buf = vec![0u8; want];
-        read_exact_at(&seg.file, &seg.path, &mut buf, pos)?;
+        let mut buf = read_uninit_at(&seg.file, &seg.path, pos, want)?;
         let mut used = 0usize;
         let mut next_offset = offset;
         for item in BatchIter::new(&buf) {
@@ -181,6 +180,29 @@ impl Log {
         }
         Ok(())
     }
+}
+
+/// Reads exactly `len` bytes at `pos` into a fresh buffer, without zeroing it first (every read's buffer is handed
+/// to the caller, so none can be reused; skipping the memset is worth a tenth of the read's time).
+fn read_uninit_at(file: &File, path: &std::path::Path, pos: u64, len: usize) -> Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = pos + buf.len() as u64;
+        let n = rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at)
+            .map_err(|e| StorageError::Io { path: path.to_path_buf(), source: e.into() })?;
+        if n == 0 {
+            return Err(StorageError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("file ends before byte {}", pos + len as u64),
+                ),
+            });
+        }
+    }
+    // The capacity may exceed `len`; bytes past it (not committed) are never returned.
+    buf.truncate(len);
+    Ok(buf)
 }
 
 /// The first batch in `seg` (from its scan start) whose last offset is >= `offset`.

@@ -488,3 +488,9 @@ fn concurrent_readers_see_only_whole_batches_in_order() {
     assert_eq!(log.log_end_offset(), total);
     assert_eq!(read_all(&log).len() as u64, total);
 }
+
+#[test]
+fn log_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Log>();
+}
