@@ -187,6 +187,10 @@ impl Log {
     /// writes pending index entries). Moves the recovery point up to the active segment.
     pub(crate) fn flush_locked(&self, w: &mut Writer) -> Result<()> {
         self.write_pending_index(w)?;
+        if w.dir_unsynced {
+            checkpoint::sync_dir(&self.dir)?;
+            w.dir_unsynced = false;
+        }
         for sealed in &w.sealed_unflushed {
             sealed.log.sync_data().map_err(Log::io_error(&sealed.log_path))?;
             if let Some(index) = &sealed.index {
@@ -228,7 +232,13 @@ impl Log {
             (active.file.clone(), active.log_path.clone(), active.index_path.clone(), sync)
         };
         let segment = Segment::create(&self.dir, new_base)?;
-        checkpoint::sync_dir(&self.dir)?;
+        // The new file's directory entry needs to be durable no sooner than its first bytes: at once under the
+        // sync policy, with the next flush under the async one.
+        if sync {
+            checkpoint::sync_dir(&self.dir)?;
+        } else {
+            w.dir_unsynced = true;
+        }
         let old_index = w.index_file.replace(index::open_append(&segment.index_path)?);
         w.last_index_pos = 0;
         if !sync || !w.sealed_unflushed.is_empty() {

@@ -187,6 +187,8 @@ pub(crate) struct Writer {
     pub sealed_unflushed: Vec<SealedFiles>,
     /// The persisted recovery point: every segment based below it is durable.
     pub recovery_point: u64,
+    /// A segment file was created under the async policy and the directory not fsynced yet (the next flush does).
+    pub dir_unsynced: bool,
 }
 
 /// The files of a sealed segment awaiting its fsync.

@@ -280,6 +280,7 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
         poisoned: None,
         sealed_unflushed: Vec::new(),
         recovery_point,
+        dir_unsynced: false,
     };
     let state = State { closed: false, config, segments, epochs, gaps: recorded_gaps.clone(), closed_range: (0, 0) };
     let layout_gaps = state.layout_gaps();
