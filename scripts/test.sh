@@ -12,6 +12,18 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+# aiosmtpd, the SMTP server the alarm tests send to (crates/ferry-mirror/tests/alarms.rs): Debian's package for
+# /usr/bin/python3, else pip for the python3 on PATH.
+has_aiosmtpd() { /usr/bin/python3 -c 'import aiosmtpd' >/dev/null 2>&1 || python3 -c 'import aiosmtpd' >/dev/null 2>&1; }
+if ! has_aiosmtpd; then
+  log "installing aiosmtpd"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if command -v apt-get >/dev/null 2>&1; then
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-aiosmtpd; } >/dev/null 2>&1 || true
+  fi
+  has_aiosmtpd || python3 -m pip install --quiet aiosmtpd
+fi
+
 # Headless Chromium for the dashboard test (crates/ferry-mirror/tests/monitor.rs).
 if ! command -v chromium >/dev/null 2>&1; then
   log "installing chromium"

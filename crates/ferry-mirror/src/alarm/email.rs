@@ -118,7 +118,9 @@ impl EmailChannel {
         for to in &self.to {
             b = b.to(to.clone());
         }
-        let message = b.body(self.templates.body(notice, &self.identity)).map_err(|e| AlarmError::Channel {
+        // SMTP ends the data with a line break of its own; without this the body would gain an empty last line.
+        let body = self.templates.body(notice, &self.identity).trim_end_matches(['\r', '\n']).to_owned();
+        let message = b.body(body).map_err(|e| AlarmError::Channel {
             channel: self.name.clone(),
             reason: format!("cannot build the message: {e}"),
         })?;

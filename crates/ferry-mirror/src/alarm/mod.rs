@@ -259,6 +259,14 @@ impl Alarmer {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
+                // Before events: an event emitted after a reload is judged by the new rules.
+                changed = reload.changed(), if reload_open => match changed {
+                    Ok(()) => {
+                        let config = reload.borrow_and_update().clone();
+                        state.reload(&config);
+                    }
+                    Err(_) => reload_open = false,
+                },
                 received = subscription.recv() => match received {
                     Ok(event) => {
                         let decision = state.tracker.on_event(event, Instant::now());
@@ -278,13 +286,6 @@ impl Alarmer {
                         state.dispatch(decision);
                     }
                 }
-                changed = reload.changed(), if reload_open => match changed {
-                    Ok(()) => {
-                        let config = reload.borrow_and_update().clone();
-                        state.reload(&config);
-                    }
-                    Err(_) => reload_open = false,
-                },
                 _ = forget.tick() => state.tracker.forget_idle(),
             }
         }

@@ -1,0 +1,507 @@
+//! The Alarmer against real channels, driven through the EventBus (no broker): a real SMTP server (aiosmtpd via
+//! `tests/support/smtp_sink.py`) and a webhook receiver (axum). Every wait is a poll with a deadline.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_mirror::alarm::{AlarmIdentity, Alarmer};
+use ferry_mirror::config::{AlarmsConfig, EmailConfig, Secret, SmtpTls, WebhookConfig};
+use ferry_mirror::events::{Event, EventBus, EventKind};
+use ferry_mirror::metrics::Metrics;
+use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
+use ferry_testkit::wait_until;
+use hmac::{Hmac, Mac};
+use serde_json::json;
+use sha2::Sha256;
+use support::{Hook, SmtpSink};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const SMTP_USER: &str = "ferry-alarms";
+const SMTP_PASSWORD: &str = "smtp-Pa55word-never-logged";
+const WRONG_PASSWORD: &str = "wrong-Pa55word-never-logged";
+const HOOK_SECRET: &str = "hook-hmac-key-never-logged";
+const URL_TOKEN: &str = "url-token-never-logged";
+/// A fixed event time: 2023-11-14T22:13:20Z.
+const T0_MS: i64 = 1_700_000_000_000;
+
+/// How long any awaited delivery may take (3x a 5 s budget): a bound on a hang, not a measurement.
+fn deadline() -> Duration {
+    ferry_testkit::deadline(&[Duration::from_secs(5)])
+}
+
+fn identity() -> AlarmIdentity {
+    AlarmIdentity { mirror: "dc-a_to_dc-b".into(), source_cluster: "dc-a".into(), target_cluster: "dc-b".into() }
+}
+
+fn webhook(name: &str, url: &str, secret: Option<&str>, retries: u32) -> WebhookConfig {
+    WebhookConfig {
+        name: name.into(),
+        url: url.into(),
+        secret: secret.map(Secret::new),
+        timeout: Duration::from_secs(5),
+        retries,
+    }
+}
+
+fn email(name: &str, port: u16, auth: Option<(&str, &str)>, timeout: Duration) -> EmailConfig {
+    EmailConfig {
+        name: name.into(),
+        host: "127.0.0.1".into(),
+        port,
+        tls: SmtpTls::None,
+        username: auth.map(|a| a.0.to_owned()),
+        password: auth.map(|a| Secret::new(a.1)),
+        from: "Ferry Alarms <ferry@example.org>".into(),
+        to: vec!["oncall@example.org".into(), "backup@example.org".into()],
+        timeout,
+    }
+}
+
+fn alarms(rules: Option<PathBuf>, webhooks: Vec<WebhookConfig>, emails: Vec<EmailConfig>) -> AlarmsConfig {
+    AlarmsConfig { rules, queue_size: 1000, webhooks, emails }
+}
+
+fn rules_file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn at_t0(mut e: Event) -> Event {
+    e.timestamp_ms = T0_MS;
+    e
+}
+
+/// A running Alarmer and what drives it.
+struct Running {
+    bus: EventBus,
+    metrics: Metrics,
+    shared: Arc<Shared>,
+    reload: watch::Sender<AlarmsConfig>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(config: AlarmsConfig) -> Running {
+        let metrics = Metrics::new();
+        let bus = EventBus::new(metrics.clone());
+        let shared = Arc::new(Shared::default());
+        let alarmer = Alarmer::new(&config, identity(), bus.clone(), metrics.clone()).unwrap();
+        let (reload, rx) = watch::channel(config);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(alarmer.run(Arc::clone(&shared), Duration::from_millis(50), rx, stop.clone()));
+        Running { bus, metrics, shared, reload, stop, task }
+    }
+
+    fn count(&self, channel: &str, outcome: &str) -> u64 {
+        self.metrics.alarm_count(channel, outcome)
+    }
+
+    async fn wait_count(&self, channel: &str, outcome: &str, n: u64) {
+        let what = format!("ferry_alarms_total{{channel={channel:?},outcome={outcome:?}}} = {n}");
+        wait_until(&what, deadline(), async || self.count(channel, outcome) >= n).await.unwrap();
+        assert_eq!(self.count(channel, outcome), n, "{what}");
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+fn hmac_hex(key: &str, body: &[u8]) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(body);
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn email_alarm_reaches_a_real_smtp_server_with_the_rendered_templates() {
+    let sink = SmtpSink::start(None).await;
+    let r = Running::start(alarms(None, vec![], vec![email("oncall", sink.port, None, Duration::from_secs(10))]));
+    r.bus.emit(at_t0(
+        Event::new(EventKind::PartitionDiverged, "orders/3 diverged at offset 120: the source reused offsets")
+            .partition("orders", 3)
+            .detail("first_differing_offset", 120)
+            .detail("policy", "halt"),
+    ));
+    r.wait_count("oncall", "sent", 1).await;
+    let mails = sink.messages();
+    assert_eq!(mails.len(), 1, "{mails:#?}");
+    let m = &mails[0];
+    assert_eq!(m.mail_from, "ferry@example.org");
+    assert_eq!(m.rcpt_tos, ["oncall@example.org", "backup@example.org"]);
+    assert_eq!(m.auth_login, None);
+    assert_eq!(m.from, "Ferry Alarms <ferry@example.org>");
+    assert_eq!(m.to, "oncall@example.org, backup@example.org");
+    assert_eq!(m.content_type, "text/plain");
+    assert_eq!(m.subject, "[ferry critical] ALARM: partition_diverged on dc-a_to_dc-b (orders/3)");
+    let body = "ALARM: partition_diverged (critical)
+
+orders/3 diverged at offset 120: the source reused offsets
+
+Mirror:     dc-a_to_dc-b (dc-a -> dc-b)
+Topic:      orders
+Partition:  3
+Route:      -
+Time:       2023-11-14T22:13:20.000Z
+Cleared:    false
+
+Details:
+  first_differing_offset: 120
+  policy: halt
+
+Runbook: docs/alarms.md, section \"partition_diverged\".
+-- 
+Sent by ferry-mirror. Alarm key: partition_diverged/orders/3/-
+";
+    assert_eq!(m.body, body);
+    // Info events are logged only under the shipped rules.
+    r.bus.emit(Event::new(EventKind::AddTopic, "payments is mirrored").topic("payments"));
+    r.bus.emit(at_t0(Event::new(EventKind::SyncError, "target topic orders was promoted").partition("orders", 0)));
+    r.wait_count("oncall", "sent", 2).await;
+    let subjects: Vec<String> = sink.messages().into_iter().map(|m| m.subject).collect();
+    assert_eq!(subjects[1], "[ferry critical] ALARM: sync_error on dc-a_to_dc-b (orders/0)");
+    assert_eq!(subjects.len(), 2);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn smtp_auth_uses_the_configured_user_and_a_wrong_password_fails() {
+    let sink = SmtpSink::start(Some((SMTP_USER, SMTP_PASSWORD))).await;
+    let secs = Duration::from_secs(10);
+    let r = Running::start(alarms(
+        None,
+        vec![],
+        vec![
+            email("good", sink.port, Some((SMTP_USER, SMTP_PASSWORD)), secs),
+            email("bad", sink.port, Some((SMTP_USER, WRONG_PASSWORD)), secs),
+        ],
+    ));
+    r.bus.emit(Event::new(EventKind::SyncError, "authentication to the source failed").route("primary"));
+    r.wait_count("good", "sent", 1).await;
+    r.wait_count("bad", "failed", 1).await;
+    let mails = sink.messages();
+    assert_eq!(mails.len(), 1, "{mails:#?}");
+    assert_eq!(mails[0].auth_login.as_deref(), Some(SMTP_USER));
+    assert_eq!(mails[0].subject, "[ferry critical] ALARM: sync_error on dc-a_to_dc-b (route primary)");
+    assert_eq!((r.count("good", "failed"), r.count("bad", "sent")), (0, 0));
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn webhook_posts_signed_json_and_retries_after_server_errors() {
+    let hook = Hook::start(2).await;
+    let r = Running::start(alarms(None, vec![webhook("ops", &hook.url, Some(HOOK_SECRET), 3)], vec![]));
+    r.bus.emit(at_t0(
+        Event::new(EventKind::SourceNetNotAvailable, "source route \"primary\" failed 3 times in a row: timeout")
+            .route("primary")
+            .detail("reason", "timeout"),
+    ));
+    r.wait_count("ops", "sent", 1).await;
+    // Two 500s, then accepted: three attempts, one delivery, no failure counted.
+    assert_eq!((hook.attempts(), r.count("ops", "failed")), (3, 0));
+    let got = hook.received();
+    assert_eq!(got.len(), 1);
+    let req = &got[0];
+    assert_eq!(
+        req.json(),
+        json!({
+            "event": "source_net_not_available",
+            "severity": "critical",
+            "notice": "alarm",
+            "mirror": "dc-a_to_dc-b",
+            "source_cluster": "dc-a",
+            "target_cluster": "dc-b",
+            "topic": null,
+            "partition": null,
+            "route": "primary",
+            "message": "source route \"primary\" failed 3 times in a row: timeout",
+            "details": {"reason": "timeout"},
+            "cleared": false,
+            "timestamp": "2023-11-14T22:13:20.000Z",
+            "key": "source_net_not_available/-/-/primary"
+        })
+    );
+    assert_eq!(req.header("content-type").as_deref(), Some("application/json"));
+    assert_eq!(req.header("x-ferry-event").as_deref(), Some("source_net_not_available"));
+    assert_eq!(req.header("x-ferry-signature"), Some(format!("sha256={}", hmac_hex(HOOK_SECRET, &req.body))));
+
+    // The route recovers: a recovery notice for the alarm that was sent.
+    r.bus.emit(at_t0(
+        Event::new(EventKind::SourceNetRecovered, "source route \"primary\" is healthy again").route("primary"),
+    ));
+    r.wait_count("ops", "sent", 2).await;
+    let rec = &hook.received()[1];
+    let body = rec.json();
+    assert_eq!(
+        (&body["event"], &body["notice"], &body["severity"], &body["cleared"], &body["key"]),
+        (
+            &json!("source_net_recovered"),
+            &json!("recovery"),
+            &json!("critical"),
+            &json!(true),
+            &json!("source_net_not_available/-/-/primary")
+        )
+    );
+    assert_eq!(rec.header("x-ferry-signature"), Some(format!("sha256={}", hmac_hex(HOOK_SECRET, &rec.body))));
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn webhook_gives_up_after_its_retries() {
+    let hook = Hook::start(usize::MAX).await;
+    let r = Running::start(alarms(None, vec![webhook("ops", &hook.url, None, 1)], vec![]));
+    r.bus.emit(Event::new(EventKind::PartitionDiverged, "diverged").partition("orders", 0));
+    r.wait_count("ops", "failed", 1).await;
+    assert_eq!((hook.attempts(), hook.received().len(), r.count("ops", "sent")), (2, 0, 0));
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn an_alarm_storm_is_throttled_per_key_on_every_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        &dir,
+        "rules.toml",
+        "[events.lag_above_threshold]\nthrottle = { max = 3, window = \"1h\" }\nrepeat = \"0s\"\n",
+    );
+    let hook = Hook::start(0).await;
+    let sink = SmtpSink::start(None).await;
+    let r = Running::start(alarms(
+        Some(rules),
+        vec![webhook("ops", &hook.url, None, 0)],
+        vec![email("oncall", sink.port, None, Duration::from_secs(10))],
+    ));
+    for i in 0..1000 {
+        r.bus.emit(
+            Event::new(EventKind::LagAboveThreshold, format!("storm {i}")).partition("orders", 0).detail("lag", i),
+        );
+    }
+    // Another key has its own budget.
+    r.bus.emit(Event::new(EventKind::LagAboveThreshold, "other partition").partition("orders", 1));
+    for channel in ["ops", "oncall"] {
+        r.wait_count(channel, "sent", 4).await;
+        assert_eq!(r.count(channel, "suppressed"), 1000 - 3, "{channel}");
+        assert_eq!((r.count(channel, "failed"), r.count(channel, "dropped")), (0, 0), "{channel}");
+    }
+    let bodies: Vec<(String, serde_json::Value)> = hook
+        .received()
+        .iter()
+        .map(|q| (q.json()["message"].as_str().unwrap().to_owned(), q.json()["partition"].clone()))
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            ("storm 0".to_owned(), json!(0)),
+            ("storm 1".to_owned(), json!(0)),
+            ("storm 2".to_owned(), json!(0)),
+            ("other partition".to_owned(), json!(1))
+        ]
+    );
+    let subjects: Vec<String> = sink.messages().into_iter().map(|m| m.subject).collect();
+    assert_eq!(subjects.len(), 4, "{subjects:#?}");
+    assert_eq!(subjects[3], "[ferry warning] ALARM: lag_above_threshold on dc-a_to_dc-b (orders/1)");
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn a_dead_or_hanging_smtp_server_never_holds_up_webhooks_or_the_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(&dir, "rules.toml", "[events.sync_error]\nthrottle = { max = 5, window = \"1h\" }\n");
+    let hook = Hook::start(0).await;
+    // Nothing listens on `dead`; `hung` accepts connections and never says a word.
+    let dead = ferry_testkit::reserve_port().unwrap();
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hung.accept().await {
+            held.push(socket);
+        }
+    });
+    let r = Running::start(alarms(
+        Some(rules),
+        vec![webhook("ops", &hook.url, None, 0)],
+        vec![
+            email("dead", dead, None, Duration::from_secs(10)),
+            email("hung", hung_port, None, Duration::from_secs(600)),
+        ],
+    ));
+    // emit() never waits on a channel: all 1000 go out at once.
+    for i in 0..1000 {
+        r.bus.emit(Event::new(EventKind::SyncError, format!("error {i}")).partition("orders", 7));
+    }
+    r.wait_count("ops", "sent", 5).await;
+    r.wait_count("dead", "failed", 5).await;
+    for channel in ["ops", "dead", "hung"] {
+        r.wait_count(channel, "suppressed", 995).await;
+    }
+    let messages: Vec<String> =
+        hook.received().iter().map(|q| q.json()["message"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(messages, ["error 0", "error 1", "error 2", "error 3", "error 4"]);
+    assert_eq!((r.count("hung", "sent"), r.count("hung", "failed")), (0, 0));
+    let metrics = r.metrics.clone();
+    // At shutdown the hung delivery is abandoned after the grace period; it and the queued ones count as dropped.
+    r.stop().await;
+    assert_eq!((metrics.alarm_count("hung", "dropped"), metrics.alarm_count("hung", "sent")), (5, 0));
+    assert_eq!(metrics.alarm_count("ops", "dropped"), 0);
+    holder.abort();
+}
+
+#[tokio::test]
+async fn lag_and_stall_conditions_from_shared_state_alarm_and_recover_through_the_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        &dir,
+        "rules.toml",
+        "[thresholds]\nlag_threshold = 10\nlatency_threshold = \"0s\"\nfor_duration = \"100ms\"\nstall_after = \"300ms\"\n",
+    );
+    let hook = Hook::start(0).await;
+    let r = Running::start(alarms(Some(rules), vec![webhook("ops", &hook.url, None, 0)], vec![]));
+    let status = Arc::new(PartitionStatus::new("orders", "orders", 5));
+    status.set_state(PartitionState::Mirroring);
+    status.set_source(0, 100);
+    status.set_cache(40);
+    r.shared.partitions.insert(("orders".into(), 5), Arc::clone(&status));
+    r.wait_count("ops", "sent", 2).await;
+    assert!(status.stalled());
+    let notices = |from: usize| -> Vec<(String, String, bool, serde_json::Value)> {
+        let mut v: Vec<_> = hook.received()[from..]
+            .iter()
+            .map(|q| {
+                let b = q.json();
+                (
+                    b["event"].as_str().unwrap().to_owned(),
+                    b["notice"].as_str().unwrap().to_owned(),
+                    b["cleared"].as_bool().unwrap(),
+                    b["details"]["lag"].clone(),
+                )
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    assert_eq!(
+        notices(0),
+        [
+            ("lag_above_threshold".to_owned(), "alarm".to_owned(), false, json!(60)),
+            ("partition_stalled".to_owned(), "alarm".to_owned(), false, json!(60)),
+        ]
+    );
+    // The partition catches up: one recovery notice per condition.
+    status.set_cache(100);
+    r.wait_count("ops", "sent", 4).await;
+    assert!(!status.stalled());
+    assert_eq!(
+        notices(2),
+        [
+            ("lag_above_threshold".to_owned(), "recovery".to_owned(), true, json!(0)),
+            ("partition_stalled".to_owned(), "recovery".to_owned(), true, json!(0)),
+        ]
+    );
+    // The events went through the bus like every other event.
+    let on_bus: Vec<(EventKind, bool)> = r.bus.recent().iter().map(|e| (e.kind, e.cleared)).collect();
+    for want in [
+        (EventKind::LagAboveThreshold, false),
+        (EventKind::PartitionStalled, false),
+        (EventKind::LagAboveThreshold, true),
+        (EventKind::PartitionStalled, true),
+    ] {
+        assert_eq!(on_bus.iter().filter(|e| **e == want).count(), 1, "{want:?} in {on_bus:?}");
+    }
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_switches_rules_and_channels() {
+    let dir = tempfile::tempdir().unwrap();
+    let to_a = rules_file(&dir, "a.toml", "[events.sync_error]\nchannels = [\"a\"]\n");
+    let to_b = rules_file(&dir, "b.toml", "[events.sync_error]\nchannels = [\"b\"]\nseverity = \"warning\"\n");
+    let (hook_a, hook_b) = (Hook::start(0).await, Hook::start(0).await);
+    let hooks = || vec![webhook("a", &hook_a.url, None, 0), webhook("b", &hook_b.url, None, 0)];
+    let r = Running::start(alarms(Some(to_a), hooks(), vec![]));
+    r.bus.emit(Event::new(EventKind::SyncError, "first").partition("orders", 0));
+    r.wait_count("a", "sent", 1).await;
+    r.reload.send(alarms(Some(to_b), hooks(), vec![])).unwrap();
+    r.bus.emit(Event::new(EventKind::SyncError, "second").partition("orders", 1));
+    wait_until("the second alarm at b", deadline(), async || hook_b.received().len() == 1).await.unwrap();
+    let b = hook_b.received()[0].json();
+    assert_eq!((&b["message"], &b["severity"]), (&json!("second"), &json!("warning")));
+    let a: Vec<serde_json::Value> = hook_a.received().iter().map(|q| q.json()["message"].clone()).collect();
+    assert_eq!(a, [json!("first")]);
+    r.stop().await;
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Capture(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn secrets_never_appear_in_the_logs() {
+    // Everything this (current-thread) runtime logs, at every level, goes to `capture`.
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let sink = SmtpSink::start(Some((SMTP_USER, SMTP_PASSWORD))).await;
+    let hook = Hook::start(1).await;
+    let dead = ferry_testkit::reserve_port().unwrap();
+    let token_url = format!("http://127.0.0.1:{dead}/services/T0/B0/{URL_TOKEN}");
+    let secs = Duration::from_secs(10);
+    let r = Running::start(alarms(
+        None,
+        vec![webhook("ops", &hook.url, Some(HOOK_SECRET), 2), webhook("chat", &token_url, None, 0)],
+        vec![
+            email("good", sink.port, Some((SMTP_USER, SMTP_PASSWORD)), secs),
+            email("bad", sink.port, Some((SMTP_USER, WRONG_PASSWORD)), secs),
+        ],
+    ));
+    r.bus.emit(Event::new(EventKind::SyncError, "source authentication failed").route("primary"));
+    r.wait_count("good", "sent", 1).await;
+    r.wait_count("bad", "failed", 1).await;
+    r.wait_count("ops", "sent", 1).await;
+    r.wait_count("chat", "failed", 1).await;
+    r.stop().await;
+
+    let logs = String::from_utf8(capture.0.lock().clone()).unwrap();
+    // The capture works: deliveries and failures are there.
+    for needle in ["alarm sent", "alarm delivery failed", "channel=bad", "channel=chat", "http://127.0.0.1"] {
+        assert!(logs.contains(needle), "{needle:?} missing from the logs:\n{logs}");
+    }
+    let plain_auth = |pw: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("\0{SMTP_USER}\0{pw}"))
+    };
+    for secret in [
+        SMTP_PASSWORD.to_owned(),
+        WRONG_PASSWORD.to_owned(),
+        HOOK_SECRET.to_owned(),
+        URL_TOKEN.to_owned(),
+        plain_auth(SMTP_PASSWORD),
+        plain_auth(WRONG_PASSWORD),
+    ] {
+        assert!(!logs.contains(&secret), "{secret:?} leaked into the logs:\n{logs}");
+    }
+}
