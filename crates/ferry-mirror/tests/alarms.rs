@@ -505,3 +505,78 @@ async fn secrets_never_appear_in_the_logs() {
         assert!(!logs.contains(&secret), "{secret:?} leaked into the logs:\n{logs}");
     }
 }
+
+#[tokio::test]
+async fn a_condition_repeats_through_the_run_loop_until_it_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(&dir, "rules.toml", "[events.partition_stalled]\nrepeat = \"200ms\"\n");
+    let hook = Hook::start(0).await;
+    let r = Running::start(alarms(Some(rules), vec![webhook("ops", &hook.url, None, 0)], vec![]));
+    r.bus.emit(Event::new(EventKind::PartitionStalled, "orders/9 made no progress").partition("orders", 9));
+    r.wait_count("ops", "sent", 3).await;
+    r.bus.emit(
+        Event::new(EventKind::PartitionStalled, "orders/9 is making progress again").partition("orders", 9).cleared(),
+    );
+    wait_until("the recovery notice", deadline(), async || {
+        hook.received().last().is_some_and(|q| q.json()["notice"] == "recovery")
+    })
+    .await
+    .unwrap();
+    let got: Vec<(String, String)> = hook
+        .received()
+        .iter()
+        .map(|q| (q.json()["notice"].as_str().unwrap().to_owned(), q.json()["message"].as_str().unwrap().to_owned()))
+        .collect();
+    let (last, before) = got.split_last().unwrap();
+    assert_eq!(*last, ("recovery".to_owned(), "orders/9 is making progress again".to_owned()));
+    assert_eq!(before[0], ("alarm".to_owned(), "orders/9 made no progress".to_owned()));
+    assert!(before.len() >= 3, "{got:?}");
+    for repeat in &before[1..] {
+        assert_eq!(*repeat, ("repeat".to_owned(), "orders/9 made no progress".to_owned()));
+    }
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn validate_lists_rules_file_problems_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        &dir,
+        "rules.toml",
+        "[thresholds]\nstall_after = \"soon\"\n[events.lag_above_threshold]\nchannels = [\"ops\", \"pager\"]\n[events.link_down]\nseverity = \"critical\"\n",
+    );
+    let config = dir.path().join("mirror.toml");
+    let text = format!(
+        "[source]\ncluster = \"dc-a\"\n[[source.routes]]\nname = \"primary\"\nbrokers = [\"127.0.0.1:7411\"]\n\
+         [target]\ncluster = \"dc-b\"\nbrokers = [\"127.0.0.1:7412\"]\n[topics]\ninclude = [\"^orders$\"]\n\
+         [alarms]\nrules = {:?}\n[[alarms.webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/hook\"\n",
+        rules.display().to_string()
+    );
+    std::fs::write(&config, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferry-mirror"))
+        .arg("validate")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("FERRY_SMTP_PASSWORD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let prefix = format!("alarms.rules: {}: ", rules.display());
+    for problem in [
+        "thresholds.stall_after: \"soon\" is not a duration",
+        "events.lag_above_threshold.channels[1]: unknown channel \"pager\" (the channels are the names of [[alarms.webhook]] and [[alarms.email]]: \"ops\")",
+        "events.link_down: unknown event",
+    ] {
+        assert!(stderr.contains(&format!("{prefix}{problem}")), "{problem:?} missing from:\n{stderr}");
+    }
+    assert!(stderr.contains("3 config problem(s)"), "{stderr}");
+    // The shipped rules with the same channels are valid.
+    std::fs::write(&rules, "").unwrap();
+    let ok = std::process::Command::new(env!("CARGO_BIN_EXE_ferry-mirror"))
+        .args(["validate", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+}
