@@ -21,7 +21,7 @@ mod queue;
 pub mod rules;
 pub mod template;
 mod throttle;
-pub mod tracker;
+mod tracker;
 pub mod webhook;
 
 use std::collections::BTreeSet;
@@ -223,11 +223,6 @@ impl Alarmer {
         Ok(Alarmer { identity, subscription: events.subscribe(), events, metrics, setup })
     }
 
-    /// The rules in force.
-    pub fn rules(&self) -> &Rules {
-        &self.setup.rules
-    }
-
     /// Runs until `shutdown`: dispatches events, checks conditions every `stall_check_interval`, sends repeats,
     /// applies reloads. At shutdown, queued notices get [`SHUTDOWN_GRACE`] to go out; the rest are dropped.
     pub async fn run(
@@ -255,7 +250,8 @@ impl Alarmer {
         let mut reload_open = true;
         loop {
             let next_repeat = state.tracker.next_repeat();
-            let repeat_at = next_repeat.unwrap_or_else(|| Instant::now() + FORGET_INTERVAL);
+            // The sleep below is not polled while no condition repeats.
+            let repeat_at = next_repeat.unwrap_or_else(Instant::now);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,

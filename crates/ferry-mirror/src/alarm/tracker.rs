@@ -82,6 +82,7 @@ impl Tracker {
     }
 
     /// How many conditions are active.
+    #[cfg(test)]
     pub fn active_count(&self) -> usize {
         self.active.len()
     }
