@@ -1,0 +1,354 @@
+//! End-to-end broker benchmark: a release-built `ferry-broker` on loopback, driven by the Rust client, with NATS
+//! JetStream (file storage) under the same produce load as the yardstick.
+//!
+//! ```text
+//! cargo build --release -p ferry-broker
+//! cargo bench --bench broker
+//! ```
+//!
+//! The broker binary is `$FERRY_BIN_DIR/ferry-broker` when `FERRY_BIN_DIR` is set, else `target/release/ferry-broker`.
+//! NATS runs when `nats-server` is on the PATH (Debian: `apt-get install -y nats-server`).
+//!
+//! What is measured, all with 1 KiB records and both systems flushing asynchronously (Ferry's default
+//! `flush = "async"`; JetStream's file store syncs every two minutes by default):
+//! - produce throughput on 1 and 8 partitions (Ferry) / streams (JetStream): records sent as fast as the client
+//!   takes them, timed until the last acknowledgement;
+//! - consume throughput: a consumer reading each topic from the start to the end;
+//! - produce-to-consume latency (p50, p99) with the producer paced at half the measured 8-partition rate (and at a
+//!   quarter and a tenth of it, for context);
+//! - the Ferry / JetStream produce ratio.
+//!
+//! Numbers are printed, never asserted: the machine is shared and noisy.
+
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use ferry_client::admin::TopicConfig;
+use ferry_client::{
+    Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt,
+};
+use ferry_testkit::{BROKER_BIN, BrokerProcess, deadline, reserve_port, wait_until, workspace_root};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
+/// Size of every record's value.
+const RECORD_BYTES: usize = 1024;
+/// Records per produce run.
+const RECORDS: usize = 300_000;
+/// How long the paced latency run lasts.
+const LATENCY_RUN: Duration = Duration::from_secs(5);
+/// Loads of the latency runs, as fractions of the measured 8-partition produce maximum; the first is the headline.
+const LATENCY_LOADS: [f64; 3] = [0.5, 0.25, 0.1];
+/// Publishes JetStream may have waiting for their acknowledgement.
+const NATS_WINDOW: usize = 8192;
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// One throughput measurement.
+#[derive(Debug, Clone, Copy)]
+struct Rate {
+    records: usize,
+    bytes: usize,
+    elapsed: Duration,
+}
+
+impl Rate {
+    fn mb_per_sec(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.elapsed.as_secs_f64()
+    }
+
+    fn records_per_sec(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn line(&self, what: &str) -> String {
+        format!(
+            "{what:<44} {:>8.1} MB/s {:>10.0} records/s  ({} records in {:.2} s)",
+            self.mb_per_sec(),
+            self.records_per_sec(),
+            self.records,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    let program = broker_binary()?;
+    let payload = Bytes::from(noise(RECORD_BYTES));
+    println!("broker benchmark: {RECORDS} records of {RECORD_BYTES} B per run, async flush on both systems");
+    println!("ferry-broker: {}", program.display());
+
+    let broker = BrokerProcess::builder().program(&program).env("RUST_LOG", "warn").start().await?;
+    let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
+    let admin = Admin::new(client.clone());
+
+    let mut ferry = Vec::new();
+    for partitions in [1u32, 8] {
+        let topic = format!("bench-{partitions}");
+        admin.create_topic(&topic, partitions, TopicConfig::default(), None).await?;
+        let rate = ferry_produce(&client, &topic, partitions, &payload).await?;
+        println!("{}", rate.line(&format!("ferry produce, {partitions} partition(s)")));
+        ferry.push((partitions, rate));
+    }
+    for partitions in [1u32, 8] {
+        let topic = format!("bench-{partitions}");
+        let rate = ferry_consume(&client, &topic, partitions).await?;
+        println!("{}", rate.line(&format!("ferry consume, {partitions} partition(s)")));
+    }
+    // Latency at half the 8-partition maximum, and at lower loads for context (producer, consumer and broker
+    // share the machine's cores).
+    let max8 = ferry.iter().find(|(p, _)| *p == 8).map(|(_, r)| r.records_per_sec()).unwrap_or(0.0);
+    for fraction in LATENCY_LOADS {
+        let topic = format!("latency-{}", (fraction * 100.0) as u32);
+        admin.create_topic(&topic, 8, TopicConfig::default(), None).await?;
+        let rate = max8 * fraction;
+        let (p50, p99, n) = ferry_latency(&client, &topic, 8, rate, &payload).await?;
+        println!(
+            "ferry produce-to-consume latency, 8 partitions at {rate:.0} records/s ({:.0}% of max), {n} records: p50 {:.2} ms, p99 {:.2} ms",
+            fraction * 100.0,
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+    }
+    drop(broker);
+
+    match which("nats-server") {
+        None => {
+            println!(
+                "nats-server not found on PATH: skipping NATS JetStream (install it: apt-get install -y nats-server)"
+            );
+        }
+        Some(nats) => {
+            let server = NatsServer::start(&nats).await?;
+            for partitions in [1u32, 8] {
+                let rate = nats_produce(&server.url, partitions, &payload).await?;
+                println!("{}", rate.line(&format!("nats jetstream publish, {partitions} stream(s)")));
+                if let Some((_, f)) = ferry.iter().find(|(p, _)| *p == partitions) {
+                    println!(
+                        "ratio ferry / jetstream produce, {partitions} partition(s)/stream(s): {:.2}x",
+                        f.mb_per_sec() / rate.mb_per_sec()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The release broker: `$FERRY_BIN_DIR/ferry-broker`, else `target/release/ferry-broker`.
+fn broker_binary() -> anyhow::Result<std::path::PathBuf> {
+    let dir = match std::env::var_os("FERRY_BIN_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d),
+        None => workspace_root().join("target").join("release"),
+    };
+    let path = dir.join(BROKER_BIN);
+    if !path.is_file() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p ferry-broker` (or set FERRY_BIN_DIR)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// `len` bytes that do not compress (xorshift).
+fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Sends RECORDS records round the partitions as fast as the producer takes them; timed to the last ack.
+async fn ferry_produce(client: &BrokerClient, topic: &str, partitions: u32, payload: &Bytes) -> anyhow::Result<Rate> {
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).await?;
+    let start = Instant::now();
+    let mut deliveries = Vec::with_capacity(RECORDS);
+    for i in 0..RECORDS {
+        let record = ProducerRecord {
+            topic: topic.to_owned(),
+            partition: Some(i as u32 % partitions),
+            value: Some(payload.clone()),
+            ..ProducerRecord::default()
+        };
+        deliveries.push(producer.send(record).await?);
+    }
+    futures::future::try_join_all(deliveries).await.context("a produce failed")?;
+    let elapsed = start.elapsed();
+    producer.close().await;
+    Ok(Rate { records: RECORDS, bytes: RECORDS * RECORD_BYTES, elapsed })
+}
+
+/// Reads every record of `topic` from the start with one consumer.
+async fn ferry_consume(client: &BrokerClient, topic: &str, partitions: u32) -> anyhow::Result<Rate> {
+    let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default())?;
+    consumer.assign((0..partitions).map(|p| (topic.to_owned(), p, StartAt::Earliest)).collect())?;
+    let start = Instant::now();
+    let (mut records, mut bytes) = (0usize, 0usize);
+    while records < RECORDS {
+        for r in consumer.poll(Duration::from_millis(500)).await? {
+            records += 1;
+            bytes += r.value.map_or(0, |v| v.len());
+        }
+    }
+    Ok(Rate { records, bytes, elapsed: start.elapsed() })
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Paces the producer at `rate` records/s for LATENCY_RUN while a consumer reads the topic; each record carries
+/// its send time, and the consumer notes how long it took to arrive. Returns p50, p99 and the sample count.
+async fn ferry_latency(
+    client: &BrokerClient,
+    topic: &str,
+    partitions: u32,
+    rate: f64,
+    payload: &Bytes,
+) -> anyhow::Result<(Duration, Duration, usize)> {
+    if rate < 1.0 {
+        bail!("no produce rate to pace the latency run at");
+    }
+    let total = (rate * LATENCY_RUN.as_secs_f64()) as usize;
+    let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default())?;
+    consumer.assign((0..partitions).map(|p| (topic.to_owned(), p, StartAt::Earliest)).collect())?;
+    let reader = tokio::spawn(async move {
+        let mut latencies = Vec::with_capacity(total);
+        while latencies.len() < total {
+            for r in consumer.poll(Duration::from_millis(100)).await? {
+                let sent = r
+                    .headers
+                    .iter()
+                    .find(|h| h.key == "t")
+                    .and_then(|h| h.value.as_deref())
+                    .map(|v| u64::from_be_bytes(v.try_into().expect("8-byte send time")));
+                if let Some(sent) = sent {
+                    latencies.push(Duration::from_micros(now_micros().saturating_sub(sent)));
+                }
+            }
+        }
+        anyhow::Ok(latencies)
+    });
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).await?;
+    let start = Instant::now();
+    let mut deliveries = FuturesUnordered::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut sent = 0usize;
+    while sent < total {
+        tick.tick().await;
+        let due = ((start.elapsed().as_secs_f64() * rate) as usize).min(total);
+        while sent < due {
+            let record = ProducerRecord {
+                topic: topic.to_owned(),
+                partition: Some(sent as u32 % partitions),
+                value: Some(payload.clone()),
+                ..ProducerRecord::default()
+            }
+            .with_header("t", now_micros().to_be_bytes().to_vec());
+            deliveries.push(producer.send(record).await?);
+            sent += 1;
+        }
+        while let Some(Some(done)) = futures::FutureExt::now_or_never(deliveries.next()) {
+            done?;
+        }
+    }
+    while let Some(done) = deliveries.next().await {
+        done?;
+    }
+    producer.close().await;
+    let mut latencies =
+        tokio::time::timeout(deadline(&[LATENCY_RUN]), reader).await.context("the consumer fell behind")???;
+    latencies.sort();
+    let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    Ok((pick(0.50), pick(0.99), latencies.len()))
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("which").arg(program).stderr(Stdio::null()).output().ok()?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !path.is_empty()).then(|| path.into())
+}
+
+/// A `nats-server -js` on a free loopback port with its store in a temp dir; killed on drop.
+struct NatsServer {
+    url: String,
+    _child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    async fn start(program: &std::path::Path) -> anyhow::Result<NatsServer> {
+        let dir = tempfile::tempdir()?;
+        let port = reserve_port()?;
+        let child = tokio::process::Command::new(program)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", program.display()))?;
+        let url = format!("127.0.0.1:{port}");
+        wait_until("nats-server to accept connections", deadline(&[Duration::from_secs(2)]), async || {
+            tokio::net::TcpStream::connect(&url).await.map(|_| true)
+        })
+        .await?;
+        Ok(NatsServer { url, _child: child, _dir: dir })
+    }
+}
+
+/// Publishes RECORDS messages round `streams` file-backed streams (one subject each) with up to NATS_WINDOW
+/// acknowledgements outstanding; timed to the last acknowledgement.
+async fn nats_produce(url: &str, streams: u32, payload: &Bytes) -> anyhow::Result<Rate> {
+    use async_nats::jetstream::{self, stream};
+    let client = async_nats::connect(url).await?;
+    let js = jetstream::new(client);
+    let subjects: Vec<String> = (0..streams).map(|s| format!("bench{streams}.s{s}")).collect();
+    for (s, subject) in subjects.iter().enumerate() {
+        js.create_stream(stream::Config {
+            name: format!("BENCH{streams}_{s}"),
+            subjects: vec![subject.clone()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await?;
+    }
+    let start = Instant::now();
+    let mut acks = FuturesUnordered::new();
+    for i in 0..RECORDS {
+        if acks.len() >= NATS_WINDOW
+            && let Some(ack) = acks.next().await
+        {
+            ack?;
+        }
+        let ack = js.publish(subjects[i % subjects.len()].clone(), payload.clone()).await?;
+        acks.push(ack.into_future());
+    }
+    while let Some(ack) = acks.next().await {
+        ack?;
+    }
+    Ok(Rate { records: RECORDS, bytes: RECORDS * RECORD_BYTES, elapsed: start.elapsed() })
+}
