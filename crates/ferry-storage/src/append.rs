@@ -137,6 +137,12 @@ impl Log {
             FlushPolicy::Sync => {
                 w.unflushed = 0;
                 w.last_flush_ms = now;
+                // Left over from an async period (the policy was changed): make it durable now, too.
+                if (!w.sealed_unflushed.is_empty() || w.dir_unsynced)
+                    && let Err(e) = self.flush_locked(w)
+                {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "flush failed; will retry");
+                }
             }
             FlushPolicy::Async { .. } => w.unflushed += meta.len,
         }

@@ -45,8 +45,17 @@
 //!
 //! Under [`FlushPolicy::Sync`] an append is fsynced before it returns (and before readers can see it). Under
 //! [`FlushPolicy::Async`] the log fsyncs once `bytes` are unflushed, and [`Log::flush_if_due`], which the caller
-//! runs periodically, fsyncs once `interval` has passed. A crash may then lose an unflushed tail; recovery cuts
-//! the log at the last whole, CRC-valid batch and bumps the epoch.
+//! runs periodically, fsyncs once `interval` has passed; segments sealed since the last flush (and the directory
+//! entries of new segments) are fsynced by that same flush, so a roll never stalls the writer. A crash may then
+//! lose an unflushed tail, possibly reaching back into a segment sealed after the recovery point; recovery
+//! checks those segments batch by batch, cuts the log at the last whole, CRC-valid batch and bumps the epoch.
+//! A clean `close()` flushes everything and leaves the clean-shutdown marker.
+//!
+//! # Reading
+//!
+//! Reads return whole batches exactly as stored, every one CRC-checked (a bad one is
+//! [`StorageError::CorruptSegment`], never skipped), and see only batches whose write completed. They hold the
+//! log's lock only to find the segment and position, then `pread` without it.
 
 mod append;
 pub mod batch;

@@ -494,3 +494,23 @@ fn log_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Log>();
 }
+
+#[test]
+fn sync_policy_keeps_sealed_segments_durable_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { flush: FlushPolicy::Sync, ..small_config() };
+    let log = Log::open(dir.path(), config.clone()).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..20u64 {
+        let info = log.append(&producer_batch(3, i as i64, "sync")).unwrap();
+        expected.extend(rebased(&records(0, 3, i as i64, "sync"), info.base_offset));
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() > 2);
+    // Every roll under the sync policy moved the recovery point to the new active segment.
+    let point = std::fs::read_to_string(dir.path().join("recovery-point.checkpoint")).unwrap();
+    assert_eq!(point, format!("ferry-recovery-point v1\n{}\n", bases.last().unwrap()));
+    drop(log); // unclean
+    let log = Log::open(dir.path(), config).unwrap();
+    assert_eq!((read_all(&log), log.epoch(), log.segment_base_offsets()), (expected, 1, bases));
+}
