@@ -148,7 +148,10 @@ pub struct GroupsSection {
 
 impl Default for GroupsSection {
     fn default() -> Self {
-        GroupsSection { min_session_timeout: Duration::from_millis(1000), max_session_timeout: Duration::from_secs(300) }
+        GroupsSection {
+            min_session_timeout: Duration::from_millis(1000),
+            max_session_timeout: Duration::from_secs(300),
+        }
     }
 }
 
@@ -241,7 +244,10 @@ impl BrokerConfig {
             return Err(ConfigError::Invalid { key: "storage.flush_interval", reason: "must be above 0".into() });
         }
         if s.retention_check_interval.is_zero() {
-            return Err(ConfigError::Invalid { key: "storage.retention_check_interval", reason: "must be above 0".into() });
+            return Err(ConfigError::Invalid {
+                key: "storage.retention_check_interval",
+                reason: "must be above 0".into(),
+            });
         }
         let g = &self.groups;
         if g.min_session_timeout > g.max_session_timeout {
@@ -287,7 +293,7 @@ impl BrokerConfig {
                 FlushMode::Async => FlushPolicy::Async { interval: s.flush_interval, bytes: s.flush_bytes.as_u64() },
             },
             retention_bytes: (s.retention_bytes.as_u64() > 0).then(|| s.retention_bytes.as_u64()),
-            retention_ms: (!s.retention.is_zero()).then(|| s.retention.as_millis() as u64),
+            retention_ms: (!s.retention.is_zero()).then_some(s.retention.as_millis() as u64),
         }
     }
 }
@@ -308,8 +314,11 @@ mod tests {
     fn file_values_and_overrides_apply_and_unknown_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broker.toml");
-        std::fs::write(&path, "[broker]\nmax_batch_bytes = \"4MiB\"\n[storage]\nflush = \"sync\"\nretention = \"1h\"\n")
-            .unwrap();
+        std::fs::write(
+            &path,
+            "[broker]\nmax_batch_bytes = \"4MiB\"\n[storage]\nflush = \"sync\"\nretention = \"1h\"\n",
+        )
+        .unwrap();
         let over = Overrides { listen: Some("127.0.0.1:9999".parse().unwrap()), ..Default::default() };
         let cfg = BrokerConfig::load(Some(&path), &over).unwrap();
         assert_eq!(cfg.broker.listen.port(), 9999);
@@ -321,6 +330,15 @@ mod tests {
         std::fs::write(&path, "[storage]\nflushh = \"sync\"\n").unwrap();
         let err = BrokerConfig::load(Some(&path), &Overrides::default()).unwrap_err().to_string();
         assert!(err.contains("flushh"), "{err}");
+    }
+
+    #[test]
+    fn the_shipped_reference_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/broker.toml");
+        let cfg = BrokerConfig::load(Some(&path), &Overrides::default()).unwrap();
+        assert_eq!(cfg.broker.listen, "127.0.0.1:7411".parse().unwrap());
+        assert_eq!(cfg.storage.segment_age, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(cfg.default_log_config().retention_bytes, None);
     }
 
     #[test]

@@ -16,7 +16,9 @@ use tokio::sync::watch;
 
 use crate::error::{BrokerError, Result};
 use crate::partition::Partition;
-use crate::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name, write_atomic};
+use crate::topic::{
+    MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name, write_atomic,
+};
 
 /// Broker-owned files live under this directory inside the data dir.
 pub const META_DIR: &str = "__ferry_meta";
@@ -274,7 +276,13 @@ impl BrokerCore {
         let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<Partition>>> {
             let mut parts = Vec::new();
             for p in current..count {
-                parts.push(Arc::new(Partition::open(&meta.name, p, dir.join(p.to_string()), cfg.clone(), arrivals.clone())?));
+                parts.push(Arc::new(Partition::open(
+                    &meta.name,
+                    p,
+                    dir.join(p.to_string()),
+                    cfg.clone(),
+                    arrivals.clone(),
+                )?));
             }
             meta.store(&dir)?;
             Ok(parts)
@@ -296,7 +304,9 @@ impl BrokerCore {
         let cfg = meta.settings.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let stored = meta.clone();
-        tokio::task::spawn_blocking(move || stored.store(&dir)).await.map_err(|e| BrokerError::Internal(e.to_string()))??;
+        tokio::task::spawn_blocking(move || stored.store(&dir))
+            .await
+            .map_err(|e| BrokerError::Internal(e.to_string()))??;
         for p in topic.partitions() {
             p.log().set_config(cfg.clone());
         }
@@ -317,7 +327,10 @@ impl BrokerCore {
                 .await
                 .map_err(|e| BrokerError::Internal(e.to_string()))??;
             *topic.meta.write() = meta;
-            tracing::warn!(topic = name, "mirror topic promoted: it is now writable and no longer accepts mirrored data");
+            tracing::warn!(
+                topic = name,
+                "mirror topic promoted: it is now writable and no longer accepts mirrored data"
+            );
         }
         Ok((topic, was_mirror))
     }
@@ -340,7 +353,12 @@ impl BrokerCore {
             for p in topic.partitions() {
                 match p.log().apply_retention(now) {
                     Ok(0) => {}
-                    Ok(n) => tracing::info!(topic = p.topic(), partition = p.index(), segments = n, "retention deleted segments"),
+                    Ok(n) => tracing::info!(
+                        topic = p.topic(),
+                        partition = p.index(),
+                        segments = n,
+                        "retention deleted segments"
+                    ),
                     Err(e) => tracing::error!(topic = p.topic(), partition = p.index(), error = %e, "retention failed"),
                 }
             }

@@ -167,7 +167,12 @@ impl OffsetStore {
         self.map
             .range((group.to_owned(), String::new(), 0)..)
             .take_while(|((g, _, _), _)| g == group)
-            .map(|((_, t, p), (o, m))| pb::CommittedOffset { topic: t.clone(), partition: *p, offset: *o, metadata: m.clone() })
+            .map(|((_, t, p), (o, m))| pb::CommittedOffset {
+                topic: t.clone(),
+                partition: *p,
+                offset: *o,
+                metadata: m.clone(),
+            })
             .collect()
     }
 
@@ -221,16 +226,16 @@ impl GroupCoordinator {
     }
 
     /// Adds (or refreshes) a member and returns its assignment.
-    pub fn join(
-        &self,
-        req: &pb::JoinGroupRequest,
-        counts: &dyn Fn(&str) -> u32,
-    ) -> Result<Joined> {
+    pub fn join(&self, req: &pb::JoinGroupRequest, counts: &dyn Fn(&str) -> u32) -> Result<Joined> {
         check_group_name(&req.group)?;
         if req.topics.is_empty() {
-            return Err(BrokerError::InvalidArgument(format!("group \"{}\": a member must subscribe to a topic", req.group)));
+            return Err(BrokerError::InvalidArgument(format!(
+                "group \"{}\": a member must subscribe to a topic",
+                req.group
+            )));
         }
-        let session = Duration::from_millis(u64::from(req.session_timeout_ms)).clamp(self.min_session, self.max_session);
+        let session =
+            Duration::from_millis(u64::from(req.session_timeout_ms)).clamp(self.min_session, self.max_session);
         let member_id = if req.member_id.is_empty() {
             let prefix = if req.client_id.is_empty() { "member" } else { req.client_id.as_str() };
             format!("{prefix}-{}", uuid::Uuid::new_v4())
@@ -286,7 +291,12 @@ impl GroupCoordinator {
             && group.members.remove(member_id).is_some()
         {
             group.rebalance(counts);
-            tracing::info!(group = group_name, member = member_id, generation = group.generation, "member left; rebalanced");
+            tracing::info!(
+                group = group_name,
+                member = member_id,
+                generation = group.generation,
+                "member left; rebalanced"
+            );
         }
     }
 
@@ -432,7 +442,8 @@ mod tests {
         assert_eq!(j2.generation, 2);
         // Items: a0 a1 a2 b0 b1; members sorted: m1 m2.
         assert_eq!(items(&j2.assignment), vec![("a".into(), 0), ("a".into(), 2), ("b".into(), 1)]);
-        let hb = c.heartbeat(&pb::HeartbeatRequest { group: "g".into(), member_id: "m2".into(), generation: 1 }, &counts);
+        let hb =
+            c.heartbeat(&pb::HeartbeatRequest { group: "g".into(), member_id: "m2".into(), generation: 1 }, &counts);
         assert_eq!(hb.generation, 2);
         assert_eq!(items(&hb.assignment), vec![("a".into(), 1), ("b".into(), 0)]);
     }
@@ -448,7 +459,12 @@ mod tests {
                 group: "g".into(),
                 member_id: "m1".into(),
                 generation,
-                offsets: vec![pb::CommittedOffset { topic: "t".into(), partition: 1, offset: 42, metadata: "x".into() }],
+                offsets: vec![pb::CommittedOffset {
+                    topic: "t".into(),
+                    partition: 1,
+                    offset: 42,
+                    metadata: "x".into(),
+                }],
             };
             let err = c.commit(&commit(j.generation + 7)).unwrap_err();
             assert!(err.to_string().contains("stale generation"), "{err}");
@@ -458,7 +474,12 @@ mod tests {
             assert!(c.commit(&manual).is_err());
             c.leave("g", "m1", &counts);
             c.commit(&pb::CommitOffsetsRequest {
-                offsets: vec![pb::CommittedOffset { topic: "t".into(), partition: 2, offset: 7, metadata: String::new() }],
+                offsets: vec![pb::CommittedOffset {
+                    topic: "t".into(),
+                    partition: 2,
+                    offset: 7,
+                    metadata: String::new(),
+                }],
                 ..manual
             })
             .unwrap();
@@ -471,7 +492,8 @@ mod tests {
     #[test]
     fn a_torn_journal_line_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(OFFSETS_FILE), "{\"g\":\"g\",\"t\":\"t\",\"p\":0,\"o\":5}\n{\"g\":\"g\",\"t\"").unwrap();
+        std::fs::write(dir.path().join(OFFSETS_FILE), "{\"g\":\"g\",\"t\":\"t\",\"p\":0,\"o\":5}\n{\"g\":\"g\",\"t\"")
+            .unwrap();
         let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
         assert_eq!(c.committed("g", &[]).len(), 1);
     }
@@ -498,7 +520,8 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(c.expire(&counts), 1);
-        let hb = c.heartbeat(&pb::HeartbeatRequest { group: "g".into(), member_id: "b".into(), generation: 0 }, &counts);
+        let hb =
+            c.heartbeat(&pb::HeartbeatRequest { group: "g".into(), member_id: "b".into(), generation: 0 }, &counts);
         assert_eq!(hb.assignment.len(), 4);
     }
 }

@@ -85,7 +85,8 @@ impl tonic::service::Interceptor for Auth {
 }
 
 fn tls_config(cfg: &crate::config::TlsSection) -> Result<ServerTlsConfig, ServerError> {
-    let read = |p: &PathBuf| std::fs::read(p).map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", p.display())));
+    let read =
+        |p: &PathBuf| std::fs::read(p).map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", p.display())));
     let identity = Identity::from_pem(read(&cfg.cert_file)?, read(&cfg.key_file)?);
     let mut tls = ServerTlsConfig::new().identity(identity);
     if let Some(ca) = &cfg.client_ca_file {
@@ -177,7 +178,8 @@ pub async fn run(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tracing::info!(%addr, cluster_id = core.cluster_id(), "ferry-broker listening");
     if let Some(path) = &options.addr_file {
-        std::fs::write(path, addr.to_string()).map_err(|source| ServerError::AddrFile { path: path.clone(), source })?;
+        std::fs::write(path, addr.to_string())
+            .map_err(|source| ServerError::AddrFile { path: path.clone(), source })?;
     }
     on_started(Started { addr, cluster_id: core.cluster_id().to_owned() });
 

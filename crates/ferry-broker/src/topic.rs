@@ -76,7 +76,9 @@ impl TopicSettings {
             && flush != "sync"
             && flush != "async"
         {
-            return Err(BrokerError::InvalidArgument(format!("config flush must be \"sync\" or \"async\", not {flush:?}")));
+            return Err(BrokerError::InvalidArgument(format!(
+                "config flush must be \"sync\" or \"async\", not {flush:?}"
+            )));
         }
         if c.flush_interval_ms == Some(0) {
             return Err(BrokerError::InvalidArgument("config flush_interval_ms must be above 0".into()));
