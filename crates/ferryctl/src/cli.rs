@@ -1,9 +1,10 @@
-//! Command-line definition: global options, the subcommand enum and its dispatch, and the usage-error type that
+//! Command-line definition: global options, the subcommand enums and their dispatch, and the usage-error type that
 //! makes `main` exit with 2.
 //!
-//! Adding a subcommand (`mirror`, `demo`) means: a module with an `Args`/`Subcommand` type and an
-//! `async fn run(args, &GlobalOpts) -> anyhow::Result<()>`, a `mod` line in main.rs, a variant in [`Command`] and
-//! its arm in [`Command::run`].
+//! The `topic`, `produce` and `consume` argument types live in their modules; the `mirror` and `demo` ones live
+//! here, and each command's code is in its own module (mirror.rs, verify/, demo.rs). Adding a subcommand means: its
+//! arguments, an `async fn run(args, &GlobalOpts) -> anyhow::Result<()>` in a module, a variant in [`Command`]
+//! and its arm in [`Command::run`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,11 +12,20 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use ferry_client::{BrokerClient, ClientConfig, ClientError, TlsOptions};
 
-use crate::{consume, produce, topic};
+use crate::output::Format;
+use crate::{consume, demo, mirror, produce, topic};
+
+/// Where the mirror monitor is when `--monitor` and `FERRY_MONITOR` are not given.
+pub const DEFAULT_MONITOR: &str = "127.0.0.1:9300";
 
 /// Ferry's operator CLI.
 #[derive(Parser)]
-#[command(name = "ferryctl", version, about = "Ferry's operator CLI: topics, produce and consume", long_about = None)]
+#[command(
+    name = "ferryctl",
+    version,
+    about = "Ferry's operator CLI: topics, produce and consume, mirror status and control, verify, demo",
+    long_about = None
+)]
 pub struct Cli {
     /// Options every subcommand understands.
     #[command(flatten)]
@@ -31,9 +41,9 @@ pub struct GlobalOpts {
     /// Broker address host:port (a comma-separated list fails over in order).
     #[arg(long, global = true, env = "FERRY_BROKER", default_value = "127.0.0.1:7411", value_delimiter = ',')]
     pub broker: Vec<String>,
-    /// Mirror monitor address host:port (for mirror commands).
-    #[arg(long, global = true, env = "FERRY_MONITOR", default_value = "127.0.0.1:9300")]
-    pub monitor: String,
+    /// Mirror monitor address host:port or URL (for mirror commands) [default: 127.0.0.1:9300].
+    #[arg(long, global = true, env = "FERRY_MONITOR")]
+    pub monitor: Option<String>,
     /// Bearer token for the broker or monitor.
     #[arg(long, global = true, env = "FERRY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -83,6 +93,18 @@ impl GlobalOpts {
     pub fn brokers(&self) -> String {
         self.broker.join(",")
     }
+
+    /// The monitor address: `--monitor`, `FERRY_MONITOR`, or [`DEFAULT_MONITOR`].
+    pub fn monitor_addr(&self) -> &str {
+        self.monitor.as_deref().unwrap_or(DEFAULT_MONITOR)
+    }
+
+    /// A client for the same TLS and token options but other broker addresses (`mirror verify`).
+    pub fn client_for(&self, brokers: &[String]) -> anyhow::Result<BrokerClient> {
+        let mut opts = self.clone();
+        opts.broker = brokers.to_vec();
+        opts.client()
+    }
 }
 
 /// The subcommands.
@@ -95,6 +117,95 @@ pub enum Command {
     Produce(produce::ProduceArgs),
     /// Print records of a topic; follows like `tail -f` unless --max or --idle-timeout is given.
     Consume(consume::ConsumeArgs),
+    /// Watch and steer a running mirror through its monitor (--monitor), or verify a mirror's copy.
+    Mirror(MirrorArgs),
+    /// Run two brokers (dc-a, dc-b), the mirror between them and a keyed load, all in this process.
+    Demo(DemoArgs),
+}
+
+/// `mirror` options.
+#[derive(Args)]
+pub struct MirrorArgs {
+    /// Output format (json passes the monitor's JSON through, for scripts).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: MirrorCommand,
+}
+
+/// `mirror` subcommands.
+#[derive(Subcommand)]
+pub enum MirrorCommand {
+    /// Mirror identity, active route, partition states, lag, rates and totals.
+    Status,
+    /// Per-partition offsets, lag and state.
+    Partitions {
+        /// Only this source topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Redraw every second until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Source routes (egress), or switch and unpin them.
+    Egress {
+        /// Switch or unpin; without one, list the routes.
+        #[command(subcommand)]
+        action: Option<EgressAction>,
+    },
+    /// Pause a mirrored source topic (its partitions stop appending and keep their positions).
+    Pause {
+        /// Source topic.
+        topic: String,
+    },
+    /// Resume a paused (or halted) source topic.
+    Resume {
+        /// Source topic.
+        topic: String,
+    },
+    /// Compare every mirror topic on the target with its source, batch by batch; exit 1 on any difference.
+    Verify(VerifyArgs),
+}
+
+/// `mirror egress` subcommands.
+#[derive(Subcommand)]
+pub enum EgressAction {
+    /// Switch the source route by hand; it stays pinned until `mirror egress unpin`.
+    Switch {
+        /// Route name.
+        route: String,
+        /// Switch even when the route is unhealthy.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove the pin of a manual switch, so automatic failover applies again.
+    Unpin,
+}
+
+/// `mirror verify` options.
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// Source cluster broker address(es), comma separated.
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub source: Vec<String>,
+    /// Target cluster broker address(es), comma separated.
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub target: Vec<String>,
+    /// Only this mirror topic (its target or its source name).
+    #[arg(long)]
+    pub topic: Option<String>,
+}
+
+/// `demo` options.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Stop by itself after this long (e.g. 30s or plain seconds); default: run until Ctrl-C.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Records per second of the sample load.
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub rate: u32,
 }
 
 impl Command {
@@ -104,6 +215,8 @@ impl Command {
             Command::Topic(cmd) => topic::run(cmd, global).await,
             Command::Produce(args) => produce::run(args, global).await,
             Command::Consume(args) => consume::run(args, global).await,
+            Command::Mirror(args) => mirror::run(args.command, args.format, global).await,
+            Command::Demo(args) => demo::run(args, global).await,
         }
     }
 }

@@ -4,9 +4,14 @@
 
 mod cli;
 mod consume;
+mod demo;
+mod mirror;
+mod monitor;
 mod output;
 mod produce;
+mod promote;
 mod topic;
+mod verify;
 
 use std::process::ExitCode;
 

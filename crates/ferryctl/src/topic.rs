@@ -52,11 +52,9 @@ pub enum TopicCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Make a mirror topic writable (the failover step).
-    Promote {
-        /// Topic name.
-        name: String,
-    },
+    /// Make a mirror topic writable (the failover step); with --all-from, every mirror topic of a cluster. With
+    /// --monitor, first print per partition how many source records the mirror had not copied yet.
+    Promote(crate::promote::PromoteArgs),
 }
 
 /// `topic alter`.
@@ -118,14 +116,7 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
                 Format::Text => print!("{}", describe_text(&d.topic, &d.partitions)),
             }
         }
-        TopicCommand::Promote { name } => {
-            let promoted = admin.promote(&name).await.map_err(|e| explain(e, &name, &on))?;
-            if promoted.was_mirror {
-                println!("promoted topic {name:?}: it is writable and no longer mirrored");
-            } else {
-                println!("topic {name:?} was not a mirror topic; nothing changed");
-            }
-        }
+        TopicCommand::Promote(args) => crate::promote::run(args, &admin, global).await?,
     }
     Ok(())
 }
