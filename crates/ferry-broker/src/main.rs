@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ferry_broker::{BrokerConfig, Overrides, RunOptions};
+use ferry_broker::{BrokerConfig, Overrides, RunOptions, ServerError};
 use futures::StreamExt;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use tokio_util::sync::CancellationToken;
@@ -79,7 +79,9 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
-                ExitCode::from(1)
+                // A token or TLS file that cannot be used is a bad config, like one that does not parse.
+                let bad_config = matches!(e, ServerError::Config(_) | ServerError::Tls(_));
+                ExitCode::from(if bad_config { 2 } else { 1 })
             }
         }
     })

@@ -173,7 +173,7 @@ pub async fn run(
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .tcp_nodelay(true);
     if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
+        builder = builder.tls_config(tls).map_err(|e| ServerError::Tls(e.to_string()))?;
     }
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tracing::info!(%addr, cluster_id = core.cluster_id(), "ferry-broker listening");
