@@ -13,5 +13,6 @@ mod lifecycle;
 mod mirror_append;
 mod produce_consume;
 mod restart;
+mod startup;
 mod subscribe;
 mod validation;

@@ -1,0 +1,65 @@
+//! `ferry-broker` start-up failures: a bad config (unknown key, unreadable token or TLS file) exits 2, a data dir
+//! of another cluster exits 1, each with one `error: ...` sentence naming what to fix.
+
+use std::process::Output;
+use std::time::Duration;
+
+use ferry_testkit::{BROKER_BIN, BrokerProcess, binary_path, deadline};
+
+use crate::common::STOP_GRACE;
+
+/// How long a broker that cannot start may take to say so.
+const START_FAILURE: Duration = Duration::from_secs(5);
+
+async fn broker_with(config: &str, data_dir: &std::path::Path, cluster_id: &str) -> anyhow::Result<Output> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("broker.toml");
+    std::fs::write(&path, config)?;
+    let run = tokio::process::Command::new(binary_path(BROKER_BIN)?)
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0", "--cluster-id", cluster_id, "--data-dir"])
+        .arg(data_dir)
+        .env("RUST_LOG", "warn")
+        .env_remove("FERRY_BROKER_TOKEN")
+        .kill_on_drop(true)
+        .output();
+    Ok(tokio::time::timeout(deadline(&[START_FAILURE]), run).await??)
+}
+
+fn error_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("error")).map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configs_exit_2_and_a_foreign_data_dir_exits_1() -> anyhow::Result<()> {
+    let data = tempfile::tempdir()?;
+    for (config, says) in [
+        ("[storage]\nflushh = \"sync\"\n", "flushh"),
+        ("[broker]\nmax_batch_bytes = \"1KiB\"\n[storage]\nsegment_bytes = \"512B\"\n", "storage.segment_bytes"),
+        (
+            "[broker]\ntoken_file = \"/nonexistent/broker.token\"\n",
+            "cannot read broker.token_file /nonexistent/broker.token",
+        ),
+        (
+            "[broker.tls]\ncert_file = \"/nonexistent/broker.crt\"\nkey_file = \"/nonexistent/broker.key\"\n",
+            "cannot read /nonexistent/broker.crt",
+        ),
+    ] {
+        let out = broker_with(config, data.path(), "dc-a").await?;
+        assert_eq!(out.status.code(), Some(2), "{config}: {out:?}");
+        let lines = error_lines(&out);
+        assert_eq!(lines.len(), 1, "{config}: {lines:?}");
+        assert!(lines[0].contains(says), "{config}: {lines:?}");
+    }
+
+    // A data dir that belongs to cluster dc-a refuses to serve as dc-b.
+    let mut owner = BrokerProcess::builder().cluster_id("dc-a").data_dir(data.path()).start().await?;
+    assert_eq!(owner.terminate(STOP_GRACE).await?.code(), Some(0));
+    let out = broker_with("", data.path(), "dc-b").await?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let lines = error_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("belongs to cluster \"dc-a\"") && lines[0].contains("dc-b"), "{lines:?}");
+    Ok(())
+}
