@@ -163,6 +163,17 @@ impl OffsetStore {
         Ok(())
     }
 
+    /// Drops the offsets of every topic `gone` says no longer exists, rewriting the journal when any were dropped.
+    fn forget(&mut self, gone: &dyn Fn(&str) -> bool) -> Result<usize> {
+        let before = self.map.len();
+        self.map.retain(|(_, topic, _), _| !gone(topic));
+        let dropped = before - self.map.len();
+        if dropped > 0 {
+            self.compact()?;
+        }
+        Ok(dropped)
+    }
+
     fn of_group(&self, group: &str) -> Vec<pb::CommittedOffset> {
         self.map
             .range((group.to_owned(), String::new(), 0)..)
@@ -361,6 +372,13 @@ impl GroupCoordinator {
         self.offsets.lock().commit(&req.group, &req.offsets)
     }
 
+    /// Drops every group's committed offsets of the topics `gone` names: a deleted topic's offsets must not apply
+    /// to a topic later created under the same name, which starts from offset 0. Run after a topic is deleted and
+    /// at start-up (for a deletion that a crash interrupted). Returns how many offsets were dropped. Blocking.
+    pub fn forget_topics(&self, gone: &dyn Fn(&str) -> bool) -> Result<usize> {
+        self.offsets.lock().forget(gone)
+    }
+
     /// Committed offsets of a group, optionally restricted to some partitions.
     pub fn committed(&self, group: &str, only: &[pb::TopicPartition]) -> Vec<pb::CommittedOffset> {
         let all = self.offsets.lock().of_group(group);
@@ -487,6 +505,30 @@ mod tests {
         let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
         let got: Vec<(u32, u64)> = c.committed("g", &[]).iter().map(|o| (o.partition, o.offset)).collect();
         assert_eq!(got, vec![(1, 42), (2, 7)]);
+    }
+
+    #[test]
+    fn offsets_of_deleted_topics_are_forgotten_durably() {
+        let dir = tempfile::tempdir().unwrap();
+        let offset =
+            |t: &str, o| pb::CommittedOffset { topic: t.into(), partition: 0, offset: o, metadata: String::new() };
+        {
+            let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+            for g in ["g1", "g2"] {
+                let req = pb::CommitOffsetsRequest {
+                    group: g.into(),
+                    member_id: String::new(),
+                    generation: 0,
+                    offsets: vec![offset("gone", 5), offset("kept", 7)],
+                };
+                c.commit(&req).unwrap();
+            }
+            assert_eq!(c.forget_topics(&|t| t == "gone").unwrap(), 2);
+            assert_eq!(c.forget_topics(&|t| t == "gone").unwrap(), 0);
+        }
+        let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+        assert_eq!(c.committed("g1", &[]), vec![offset("kept", 7)]);
+        assert_eq!(c.committed("g2", &[]), vec![offset("kept", 7)]);
     }
 
     #[test]

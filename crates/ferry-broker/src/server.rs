@@ -132,6 +132,11 @@ pub async fn run(
             groups_cfg.min_session_timeout,
             groups_cfg.max_session_timeout,
         )?;
+        // Offsets of topics that no longer exist (a deletion interrupted before its offsets were dropped).
+        let dropped = groups.forget_topics(&|t| core.topic(t).is_err())?;
+        if dropped > 0 {
+            tracing::info!(dropped, "dropped committed offsets of deleted topics");
+        }
         Ok((core, groups))
     })
     .await

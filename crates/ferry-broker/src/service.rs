@@ -95,7 +95,13 @@ impl Broker for BrokerService {
     }
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Rpc<pb::DeleteTopicResponse> {
-        self.core.delete_topic(&req.into_inner().name).await?;
+        let name = req.into_inner().name;
+        self.core.delete_topic(&name).await?;
+        // Its committed offsets go with it: a topic created later under the name starts from offset 0.
+        let groups = Arc::clone(&self.groups);
+        tokio::task::spawn_blocking(move || groups.forget_topics(&|t| t == name))
+            .await
+            .map_err(|e| Status::internal(format!("forgetting the topic's offsets failed: {e}")))??;
         ok(pb::DeleteTopicResponse {})
     }
 
@@ -330,6 +336,10 @@ impl Broker for BrokerService {
 
     async fn commit_offsets(&self, req: Request<pb::CommitOffsetsRequest>) -> Rpc<pb::CommitOffsetsResponse> {
         let req = req.into_inner();
+        // Offsets only for partitions that exist, so no offset outlives its topic (see delete_topic).
+        for o in &req.offsets {
+            self.core.partition(&o.topic, o.partition)?;
+        }
         let groups = Arc::clone(&self.groups);
         tokio::task::spawn_blocking(move || groups.commit(&req))
             .await
