@@ -120,12 +120,24 @@ async fn a_grown_topic_is_rebalanced_and_a_recreated_topic_is_a_new_topic() -> a
     values.sort();
     assert_eq!(values, (0..4).map(|p| (p, format!("in-{p}"))).collect::<Vec<_>>());
     consumer.close().await?;
+    let committed: Vec<(u32, u64)> =
+        admin.fetch_committed_offsets("growers", &[]).await?.iter().map(|c| (c.partition, c.offset)).collect();
+    assert_eq!(committed, vec![(0, 1), (1, 1), (2, 1), (3, 1)]);
 
-    // Deleted and created again: a new topic id, empty partitions, and the old data is gone for good.
+    // Deleted and created again: a new topic id, empty partitions, the old data gone for good, and no committed
+    // offset of the old topic left to make a group skip the new topic's first records.
     admin.delete_topic("grow").await?;
     assert_status(admin.describe_topic("grow").await, ferry_client::Code::NotFound, &["does not exist"]);
     let second = admin.create_topic("grow", 2, TopicConfig::default(), None).await?;
     assert_ne!(second.topic_id, first.topic_id);
     assert_eq!(offsets(&admin, "grow").await, vec![(0, 0), (0, 0)]);
+    assert_eq!(admin.fetch_committed_offsets("growers", &[]).await?, vec![]);
+    // Offsets are committed only for partitions that exist.
+    let stray =
+        ferry_client::admin::CommittedOffset { topic: "grow".into(), partition: 5, offset: 1, metadata: String::new() };
+    assert_status(admin.commit_offsets("growers", vec![stray]).await, ferry_client::Code::NotFound, &["partition 5"]);
+    let unknown =
+        ferry_client::admin::CommittedOffset { topic: "nope".into(), partition: 0, offset: 1, metadata: String::new() };
+    assert_status(admin.commit_offsets("growers", vec![unknown]).await, ferry_client::Code::NotFound, &["\"nope\""]);
     Ok(())
 }
