@@ -189,6 +189,9 @@ pub async fn subscribe(
     let mut heartbeat = Duration::from_millis(1000);
     let mut arrivals = core.arrivals();
     let mut next_heartbeat = tokio::time::Instant::now() + heartbeat;
+    // Where the next response starts: the first partition the last one had no room for. Without it, partitions
+    // early in key order would take every response while they have backlog and credit, and starve the rest.
+    let mut cursor: Option<(String, u32)> = None;
     loop {
         arrivals.borrow_and_update();
         // Positions of every partition on a fixed beat, busy or not, so the client always knows each log end.
@@ -203,9 +206,19 @@ pub async fn subscribe(
         // Send whatever is ready for partitions with credit.
         let mut batch_out = Vec::new();
         let mut size = 0u64;
-        for ((topic, partition), sub) in subs.iter_mut() {
-            if sub.credit == 0 || size >= max_response {
+        let order: Vec<(String, u32)> = match cursor.take() {
+            Some(c) => subs.range(c.clone()..).chain(subs.range(..c)).map(|(k, _)| k.clone()).collect(),
+            None => subs.keys().cloned().collect(),
+        };
+        for key in order {
+            let Some(sub) = subs.get_mut(&key) else { continue };
+            let (topic, partition) = (&key.0, &key.1);
+            if sub.credit == 0 {
                 continue;
+            }
+            if size >= max_response {
+                cursor = Some(key);
+                break;
             }
             let Ok((topic_id, p)) = core.topic(topic).and_then(|t| Ok((t.id(), t.partition(*partition)?))) else {
                 if !sub.errored {
@@ -227,9 +240,13 @@ pub async fn subscribe(
             }
             sub.errored = false;
             let n = data.batches.len() as u64;
-            // The first batch of a read may overdraw what is left of the response: leave it for the next one.
-            if n == 0 || (size > 0 && size + n > max_response) {
+            if n == 0 {
                 continue;
+            }
+            // The first batch of a read may overdraw what is left of the response: leave it for the next one.
+            if size > 0 && size + n > max_response {
+                cursor = Some(key);
+                break;
             }
             size += n;
             sub.credit = sub.credit.saturating_sub(n);
