@@ -204,3 +204,49 @@ async fn a_long_poll_fetch_returns_as_soon_as_data_arrives() -> anyhow::Result<(
     assert!(response.partitions[0].batches.is_empty());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_shares_small_responses_between_partitions_with_backlog() -> anyhow::Result<()> {
+    let broker = start_broker("").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("feed", 2, TopicConfig::default(), None).await?;
+    // ~320 KiB of backlog on each partition, in ~16 KiB batches.
+    for p in 0..2u32 {
+        for b in 0..20 {
+            let values: Vec<String> = (0..16).map(|i| format!("p{p}-b{b}-r{i}-{}", "f".repeat(1000))).collect();
+            let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+            let request = pb::ProduceRequest {
+                topic: "feed".into(),
+                partition: Some(p),
+                key: None,
+                batches: plain_batch(&refs, TS0),
+            };
+            client.produce(request).await?;
+        }
+    }
+    // Responses of at most 64 KiB (the smallest the broker takes) and plenty of credit for both partitions.
+    let (tx, rx) = mpsc::channel::<pb::SubscribeRequest>(4);
+    let requests = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let mut first = start(&[(0, 16 << 20), (1, 16 << 20)]);
+    if let Some(pb::subscribe_request::Kind::Start(s)) = &mut first.kind {
+        s.max_response_bytes = 64 * 1024;
+    }
+    tx.send(first).await?;
+    let mut stream = client.raw().await?.subscribe(requests).await?.into_inner();
+
+    // Partition 1 gets data while partition 0 still has most of its backlog: the responses take turns.
+    let mut delivered = [0usize; 2];
+    wait_until("partition 1's first data", deadline(&[IO_BUDGET]), async || {
+        let msg = stream.message().await?.ok_or_else(|| anyhow::anyhow!("the stream ended"))?;
+        let size: usize = msg.partitions.iter().map(|d| d.batches.len()).sum();
+        assert!(size <= 64 * 1024, "a response of {size} bytes");
+        for d in &msg.partitions {
+            delivered[d.partition as usize] += records_of(d).len();
+        }
+        anyhow::Ok(delivered[1] > 0)
+    })
+    .await?;
+    assert!(delivered[0] <= 2 * 4 * 16, "partition 0 took {} records before partition 1 got any", delivered[0]);
+    drop(tx);
+    Ok(())
+}
