@@ -83,7 +83,8 @@ async fn mirror_commands_against_a_running_mirror() {
     assert_eq!((status["mirror"].as_str(), status["active_route"].as_str()), (Some("a_to_b"), Some("primary")));
     assert_eq!((status["source_cluster"].as_str(), status["target_cluster"].as_str()), (Some("dc-a"), Some("dc-b")));
     assert_eq!((status["totals"]["partitions"].as_u64(), status["totals"]["lag"].as_u64()), (Some(2), Some(0)));
-    assert_eq!(status["totals"]["records_out"], 60);
+    // The mirror's counter of acknowledged appends (a retried append counts again); exact data is verify's job.
+    assert!(status["totals"]["records_out"].as_u64().unwrap() >= 60, "{status}");
     assert!(status["rates"]["source"]["records_per_sec"]["10s"].is_number(), "{status}");
     let out = ferryctl(&mon(&["mirror", "status"])).await;
     assert!(out.stdout.starts_with(&format!("Mirror:        a_to_b (dc-a -> dc-b) at {m}\n")), "{}", out.stdout);
