@@ -113,11 +113,16 @@ fn read_partition(p: &Partition, offset: u64, max_bytes: u64, topic_id: String) 
 /// Serves a long-poll fetch: answers at once when any partition has data or an error, else waits up to
 /// `max_wait` for data to arrive and reads once more. The response carries at most `limit` bytes of batches
 /// (see [`response_limit`]), however large the request's budgets are.
+///
+/// Partitions are read starting at index `turn % count` of the request and wrapping around (the answer keeps the
+/// request's order), so that when the budget does not cover every partition with data, successive fetches
+/// (the service passes a counter) serve different ones first instead of always the first few.
 pub async fn fetch(
     core: &BrokerCore,
     req: pb::FetchRequest,
     max_wait: Duration,
     limit: u64,
+    turn: usize,
     shutdown: &CancellationToken,
 ) -> pb::FetchResponse {
     let mut arrivals = core.arrivals();
@@ -128,9 +133,11 @@ pub async fn fetch(
         arrivals.borrow_and_update();
         let mut budget = if req.max_bytes == 0 { limit } else { req.max_bytes.min(limit) };
         let mut total = 0u64;
-        let mut out = Vec::with_capacity(req.partitions.len());
+        let count = req.partitions.len();
+        let mut out: Vec<Option<pb::PartitionData>> = vec![None; count];
         let mut any = false;
-        for pf in &req.partitions {
+        for i in (0..count).map(|k| (turn + k) % count) {
+            let pf = &req.partitions[i];
             // Once the total budget is spent, later partitions report their position only.
             let mut data = if budget == 0 {
                 unread(core, &pf.topic, pf.partition, pf.offset)
@@ -150,8 +157,9 @@ pub async fn fetch(
                 budget = budget.saturating_sub(n);
             }
             any |= !data.batches.is_empty() || data.error != pb::ErrorCode::None as i32;
-            out.push(data);
+            out[i] = Some(data);
         }
+        let out: Vec<pb::PartitionData> = out.into_iter().flatten().collect();
         if any || tokio::time::Instant::now() >= deadline {
             return pb::FetchResponse { partitions: out };
         }
@@ -415,7 +423,7 @@ mod tests {
         let mut responses = 0;
         while offsets.iter().any(|&o| o < 300) {
             // The client asks for far more than one message may carry (16 MiB total, 1 MiB per partition).
-            let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, &token).await;
+            let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, 0, &token).await;
             let total: u64 = r.partitions.iter().map(|d| d.batches.len() as u64).sum();
             assert!(total <= limit, "response of {total} bytes, limit {limit}");
             assert!(total > 0, "no progress at {offsets:?}");
@@ -438,12 +446,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn successive_fetches_serve_different_partitions_first() {
+        let (_dir, core) = core_with_backlog(4, 6).await;
+        let limit = response_limit(MAX_BATCH);
+        let token = CancellationToken::new();
+        for turn in 0..8 {
+            let r = fetch(&core, request(4, &[0; 4], 16 * 1024 * 1024), Duration::ZERO, limit, turn, &token).await;
+            // The answer keeps the request's order; the partition of this turn was read first and got data.
+            let order: Vec<u32> = r.partitions.iter().map(|d| d.partition).collect();
+            assert_eq!(order, vec![0, 1, 2, 3]);
+            assert!(!r.partitions[turn % 4].batches.is_empty(), "turn {turn}");
+            let with_data = r.partitions.iter().filter(|d| !d.batches.is_empty()).count();
+            assert!(with_data < 4, "the limit should leave some partitions out");
+        }
+    }
+
+    #[tokio::test]
     async fn partitions_without_room_report_their_position_or_range_error() {
         let (_dir, core) = core_with_backlog(3, 3).await;
         let limit = response_limit(MAX_BATCH);
         let token = CancellationToken::new();
         // The total budget is one byte: partition 0 gets one whole batch, the others no data.
-        let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, &token).await;
+        let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, 0, &token).await;
         let d = &r.partitions;
         assert_eq!((d[0].error, d[0].next_offset), (pb::ErrorCode::None as i32, 50));
         assert!(!d[0].batches.is_empty());

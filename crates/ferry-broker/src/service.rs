@@ -27,6 +27,8 @@ pub struct BrokerService {
     max_batch_bytes: u64,
     max_fetch_wait: Duration,
     round_robin: Arc<AtomicU32>,
+    /// Counts fetches, so each starts reading at a different partition (see `fetch::fetch`).
+    fetch_turns: Arc<AtomicU32>,
     shutdown: CancellationToken,
 }
 
@@ -47,6 +49,7 @@ impl BrokerService {
             max_batch_bytes,
             max_fetch_wait,
             round_robin: Arc::new(AtomicU32::new(0)),
+            fetch_turns: Arc::new(AtomicU32::new(0)),
             shutdown,
         }
     }
@@ -256,7 +259,8 @@ impl Broker for BrokerService {
 
     async fn fetch(&self, req: Request<pb::FetchRequest>) -> Rpc<pb::FetchResponse> {
         let limit = crate::fetch::response_limit(self.max_batch_bytes);
-        ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, limit, &self.shutdown).await)
+        let turn = self.fetch_turns.fetch_add(1, Ordering::Relaxed) as usize;
+        ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, limit, turn, &self.shutdown).await)
     }
 
     type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
