@@ -75,8 +75,8 @@ pub async fn run(args: DemoArgs, _global: &GlobalOpts) -> anyhow::Result<()> {
     std::fs::write(&token_file, &token).with_context(|| format!("cannot write {}", token_file.display()))?;
     let mirror = start_mirror(dir.path(), a.addr, b.addr, &token_file).await?;
     let _mirror_guard = mirror.stop.clone().drop_guard();
-    let token_in_use = token_used(&token);
-    print_intro(&a, &b, &mirror, &token_in_use, args.rate);
+    let (token_shown, token_arg) = token_used(&token);
+    print_intro(&a, &b, &mirror, (&token_shown, &token_arg), args.rate);
 
     let load = Load::start(source.clone(), TOPIC, args.rate).await?;
     let started = Instant::now();
@@ -241,15 +241,17 @@ fn random_token() -> String {
     rand::rng().sample_iter(rand::distr::Alphanumeric).take(24).map(char::from).collect()
 }
 
-/// The token the monitor checks: ours, unless `FERRY_MONITOR_TOKEN` in the environment overrides the file.
-fn token_used(ours: &str) -> String {
-    match std::env::var(ferry_mirror::config::MONITOR_TOKEN_ENV) {
-        Ok(v) if !v.trim().is_empty() => format!("(from {})", ferry_mirror::config::MONITOR_TOKEN_ENV),
-        _ => ours.to_owned(),
+/// The token the monitor checks, as shown and as a `--token` argument: ours, unless `FERRY_MONITOR_TOKEN` in the
+/// environment overrides the file (then it is not printed: the operator chose it).
+fn token_used(ours: &str) -> (String, String) {
+    let env = ferry_mirror::config::MONITOR_TOKEN_ENV;
+    match std::env::var(env) {
+        Ok(v) if !v.trim().is_empty() => (format!("(from {env})"), format!("\"${env}\"")),
+        _ => (ours.to_owned(), ours.to_owned()),
     }
 }
 
-fn print_intro(a: &Broker, b: &Broker, mirror: &Mirror, token: &str, rate: u32) {
+fn print_intro(a: &Broker, b: &Broker, mirror: &Mirror, (token, token_arg): (&str, &str), rate: u32) {
     let m = mirror.monitor;
     println!(
         "Ferry demo: brokers dc-a and dc-b, the mirror dc-a -> dc-b and {rate} orders/s on {TOPIC:?} ({PARTITIONS} partitions)"
@@ -260,7 +262,7 @@ fn print_intro(a: &Broker, b: &Broker, mirror: &Mirror, token: &str, rate: u32) 
     println!("  monitor token         {token}");
     println!("Try in another terminal:");
     println!("  ferryctl --monitor {m} mirror partitions --watch");
-    println!("  ferryctl --monitor {m} --token {token} mirror pause {TOPIC}");
+    println!("  ferryctl --monitor {m} --token {token_arg} mirror pause {TOPIC}");
     println!("  ferryctl --broker {} consume {TOPIC} --from-beginning --max 3 --format json", b.addr);
     println!("Ctrl-C stops the demo and checks that dc-b holds exactly what dc-a holds.\n");
 }
