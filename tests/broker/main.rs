@@ -15,4 +15,5 @@ mod produce_consume;
 mod restart;
 mod startup;
 mod subscribe;
+mod tls;
 mod validation;
