@@ -330,13 +330,12 @@ impl SyncManager {
             t.stop.cancel();
         }
         let deadline = tokio::time::Instant::now() + budget;
-        for (tp, t) in std::mem::take(&mut self.tasks) {
-            let kill = t.kill.clone();
-            let mut join = t.join;
-            if tokio::time::timeout_at(deadline, &mut join).await.is_err() {
+        // The tasks stay listed: the final commit covers exactly the partitions this process owned.
+        for (tp, t) in self.tasks.iter_mut() {
+            if tokio::time::timeout_at(deadline, &mut t.join).await.is_err() {
                 tracing::warn!(topic = %tp.0, partition = tp.1, "partition did not drain within shutdown_timeout; stopping it");
-                kill.cancel();
-                let _ = join.await;
+                t.kill.cancel();
+                let _ = (&mut t.join).await;
             }
         }
     }
