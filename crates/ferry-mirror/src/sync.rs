@@ -59,6 +59,11 @@ pub struct SyncSettings {
     pub first_run_latest: bool,
 }
 
+/// Whether a partition was present at the mirror's first discovery (so `start_position = latest` applies to it).
+fn initially_present(initial: Option<&BTreeMap<String, u32>>, (topic, partition): &Tp) -> bool {
+    initial.and_then(|t| t.get(topic)).is_some_and(|count| partition < count)
+}
+
 /// The SyncManager.
 pub struct SyncManager {
     settings: SyncSettings,
@@ -67,8 +72,9 @@ pub struct SyncManager {
     consumer: mpsc::UnboundedSender<ConsumerCmd>,
     controls: Controls,
     tasks: BTreeMap<Tp, Task>,
-    /// Source topics present at the first discovery: only they may start at `latest`.
-    initial_topics: Option<BTreeSet<String>>,
+    /// Source topics and their partition counts at the first discovery: only those partitions may start at
+    /// `latest`; partitions added later start at the earliest offset like new topics.
+    initial_topics: Option<BTreeMap<String, u32>>,
     member: Option<(String, u64)>,
     assignment: BTreeSet<Tp>,
     joined_topics: BTreeSet<String>,
@@ -145,7 +151,7 @@ impl SyncManager {
             return;
         }
         if self.initial_topics.is_none() {
-            self.initial_topics = Some(set.topics.keys().cloned().collect());
+            self.initial_topics = Some(set.topics.iter().map(|(name, m)| (name.clone(), m.partitions)).collect());
         }
         let targets: BTreeSet<String> = set.topics.values().map(|m| m.target.clone()).collect();
         if targets.is_empty() {
@@ -237,7 +243,7 @@ impl SyncManager {
                 continue;
             }
             let first_run_latest =
-                self.settings.first_run_latest && self.initial_topics.as_ref().is_some_and(|t| t.contains(&m.source));
+                self.settings.first_run_latest && initially_present(self.initial_topics.as_ref(), &tp);
             let spec = PartitionSpec {
                 topic: m.source.clone(),
                 topic_id: m.source_id.clone(),
@@ -338,5 +344,19 @@ impl SyncManager {
                 let _ = (&mut t.join).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latest_applies_only_to_partitions_present_at_the_first_discovery() {
+        let initial: BTreeMap<String, u32> = [("orders".to_owned(), 4)].into();
+        assert!(initially_present(Some(&initial), &("orders".into(), 3)));
+        assert!(!initially_present(Some(&initial), &("orders".into(), 4)), "a partition added later");
+        assert!(!initially_present(Some(&initial), &("payments".into(), 0)), "a topic added later");
+        assert!(!initially_present(None, &("orders".into(), 0)), "before the first discovery");
     }
 }
