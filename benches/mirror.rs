@@ -14,7 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use ferry::{Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt};
+use ferry::{
+    Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt,
+};
 use ferry_testkit::{BrokerProcess, MirrorProcess, Proxy};
 
 const RECORD: usize = 1024;
@@ -166,7 +168,11 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 async fn bench() -> Result<()> {
     for bin in ["ferry-broker", "ferry-mirror"] {
         if !bin_dir().join(bin).exists() {
-            bail!("{} not found in {}: run `cargo build --release -p ferry-broker -p ferry-mirror` first", bin, bin_dir().display());
+            bail!(
+                "{} not found in {}: run `cargo build --release -p ferry-broker -p ferry-mirror` first",
+                bin,
+                bin_dir().display()
+            );
         }
     }
     let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
@@ -185,13 +191,20 @@ async fn bench() -> Result<()> {
     // 1. Raw ingest into the target vs mirror throughput into the same target.
     let raw = produce(&b_addr, "raw", bytes, Duration::from_millis(5)).await?;
     let raw_mbps = mb as f64 / raw.as_secs_f64();
-    println!("raw produce into target:       {raw_mbps:8.1} MiB/s ({:.0} records/s)", records as f64 / raw.as_secs_f64());
+    println!(
+        "raw produce into target:       {raw_mbps:8.1} MiB/s ({:.0} records/s)",
+        records as f64 / raw.as_secs_f64()
+    );
     produce(&a_addr, "lan", bytes, Duration::from_millis(5)).await?;
     let lan = mirror_backlog(&a_addr, &b, "lan", records).await?;
     let lan_mbps = mb as f64 / lan.seconds;
     println!("mirror throughput (0 ms RTT):  {lan_mbps:8.1} MiB/s ({:.0} records/s)", records as f64 / lan.seconds);
     println!("RATIO mirror / raw target ingest: {:.2}  (target >= 0.9)", lan_mbps / raw_mbps);
-    println!("mirror CPU per 100 MB: {:.2} s;  mirror peak RSS: {:.1} MiB", lan.cpu / mb as f64 * 100.0, lan.rss_peak_mib);
+    println!(
+        "mirror CPU per 100 MB: {:.2} s;  mirror peak RSS: {:.1} MiB",
+        lan.cpu / mb as f64 * 100.0,
+        lan.rss_peak_mib
+    );
 
     // 2. The same over a 25 ms one-way delay line (50 ms RTT) on the source link.
     produce(&a_addr, "wan", bytes, Duration::from_millis(5)).await?;
@@ -205,19 +218,24 @@ async fn bench() -> Result<()> {
 
     // 3. Replication latency at half the maximum rate.
     let rate = (lan_mbps.min(raw_mbps) * 1024.0 * 1024.0 / RECORD as f64 / 2.0).max(1000.0);
-    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^lat$")).program(bin_dir().join("ferry-mirror")).start().await?;
+    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^lat$"))
+        .program(bin_dir().join("ferry-mirror"))
+        .start()
+        .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while b_admin.describe_topic("lat").await.is_err() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut consumer = Consumer::new(BrokerClient::new(ClientConfig::new([b_addr.clone()]))?, ConsumerConfig::default())?;
+    let mut consumer =
+        Consumer::new(BrokerClient::new(ClientConfig::new([b_addr.clone()]))?, ConsumerConfig::default())?;
     consumer.assign((0..PARTITIONS).map(|p| ("lat".to_owned(), p, StartAt::Offset(0))).collect())?;
     let seconds = 10.0;
     let total = (rate * seconds) as usize;
     let producer_addr = a_addr.clone();
     let producer_task = tokio::spawn(async move {
         let client = BrokerClient::new(ClientConfig::new([producer_addr]))?;
-        let producer = Producer::new(client, ProducerConfig { linger: Duration::from_millis(1), ..Default::default() }).await?;
+        let producer =
+            Producer::new(client, ProducerConfig { linger: Duration::from_millis(1), ..Default::default() }).await?;
         let value = Bytes::from(vec![b'x'; RECORD]);
         let start = Instant::now();
         let mut pending = Vec::new();
@@ -226,7 +244,9 @@ async fn bench() -> Result<()> {
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 tokio::time::sleep(wait).await;
             }
-            let rec = ProducerRecord::new("lat", value.clone()).with_partition(i as u32 % PARTITIONS).with_timestamp(now_ms());
+            let rec = ProducerRecord::new("lat", value.clone())
+                .with_partition(i as u32 % PARTITIONS)
+                .with_timestamp(now_ms());
             pending.push(producer.send(rec).await?);
         }
         for p in pending {
@@ -266,7 +286,9 @@ async fn bench() -> Result<()> {
         let topic = format!("many-{t:03}");
         a_admin.create_topic(&topic, 10, Default::default(), None).await?;
         for p in 0..10 {
-            pending.push(producer.send(ProducerRecord::new(topic.clone(), Bytes::from_static(b"v")).with_partition(p)).await?);
+            pending.push(
+                producer.send(ProducerRecord::new(topic.clone(), Bytes::from_static(b"v")).with_partition(p)).await?,
+            );
         }
     }
     for p in pending {
@@ -274,7 +296,10 @@ async fn bench() -> Result<()> {
     }
     producer.close().await;
     let started = Instant::now();
-    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^many-")).program(bin_dir().join("ferry-mirror")).start().await?;
+    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^many-"))
+        .program(bin_dir().join("ferry-mirror"))
+        .start()
+        .await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let topics = b_admin.list_topics().await?;
