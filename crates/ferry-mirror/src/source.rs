@@ -2,7 +2,7 @@
 //! partition this process owns, with per-partition byte credits.
 //!
 //! Flow control: each partition may have at most `cap` bytes fetched and not yet appended (queued in its channel
-//! or its TargetDcProducer) plus credit granted and not yet used. The consumer grants credit as the producer
+//! or its TargetDcProducer, plus the copies of an append in flight) plus credit granted and not yet used. The consumer grants credit as the producer
 //! drains; a paused, halted or slow partition simply stops getting credit, and the broker stops sending it, while
 //! the others keep flowing. The caps add up to at most `sync.max_memory`.
 //!
@@ -73,7 +73,8 @@ pub enum SourceMsg {
 /// Counters shared between the consumer and one partition's producer.
 #[derive(Debug, Default)]
 pub struct PartitionFlow {
-    /// Bytes received from the source and not yet appended or dropped.
+    /// Bytes this partition holds: received from the source and not yet appended or dropped, plus the copies an
+    /// append in flight makes of them.
     pub queued: AtomicU64,
     /// Where a (re)started stream fetches this partition from.
     pub fetch_position: AtomicU64,
@@ -81,9 +82,18 @@ pub struct PartitionFlow {
     pub reset_ack: AtomicU64,
     /// Per-partition byte cap (queued + outstanding credit).
     pub cap: AtomicU64,
+    /// Largest append request of the partition (set with the cap, a fraction of it).
+    pub request: AtomicU64,
 }
 
 impl PartitionFlow {
+    /// Bytes that may be fetched ahead: the cap less room for the two copies an append in flight makes of up to
+    /// `request` bytes (the request body and its encoded message), so that all of it together stays within the cap.
+    pub fn window(&self) -> u64 {
+        let cap = self.cap.load(Ordering::Relaxed);
+        cap.saturating_sub(2 * self.request.load(Ordering::Relaxed)).max(cap / 2)
+    }
+
     /// Marks `bytes` as consumed (appended or dropped).
     pub fn consumed(&self, bytes: u64) {
         let _ = self.queued.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| Some(q.saturating_sub(bytes)));
@@ -245,7 +255,7 @@ impl SourceDcConsumer {
         for tp in tps {
             if let Some(a) = self.parts.get_mut(tp) {
                 let flow = &a.sink.flow;
-                let credit = flow.cap.load(Ordering::Relaxed).saturating_sub(flow.queued.load(Ordering::Relaxed));
+                let credit = flow.window().saturating_sub(flow.queued.load(Ordering::Relaxed));
                 a.outstanding = credit;
                 partitions.push(pb::PartitionStart {
                     topic: tp.0.clone(),
@@ -366,15 +376,15 @@ impl SourceDcConsumer {
         }
     }
 
-    /// Credit top-ups for partitions whose free space passed a quarter of their cap.
+    /// Credit top-ups for partitions whose free space passed a quarter of their window.
     fn credits(&mut self) -> Option<pb::SubscribeRequest> {
         let mut partitions = Vec::new();
         for ((topic, partition), a) in self.parts.iter_mut() {
             let flow = &a.sink.flow;
-            let cap = flow.cap.load(Ordering::Relaxed);
+            let window = flow.window();
             let used = flow.queued.load(Ordering::Relaxed).saturating_add(a.outstanding);
-            let free = cap.saturating_sub(used);
-            if free > 0 && free >= (cap / 4).max(1) {
+            let free = window.saturating_sub(used);
+            if free > 0 && free >= (window / 4).max(1) {
                 a.outstanding += free;
                 partitions.push(pb::PartitionCredit { topic: topic.clone(), partition: *partition, bytes: free });
             }
@@ -389,6 +399,11 @@ impl SourceDcConsumer {
 
     fn dispatch(&mut self, resp: pb::SubscribeResponse) -> Vec<(String, u32)> {
         let mut closed = Vec::new();
+        // The batches of a response are slices of one receive buffer, which lives as long as any slice does. When
+        // the response carries several partitions' data, each partition gets its own copy, so that a slow
+        // partition's few pending bytes never pin the others' (already appended) megabytes: memory then stays
+        // what the per-partition caps count.
+        let shared_buffer = resp.partitions.iter().filter(|d| !d.batches.is_empty()).count() > 1;
         for d in resp.partitions {
             let Some(a) = self.parts.get_mut(&(d.topic.clone(), d.partition)) else { continue };
             let pos = SourcePos {
@@ -409,7 +424,8 @@ impl SourceDcConsumer {
                 a.sink.flow.queued.fetch_add(bytes, Ordering::Relaxed);
                 self.metrics.received(records, bytes);
                 self.shared.source_rates.add(records, bytes);
-                SourceMsg::Data { batches: d.batches, records, pos }
+                let batches = if shared_buffer { Bytes::copy_from_slice(&d.batches) } else { d.batches };
+                SourceMsg::Data { batches, records, pos }
             };
             // A closed channel means the producer stopped: stop fetching the partition.
             if a.sink.tx.send(msg).is_err() {

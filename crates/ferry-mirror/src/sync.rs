@@ -59,6 +59,13 @@ pub struct SyncSettings {
     pub first_run_latest: bool,
 }
 
+/// Per-partition memory cap and largest append request for `partitions` owned partitions.
+fn caps(settings: &SyncSettings, max_request_bytes: u64, partitions: usize) -> (u64, u64) {
+    let n = partitions.max(1) as u64;
+    let cap = (settings.max_memory / n).min(settings.queue_bytes).max(64 * 1024);
+    (cap, (cap / 8).min(max_request_bytes))
+}
+
 /// Whether a partition was present at the mirror's first discovery (so `start_position = latest` applies to it).
 fn initially_present(initial: Option<&BTreeMap<String, u32>>, (topic, partition): &Tp) -> bool {
     initial.and_then(|t| t.get(topic)).is_some_and(|count| partition < count)
@@ -268,12 +275,14 @@ impl SyncManager {
         self.set_caps();
     }
 
-    /// Splits `sync.max_memory` over the owned partitions, at most `sync.queue_bytes` each.
+    /// Splits `sync.max_memory` over the owned partitions, at most `sync.queue_bytes` each. A partition's append
+    /// requests are at most an eighth of its cap, so their copies in flight leave three quarters of it to fetch
+    /// ahead (see [`PartitionFlow::window`]).
     fn set_caps(&self) {
-        let n = self.tasks.len().max(1) as u64;
-        let cap = (self.settings.max_memory / n).min(self.settings.queue_bytes).max(64 * 1024);
+        let (cap, request) = caps(&self.settings, self.ctx.max_request_bytes, self.tasks.len());
         for t in self.tasks.values() {
             t.flow.cap.store(cap, Ordering::Relaxed);
+            t.flow.request.store(request, Ordering::Relaxed);
         }
     }
 
@@ -350,6 +359,26 @@ impl SyncManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caps_split_max_memory_and_requests_leave_room_to_fetch_ahead() {
+        let settings = SyncSettings {
+            mirror_name: "m".into(),
+            commit_interval: Duration::from_secs(5),
+            queue_bytes: 8 << 20,
+            max_memory: 64 << 20,
+            session_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(30),
+            first_run_latest: false,
+        };
+        assert_eq!(caps(&settings, 4 << 20, 4), (8 << 20, 1 << 20), "queue_bytes bounds each partition");
+        assert_eq!(caps(&settings, 4 << 20, 32), (2 << 20, 256 << 10), "max_memory is split");
+        assert_eq!(caps(&settings, 128 << 10, 4), (8 << 20, 128 << 10), "max_request_bytes bounds requests");
+        let flow = PartitionFlow::default();
+        flow.cap.store(8 << 20, Ordering::Relaxed);
+        flow.request.store(1 << 20, Ordering::Relaxed);
+        assert_eq!(flow.window(), 6 << 20);
+    }
 
     #[test]
     fn latest_applies_only_to_partitions_present_at_the_first_discovery() {

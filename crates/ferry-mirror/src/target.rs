@@ -123,6 +123,26 @@ struct Pending {
     bytes: Bytes,
 }
 
+/// Bytes held in memory beyond the pending batches while an append is in flight (the request body and its encoded
+/// message), added to the partition's `queued` count for as long as it lives.
+struct InFlight {
+    flow: Arc<PartitionFlow>,
+    bytes: u64,
+}
+
+impl InFlight {
+    fn new(flow: Arc<PartitionFlow>, bytes: u64) -> InFlight {
+        flow.queued.fetch_add(bytes, Ordering::Relaxed);
+        InFlight { flow, bytes }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.flow.consumed(self.bytes);
+    }
+}
+
 /// The producer task of one partition.
 pub struct TargetDcProducer {
     spec: PartitionSpec,
@@ -609,9 +629,12 @@ impl TargetDcProducer {
         let mut consumed = 0u64;
         let epoch = front_epoch;
         let mut cursor = self.cache;
+        let request_limit = match self.flow.request.load(Ordering::Relaxed) {
+            0 => self.ctx.max_request_bytes,
+            r => r,
+        };
         while let Some(p) = self.pending.front() {
-            if p.header.epoch != epoch
-                || (body.len() as u64 + p.bytes.len() as u64 > self.ctx.max_request_bytes && !body.is_empty())
+            if p.header.epoch != epoch || (!body.is_empty() && body.len() as u64 + p.bytes.len() as u64 > request_limit)
             {
                 break;
             }
@@ -655,6 +678,9 @@ impl TargetDcProducer {
         }
         let records: u64 = parts.iter().map(|p| p.4).sum();
         let bytes = body.len() as u64;
+        // The request body and its encoded gRPC message are copies of the pending bytes: they count against the
+        // partition's memory cap until the append is answered (or abandoned), so fetching ahead pauses meanwhile.
+        let _copies = InFlight::new(Arc::clone(&self.flow), 2 * bytes);
         self.ctx.limits.acquire(bytes, records).await;
         let body = body.freeze();
         let mut backoff = Duration::from_millis(100);
@@ -788,5 +814,20 @@ impl TargetDcProducer {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_copies_count_against_the_cap_until_dropped() {
+        let flow = Arc::new(PartitionFlow::default());
+        flow.queued.store(100, Ordering::Relaxed);
+        let guard = InFlight::new(Arc::clone(&flow), 40);
+        assert_eq!(flow.queued.load(Ordering::Relaxed), 140);
+        drop(guard);
+        assert_eq!(flow.queued.load(Ordering::Relaxed), 100);
     }
 }
