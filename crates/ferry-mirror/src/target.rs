@@ -624,6 +624,35 @@ impl TargetDcProducer {
             }
             return;
         }
+        // A batch starting above the next offset to copy is carried over as a gap only when the source really has
+        // one there; otherwise it was fetched from an older position (a fetch in flight when the partition was
+        // re-seated after a truncation or a resync) and must not be appended.
+        let front_base = self.pending[0].header.base_offset;
+        if front_base > self.cache {
+            match self.source_gap(self.cache, front_base).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(
+                        topic = %self.spec.topic,
+                        partition = self.spec.partition,
+                        cache = self.cache,
+                        stale = front_base,
+                        "dropping batches fetched from an older position; fetching again"
+                    );
+                    self.clear_pending();
+                    let _ = self.ctx.consumer.send(ConsumerCmd::Reseat(self.tp()));
+                    return;
+                }
+                Err(e) => {
+                    self.status.set_error(format!("cannot check the source for a gap at offset {}: {e}", self.cache));
+                    tokio::select! {
+                        _ = kill.cancelled() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                    return;
+                }
+            }
+        }
         let mut body = BytesMut::new();
         let mut parts: Vec<(u64, u64, u32, i64, u64)> = Vec::new(); // (base, last, epoch, max_ts, records)
         let mut consumed = 0u64;
@@ -634,7 +663,11 @@ impl TargetDcProducer {
             r => r,
         };
         while let Some(p) = self.pending.front() {
-            if p.header.epoch != epoch || (!body.is_empty() && body.len() as u64 + p.bytes.len() as u64 > request_limit)
+            // Only the first batch of a request may start above the cursor (checked above); a later one waits to be
+            // checked as the first of the next request.
+            if p.header.epoch != epoch
+                || (!body.is_empty()
+                    && (p.header.base_offset > cursor || body.len() as u64 + p.bytes.len() as u64 > request_limit))
             {
                 break;
             }
@@ -775,6 +808,27 @@ impl TargetDcProducer {
                 self.halt_with(format!("target error {}: {}", code.as_str_name(), resp.message));
             }
         }
+    }
+
+    /// Whether the source partition holds nothing in `[at, base)`: a fetch at `at` answers with a first batch that
+    /// starts at `base`.
+    async fn source_gap(&self, at: u64, base: u64) -> Result<bool, ClientError> {
+        let request = pb::FetchRequest {
+            partitions: vec![pb::PartitionFetch {
+                topic: self.spec.topic.clone(),
+                partition: self.spec.partition,
+                offset: at,
+                max_bytes: 1,
+            }],
+            max_wait_ms: 0,
+            max_bytes: 1,
+        };
+        let response = self.ctx.egress.active().client.fetch(request).await?;
+        let Some(data) = response.partitions.first() else { return Ok(false) };
+        if data.error != pb::ErrorCode::None as i32 || data.topic_id != self.spec.topic_id {
+            return Ok(false);
+        }
+        Ok(BatchIter::new(&data.batches).next().and_then(Result::ok).is_some_and(|(h, _)| h.base_offset == base))
     }
 
     /// Moves an empty stretch of the target forward to the source's new log start.
