@@ -491,6 +491,18 @@ impl TargetDcProducer {
         if pos.log_end > 0 || pos.log_start > 0 {
             self.status.set_source(pos.log_start, pos.log_end);
         }
+        if self.halted {
+            return;
+        }
+        // Offsets in an error of a re-created topic say nothing about the mirrored one: it always halts.
+        if !pos.topic_id.is_empty() && pos.topic_id != self.spec.topic_id {
+            let msg = format!(
+                "the source topic was re-created (id {} became {}); the target holds the old topic's records",
+                self.spec.topic_id, pos.topic_id
+            );
+            self.diverged(self.cache, msg, true, kill).await;
+            return;
+        }
         match code {
             pb::ErrorCode::OffsetOutOfRange if pos.log_start > self.expected => {
                 // Source retention deleted records before they were mirrored: carry the gap over.
