@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod alarm;
+pub mod cluster;
 pub mod config;
 pub mod egress;
 pub mod events;
