@@ -87,11 +87,11 @@ pub struct PartitionFlow {
 }
 
 impl PartitionFlow {
-    /// Bytes that may be fetched ahead: the cap less room for the two copies an append in flight makes of up to
-    /// `request` bytes (the request body and its encoded message), so that all of it together stays within the cap.
+    /// Bytes that may be fetched ahead: half the cap. Of the rest, a quarter holds the two copies an append in
+    /// flight makes of up to `request` (an eighth of the cap) bytes, the request body and its encoded message, and a
+    /// quarter absorbs the whole batch the broker may send past the credit, so all of it stays within the cap.
     pub fn window(&self) -> u64 {
-        let cap = self.cap.load(Ordering::Relaxed);
-        cap.saturating_sub(2 * self.request.load(Ordering::Relaxed)).max(cap / 2)
+        self.cap.load(Ordering::Relaxed) / 2
     }
 
     /// Marks `bytes` as consumed (appended or dropped).

@@ -276,8 +276,8 @@ impl SyncManager {
     }
 
     /// Splits `sync.max_memory` over the owned partitions, at most `sync.queue_bytes` each. A partition's append
-    /// requests are at most an eighth of its cap, so their copies in flight leave three quarters of it to fetch
-    /// ahead (see [`PartitionFlow::window`]).
+    /// requests are at most an eighth of its cap, so their copies in flight take at most a quarter of it (see
+    /// [`PartitionFlow::window`]).
     fn set_caps(&self) {
         let (cap, request) = caps(&self.settings, self.ctx.max_request_bytes, self.tasks.len());
         for t in self.tasks.values() {
@@ -377,7 +377,7 @@ mod tests {
         let flow = PartitionFlow::default();
         flow.cap.store(8 << 20, Ordering::Relaxed);
         flow.request.store(1 << 20, Ordering::Relaxed);
-        assert_eq!(flow.window(), 6 << 20);
+        assert_eq!(flow.window(), 4 << 20);
     }
 
     #[test]
