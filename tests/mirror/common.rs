@@ -8,7 +8,6 @@
 //! duplicates); the comparison asserts that they are contiguous from the log start (no gaps) unless the test says
 //! otherwise.
 
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
