@@ -313,7 +313,8 @@ pub async fn run(
                     let _ = groups_tx.send(new.groups.clone());
                     let _ = alarms_tx.send(new.alarms.clone());
                 }
-                None => std::future::pending::<()>().await,
+                // The reload sender is gone: no more reloads, but keep waiting for shutdown.
+                None => options.reload = None,
             },
         }
     }
