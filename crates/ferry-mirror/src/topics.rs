@@ -78,6 +78,17 @@ fn config_differs(source: Option<&pb::TopicConfig>, target: Option<&pb::TopicCon
     }
 }
 
+/// Whether the source topic's config must be copied to the target: it differs from the target's, and it is not what
+/// was copied last. The target broker may adjust a value (a segment is never smaller than its largest batch), and
+/// then the two configs never match; copying again on every round would change nothing.
+fn must_copy_config(
+    source: Option<&pb::TopicConfig>,
+    target: Option<&pb::TopicConfig>,
+    last_copied: Option<&pb::TopicConfig>,
+) -> bool {
+    config_differs(source, target) && last_copied.is_none_or(|last| config_differs(source, Some(last)))
+}
+
 /// Identity and naming the manager needs.
 #[derive(Debug, Clone)]
 pub struct Naming {
@@ -98,6 +109,8 @@ pub struct TopicAndOffsetManager {
     tx: watch::Sender<Arc<TopicSet>>,
     /// Target topics refused because they are not (or no longer) mirror topics, to alarm once.
     refused: BTreeSet<String>,
+    /// The source config last given to each target topic (at creation or by a copy).
+    copied_config: BTreeMap<String, pb::TopicConfig>,
 }
 
 impl TopicAndOffsetManager {
@@ -111,7 +124,17 @@ impl TopicAndOffsetManager {
         shared: Arc<Shared>,
         tx: watch::Sender<Arc<TopicSet>>,
     ) -> TopicAndOffsetManager {
-        TopicAndOffsetManager { naming, rules, target, egress, events, shared, tx, refused: BTreeSet::new() }
+        TopicAndOffsetManager {
+            naming,
+            rules,
+            target,
+            egress,
+            events,
+            shared,
+            tx,
+            refused: BTreeSet::new(),
+            copied_config: BTreeMap::new(),
+        }
     }
 
     /// Runs discovery until `shutdown`.
@@ -208,7 +231,9 @@ impl TopicAndOffsetManager {
         let created =
             self.target.create_topic(target, t.partitions, t.config.clone().unwrap_or_default(), Some(mirror)).await;
         match created {
-            Ok(_) => {}
+            Ok(_) => {
+                self.copied_config.insert(target.to_owned(), t.config.clone().unwrap_or_default());
+            }
             // Another mirror process created it first: fine.
             Err(e) if e.is_already_exists() => {}
             Err(e) => return Err(e),
@@ -262,9 +287,15 @@ impl TopicAndOffsetManager {
                 Err(e) => tracing::warn!(topic = %t.name, error = %e, "cannot grow the target topic"),
             }
         }
-        if mark.source_topic_id == t.topic_id && config_differs(t.config.as_ref(), existing.config.as_ref()) {
-            match self.target.alter_topic_config(&existing.name, t.config.clone().unwrap_or_default()).await {
-                Ok(_) => tracing::info!(topic = %t.name, "copied the source topic's config change to the target"),
+        if mark.source_topic_id == t.topic_id
+            && must_copy_config(t.config.as_ref(), existing.config.as_ref(), self.copied_config.get(&existing.name))
+        {
+            let config = t.config.clone().unwrap_or_default();
+            match self.target.alter_topic_config(&existing.name, config.clone()).await {
+                Ok(_) => {
+                    tracing::info!(topic = %t.name, "copied the source topic's config change to the target");
+                    self.copied_config.insert(existing.name.clone(), config);
+                }
                 Err(e) => tracing::warn!(topic = %t.name, error = %e, "cannot copy the topic config"),
             }
         }
@@ -394,6 +425,19 @@ mod tests {
         let all = rules(&[".*"], &[]);
         assert!(!selected(&all, "dc-b", "dc-b.orders"), "a topic mirrored from dc-b must not go back to dc-b");
         assert!(selected(&all, "dc-b", "dc-a.orders"));
+    }
+
+    #[test]
+    fn a_config_is_copied_once_even_when_the_target_adjusts_it() {
+        let config = |segment: u64| pb::TopicConfig { segment_bytes: Some(segment), ..Default::default() };
+        let (source, target) = (config(64 << 10), config(1 << 20));
+        assert!(must_copy_config(Some(&source), Some(&target), None), "never copied: copy");
+        assert!(
+            !must_copy_config(Some(&source), Some(&target), Some(&source)),
+            "copied as it is: the target adjusted it"
+        );
+        assert!(must_copy_config(Some(&config(128 << 10)), Some(&target), Some(&source)), "the source changed since");
+        assert!(!must_copy_config(Some(&target), Some(&target), None), "equal: nothing to copy");
     }
 
     #[test]
