@@ -564,6 +564,16 @@ pub async fn wait_caught_up(
     .await
 }
 
+/// Creates the topic `name` on `src` and waits until its mirror `mirrored` exists on `dst`: proof that a discovery
+/// round ran after everything done before the call (a round lists every topic, so it saw those too).
+pub async fn discovery_round(src: &Dc, dst: &Dc, name: &str, mirrored: &str, limit: Duration) -> anyhow::Result<()> {
+    src.create_topic(name, 1).await?;
+    wait_until(&format!("{mirrored} on {}", dst.name), limit, async || -> anyhow::Result<bool> {
+        dst.has_topic(mirrored).await
+    })
+    .await
+}
+
 /// The deadline for a mirror to copy a test's load.
 pub fn io_deadline() -> Duration {
     deadline(&[IO_BUDGET])

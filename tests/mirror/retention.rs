@@ -11,10 +11,11 @@ const RETENTION: u64 = 128 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mirror_starts_at_the_source_log_start_after_retention() -> anyhow::Result<()> {
-    // Both brokers take batches of at most one segment, so a 64 KiB segment size is effective on both sides (a
-    // segment is never smaller than the broker's largest batch).
+    // The source takes batches of at most one segment, so its 64 KiB segments are effective (a segment is never
+    // smaller than the broker's largest batch). The target keeps its 1 MiB limit, so it adjusts the segment size it
+    // is given, and the mirror must not copy the config again on every discovery round.
     let config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"64KiB\"\n");
-    let (a, b) = tokio::join!(Dc::start_with("dc-a", &config), Dc::start_with("dc-b", &config));
+    let (a, b) = tokio::join!(Dc::start_with("dc-a", &config), Dc::start("dc-b"));
     let (a, b) = (a?, b?);
     let config = TopicConfig { segment_bytes: Some(SEGMENT), retention_bytes: Some(RETENTION), ..Default::default() };
     a.admin.create_topic(TOPIC, 2, config, None).await?;
@@ -37,7 +38,7 @@ async fn mirror_starts_at_the_source_log_start_after_retention() -> anyhow::Resu
     .await?;
     let source_starts: Vec<u64> = a.offsets(TOPIC).await?.iter().map(|(start, _)| *start).collect();
 
-    let _mirror = MirrorConf::new(&a, &b).start().await?;
+    let mirror = MirrorConf::new(&a, &b).start().await?;
     wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
     let target = b.offsets(TOPIC).await?;
     for (p, ((start, _), source_start)) in target.iter().zip(&source_starts).enumerate() {
@@ -46,5 +47,12 @@ async fn mirror_starts_at_the_source_log_start_after_retention() -> anyhow::Resu
     // Retention did not move since: the comparison below covers exactly [log start, log end).
     assert_eq!(a.offsets(TOPIC).await?.iter().map(|(s, _)| *s).collect::<Vec<_>>(), source_starts);
     assert_identical(&a, TOPIC, &b, TOPIC).await?;
+
+    // Two more discovery rounds: the target's adjusted segment size is not "copied" again and again.
+    let round = ferry_testkit::deadline(&[DISCOVERY, DISCOVERY]);
+    discovery_round(&a, &b, "marker-1", "marker-1", round).await?;
+    discovery_round(&a, &b, "marker-2", "marker-2", round).await?;
+    let copies = mirror.logs().matches("copied the source topic's config change").count();
+    assert_eq!(copies, 0, "the config given at creation is not copied again:\n{}", mirror.logs());
     Ok(())
 }
