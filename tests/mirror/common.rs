@@ -250,6 +250,17 @@ pub fn record(topic: &str, tag: &str, i: u64, value_size: usize) -> ProducerReco
         .with_timestamp(BASE_TS + i as i64)
 }
 
+/// How a produced record reads back at `offset`.
+pub fn as_stored(offset: u64, r: ProducerRecord) -> Rec {
+    Rec {
+        offset,
+        timestamp: r.timestamp.expect("test records carry a timestamp"),
+        key: r.key,
+        value: r.value,
+        headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+    }
+}
+
 /// A producer with batches up to the broker's limit.
 pub async fn producer(dc: &Dc) -> anyhow::Result<Producer> {
     Ok(Producer::new(dc.client.clone(), ProducerConfig::default()).await?)
@@ -589,6 +600,17 @@ pub async fn monitor_get(mirror: &MirrorProcess, path: &str) -> anyhow::Result<s
         bail!("GET {url}: {status}: {body}");
     }
     serde_json::from_str(&body).with_context(|| format!("GET {url}: not JSON: {body}"))
+}
+
+/// POSTs to `path` of the mirror's monitor with the bearer `token`; fails on any status but 200.
+pub async fn monitor_post(mirror: &MirrorProcess, path: &str, token: &str) -> anyhow::Result<serde_json::Value> {
+    let url = format!("{}{path}", mirror.monitor_url());
+    let response =
+        reqwest::Client::new().post(&url).bearer_auth(token).send().await.with_context(|| format!("POST {url}"))?;
+    let status = response.status();
+    let body = response.text().await?;
+    ensure!(status.is_success(), "POST {url}: {status}: {body}");
+    serde_json::from_str(&body).with_context(|| format!("POST {url}: not JSON: {body}"))
 }
 
 /// One row of `/api/v1/partitions`.
