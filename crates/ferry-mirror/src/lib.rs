@@ -11,6 +11,7 @@
 //! - [`egress::EgressHandle`]: source routes, probes, failover.
 //! - [`group_sync::GroupSync`]: consumer-group offsets copied to the target for failover.
 //! - [`alarm::Alarmer`]: alarm rules, the lag and stall checks, email and webhook notifications.
+//! - [`kafka`] (feature `kafka`): Kafka-API clusters as source and target, through librdkafka.
 //! - [`monitor`]: health, readiness, metrics, the JSON API, manual operations and the dashboard over HTTP.
 //!
 //! [`run::run`] boots them in order and stops them in reverse; the `ferry-mirror` binary and `ferryctl demo` call it.
@@ -23,6 +24,8 @@ pub mod config;
 pub mod egress;
 pub mod events;
 pub mod group_sync;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod metrics;
 pub mod monitor;
 pub mod ratelimit;
