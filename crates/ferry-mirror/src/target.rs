@@ -365,6 +365,16 @@ impl TargetDcProducer {
         Step::Continue
     }
 
+    /// Puts re-encoded batches back at the front of the pending queue, in order; their bytes count as received.
+    fn requeue_front(&mut self, batches: Vec<Pending>) {
+        for b in batches.into_iter().rev() {
+            let n = b.bytes.len() as u64;
+            self.pending_bytes += n;
+            self.flow.queued.fetch_add(n, Ordering::Relaxed);
+            self.pending.push_front(b);
+        }
+    }
+
     fn clear_pending(&mut self) {
         self.flow.consumed(self.pending_bytes);
         self.pending.clear();
@@ -688,18 +698,25 @@ impl TargetDcProducer {
             if reshape::needs_reshape(&p.header, p.bytes.len(), cursor, self.ctx.target_max_batch) {
                 match reshape::reshape(&p.header, &p.bytes, cursor, self.ctx.target_max_batch) {
                     Ok(pieces) => {
-                        for piece in pieces {
-                            if let Ok(h) = ferry_client::batch::BatchHeader::parse(&piece) {
-                                parts.push((
-                                    h.base_offset,
-                                    h.last_offset(),
-                                    h.epoch,
-                                    h.max_timestamp,
-                                    u64::from(h.record_count),
-                                ));
-                                cursor = h.next_offset();
+                        let mut pieces = pieces.into_iter().filter_map(|piece| {
+                            BatchHeader::parse(&piece).ok().map(|header| Pending { header, bytes: piece })
+                        });
+                        for piece in pieces.by_ref() {
+                            // The pieces of one large batch may not fit one request: the rest wait for the next.
+                            if !body.is_empty() && body.len() + piece.bytes.len() > request_limit as usize {
+                                self.requeue_front(std::iter::once(piece).chain(pieces).collect());
+                                break;
                             }
-                            body.extend_from_slice(&piece);
+                            let h = piece.header;
+                            parts.push((
+                                h.base_offset,
+                                h.last_offset(),
+                                h.epoch,
+                                h.max_timestamp,
+                                u64::from(h.record_count),
+                            ));
+                            cursor = h.next_offset();
+                            body.extend_from_slice(&piece.bytes);
                         }
                     }
                     Err(e) => {
