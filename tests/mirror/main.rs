@@ -21,3 +21,4 @@ mod ratelimit;
 mod retention;
 mod scaleout;
 mod sigterm;
+mod split;

@@ -1,0 +1,58 @@
+//! Source batches larger than the target's `max_batch_bytes` are split into batches that fit, keeping every
+//! record's offset, timestamp, key, value and headers, and the batch's epoch; a mirror killed in the middle of
+//! splitting resumes inside a source batch without a duplicate or a gap.
+
+use ferry_client::{Producer, ProducerConfig};
+use rand::{Rng, SeedableRng};
+
+use crate::common::*;
+
+const TOPIC: &str = "large";
+const TARGET_MAX_BATCH: u64 = 64 * 1024;
+const COUNT: u64 = 6_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_batches_are_split_keeping_every_offset() -> anyhow::Result<()> {
+    // The source takes 4 MiB batches, the target 64 KiB ones: one source batch is 64 target batches, and more
+    // than the largest message the target accepts (2 x 64 KiB + 1 MiB), so it also takes several requests.
+    let source_config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"4MiB\"\n");
+    let target_config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"{TARGET_MAX_BATCH}\"\n");
+    let (a, b) = tokio::join!(Dc::start_with("dc-a", &source_config), Dc::start_with("dc-b", &target_config));
+    let (a, b) = (a?, b?);
+    a.create_topic(TOPIC, 2).await?;
+    let p = Producer::new(a.client.clone(), ProducerConfig { batch_bytes: 4 << 20, ..Default::default() }).await?;
+    produce_range(&p, TOPIC, "big", 0, COUNT, 2_048).await?;
+    p.close().await;
+    let source = read_topic(&a, TOPIC).await?;
+    assert!(source.iter().flat_map(|p| &p.batches).any(|b| b.1 - b.0 > 1_000), "the source holds 4 MiB batches");
+
+    let seed: u64 = rand::random();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut mirror = MirrorConf::new(&a, &b).start().await?;
+    for kill in 0..3 {
+        let target: u64 = b.leos(TOPIC).await.map(|l| l.iter().sum()).unwrap_or(0) + rng.random_range(1..1_500);
+        let what = format!("kill {kill} (seed {seed}): {target} records on the target");
+        ferry_testkit::wait_until(&what, io_deadline(), async || -> anyhow::Result<bool> {
+            Ok(b.leos(TOPIC).await.map(|l| l.iter().sum::<u64>()).unwrap_or(0) >= target.min(COUNT))
+        })
+        .await
+        .map_err(|e| e.context(mirror.logs()))?;
+        mirror.kill9().await?;
+        mirror.restart().await?;
+    }
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+
+    let target = read_topic(&b, TOPIC).await?;
+    for (p, (s, t)) in source.iter().zip(&target).enumerate() {
+        let what = format!("{TOPIC}/{p} (seed {seed})");
+        t.assert_contiguous(&what);
+        assert_eq!((t.log_start, t.log_end), (s.log_start, s.log_end), "{what}: log start and end");
+        assert_eq!(records_digest(&t.records), records_digest(&s.records), "{what}: every record, as on the source");
+        assert!(t.batches.len() > s.batches.len(), "{what}: the large batches were split");
+        let epochs: Vec<u32> = s.batches.iter().map(|b| b.2).collect();
+        assert!(t.batches.iter().all(|b| epochs.contains(&b.2)), "{what}: the source epochs are kept");
+    }
+    let sizes = b.admin.describe_topic(TOPIC).await?;
+    assert!(sizes.partitions.iter().all(|p| p.size_bytes > 0));
+    Ok(())
+}
