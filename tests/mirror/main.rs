@@ -18,6 +18,7 @@ mod identical;
 mod kill9;
 mod memory;
 mod ratelimit;
+mod restarts;
 mod retention;
 mod scaleout;
 mod sigterm;
