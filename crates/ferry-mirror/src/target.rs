@@ -719,6 +719,14 @@ impl TargetDcProducer {
                             body.extend_from_slice(&piece.bytes);
                         }
                     }
+                    Err(e) if !body.is_empty() => {
+                        // Append what precedes this batch first: the partition then halts exactly at the batch,
+                        // when it comes up again as the first of the next request.
+                        tracing::debug!(error = %e, "a batch that cannot be appended waits for the next request");
+                        consumed -= p.bytes.len() as u64;
+                        self.pending.push_front(p);
+                        break;
+                    }
                     Err(e) => {
                         self.pending_bytes -= consumed;
                         self.flow.consumed(consumed);
