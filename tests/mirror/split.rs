@@ -56,3 +56,31 @@ async fn oversized_batches_are_split_keeping_every_offset() -> anyhow::Result<()
     assert!(sizes.partitions.iter().all(|p| p.size_bytes > 0));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_over_the_target_limit_halts_the_partition() -> anyhow::Result<()> {
+    let source_config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"4MiB\"\n");
+    let target_config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"{TARGET_MAX_BATCH}\"\n");
+    let (a, b) = tokio::join!(Dc::start_with("dc-a", &source_config), Dc::start_with("dc-b", &target_config));
+    let (a, b) = (a?, b?);
+    a.create_topic(TOPIC, 1).await?;
+    let p = Producer::new(a.client.clone(), ProducerConfig { batch_bytes: 4 << 20, ..Default::default() }).await?;
+    // Three batches: small records, one record of 100 KiB alone, small records again.
+    produce_range(&p, TOPIC, "small", 0, 10, 100).await?;
+    produce_range(&p, TOPIC, "huge", 0, 1, 100 * 1024).await?;
+    produce_range(&p, TOPIC, "after", 0, 10, 100).await?;
+    p.close().await;
+
+    let mirror = MirrorConf::new(&a, &b).start().await?;
+    let rows = wait_owned(&mirror, "the partition to halt on the huge record", io_deadline(), |rows| {
+        rows.get(&(TOPIC.to_owned(), 0)).is_some_and(|r| r.state == "halted")
+    })
+    .await?;
+    let error = rows[&(TOPIC.to_owned(), 0)].last_error.clone().unwrap_or_default();
+    assert!(error.contains("record at offset 10") && error.contains("max_batch_bytes"), "{error}");
+    // Everything before the record was copied, nothing after it.
+    let source = read_partition(&a.client, TOPIC, 0, Some(10)).await?;
+    let target = read_partition(&b.client, TOPIC, 0, None).await?;
+    assert_same_partition("the records before the huge one", &source, &target);
+    Ok(())
+}
