@@ -1,6 +1,9 @@
 //! Scenario 3: SIGTERM while records keep arriving. The mirror drains its in-flight appends, commits and exits
 //! with 0; the offsets committed to the source group `ferry-mirror.{mirror.name}` then equal the target's log ends
 //! exactly, and what the target holds is an identical prefix of the source.
+//!
+//! Then the target loses the topic while the mirror is stopped: restarted, the mirror finds an empty target
+//! partition although its source group shows progress, raises `sync_error` and copies everything again.
 
 use std::collections::BTreeMap;
 
@@ -53,5 +56,19 @@ async fn sigterm_commits_exactly_the_target_log_ends() -> anyhow::Result<()> {
         dst.assert_contiguous(&format!("target {TOPIC}/{p}"));
         assert_same_partition(&format!("{TOPIC}/{p} below {leo}"), &src, &dst);
     }
+
+    // The target loses the topic; the restarted mirror notices (the source group shows progress) and copies again.
+    b.admin.delete_topic(TOPIC).await?;
+    mirror.restart().await?;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, ferry_testkit::deadline(&[DISCOVERY, SESSION, IO_BUDGET])).await?;
+    assert_identical(&a, TOPIC, &b, TOPIC).await?;
+    let events = monitor_get(&mirror, "/api/v1/events?limit=200").await?;
+    let lost: Vec<_> = events["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "sync_error" && e["message"].as_str().is_some_and(|m| m.contains("lost data")))
+        .collect();
+    assert_eq!(lost.len(), 4, "one sync_error per partition: {events}");
     Ok(())
 }
