@@ -266,6 +266,19 @@ pub async fn producer(dc: &Dc) -> anyhow::Result<Producer> {
     Ok(Producer::new(dc.client.clone(), ProducerConfig::default()).await?)
 }
 
+/// Sends `records` and waits until every one is acknowledged.
+pub async fn send_all(p: &Producer, records: impl IntoIterator<Item = ProducerRecord>) -> anyhow::Result<()> {
+    let mut pending = Vec::new();
+    for r in records {
+        pending.push(p.send(r).await?);
+    }
+    p.flush().await;
+    for d in pending {
+        d.await.context("a record was not acknowledged")?;
+    }
+    Ok(())
+}
+
 /// Produces records `from..to` of `tag` to `topic` (keyed: the broker's key partitioner spreads them) and waits
 /// until every one is acknowledged.
 pub async fn produce_range(
@@ -276,15 +289,7 @@ pub async fn produce_range(
     to: u64,
     value_size: usize,
 ) -> anyhow::Result<()> {
-    let mut pending = Vec::with_capacity((to - from) as usize);
-    for i in from..to {
-        pending.push(p.send(record(topic, tag, i, value_size)).await?);
-    }
-    p.flush().await;
-    for d in pending {
-        d.await.context("a record was not acknowledged")?;
-    }
-    Ok(())
+    send_all(p, (from..to).map(|i| record(topic, tag, i, value_size))).await
 }
 
 /// Produces records `from..to` of `tag` to one `partition` of `topic`.
@@ -296,15 +301,7 @@ pub async fn produce_to_partition(
     from: u64,
     to: u64,
 ) -> anyhow::Result<()> {
-    let mut pending = Vec::with_capacity((to - from) as usize);
-    for i in from..to {
-        pending.push(p.send(record(topic, tag, i, 64).with_partition(partition)).await?);
-    }
-    p.flush().await;
-    for d in pending {
-        d.await.context("a record was not acknowledged")?;
-    }
-    Ok(())
+    send_all(p, (from..to).map(|i| record(topic, tag, i, 64).with_partition(partition))).await
 }
 
 /// Produces `count` records of `tag` to `topic`, `value_size` bytes each.
@@ -613,6 +610,13 @@ pub async fn monitor_post(mirror: &MirrorProcess, path: &str, token: &str) -> an
     serde_json::from_str(&body).with_context(|| format!("POST {url}: not JSON: {body}"))
 }
 
+/// The mirror's recent events (`/api/v1/events`, newest first), optionally only those of `kind`.
+pub async fn monitor_events(mirror: &MirrorProcess, kind: Option<&str>) -> anyhow::Result<Vec<serde_json::Value>> {
+    let v = monitor_get(mirror, "/api/v1/events?limit=200").await?;
+    let all = v.get("events").and_then(|e| e.as_array()).context("no \"events\" array")?;
+    Ok(all.iter().filter(|e| kind.is_none_or(|k| e["kind"] == k)).cloned().collect())
+}
+
 /// One row of `/api/v1/partitions`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionRow {
@@ -643,7 +647,7 @@ pub async fn monitor_partitions(mirror: &MirrorProcess) -> anyhow::Result<BTreeM
     Ok(out)
 }
 
-/// Waits for the mirror's monitor to list exactly the partitions `expected` as its own, and returns them.
+/// Waits until `accept` holds for the partitions the mirror's monitor lists, and returns them.
 pub async fn wait_owned(
     mirror: &MirrorProcess,
     what: &str,

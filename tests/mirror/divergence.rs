@@ -18,13 +18,10 @@ const TOPIC: &str = "orders";
 
 /// Whether `/api/v1/events` holds a `partition_diverged` event for `topic`/`partition`.
 async fn diverged_event(mirror: &ferry_testkit::MirrorProcess, partition: u32) -> anyhow::Result<bool> {
-    let v = monitor_get(mirror, "/api/v1/events?limit=200").await?;
-    let events = v["events"].as_array().cloned().unwrap_or_default();
-    Ok(events.iter().any(|e| {
-        e["kind"] == "partition_diverged"
-            && e["topic"] == TOPIC
-            && e["partition"].as_u64() == Some(u64::from(partition))
-    }))
+    Ok(monitor_events(mirror, Some("partition_diverged"))
+        .await?
+        .iter()
+        .any(|e| e["topic"] == TOPIC && e["partition"].as_u64() == Some(u64::from(partition))))
 }
 
 /// Waits until every partition of `TOPIC` is halted with an error containing `needle` and the event is listed.

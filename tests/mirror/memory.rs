@@ -27,19 +27,14 @@ async fn memory_stays_bounded_with_a_large_backlog() -> anyhow::Result<()> {
     let p = producer(&a).await?;
     let value = Bytes::from(vec![b'x'; VALUE]);
     let count = BACKLOG / VALUE as u64;
-    let mut pending = Vec::new();
-    for i in 0..count {
-        let r = ProducerRecord::new(TOPIC, value.clone())
+    let records = (0..count).map(|i| {
+        ProducerRecord::new(TOPIC, value.clone())
             .with_partition((i % u64::from(PARTITIONS)) as u32)
             .with_key(format!("k{i}"))
             .with_header("seq", i.to_string())
-            .with_timestamp(BASE_TS + i as i64);
-        pending.push(p.send(r).await?);
-    }
-    p.flush().await;
-    for d in pending {
-        d.await?;
-    }
+            .with_timestamp(BASE_TS + i as i64)
+    });
+    send_all(&p, records).await?;
     p.close().await;
     tracing::info!(elapsed = ?started.elapsed(), bytes = BACKLOG, "backlog produced");
 

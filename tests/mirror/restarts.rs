@@ -16,8 +16,7 @@ use crate::common::*;
 const TOPIC: &str = "orders";
 
 async fn events_of(mirror: &ferry_testkit::MirrorProcess, kind: &str) -> anyhow::Result<usize> {
-    let v = monitor_get(mirror, "/api/v1/events?limit=200").await?;
-    Ok(v["events"].as_array().into_iter().flatten().filter(|e| e["kind"] == kind).count())
+    Ok(monitor_events(mirror, Some(kind)).await?.len())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

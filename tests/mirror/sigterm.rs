@@ -62,13 +62,9 @@ async fn sigterm_commits_exactly_the_target_log_ends() -> anyhow::Result<()> {
     mirror.restart().await?;
     wait_caught_up(&a, TOPIC, &b, TOPIC, ferry_testkit::deadline(&[DISCOVERY, SESSION, IO_BUDGET])).await?;
     assert_identical(&a, TOPIC, &b, TOPIC).await?;
-    let events = monitor_get(&mirror, "/api/v1/events?limit=200").await?;
-    let lost: Vec<_> = events["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["kind"] == "sync_error" && e["message"].as_str().is_some_and(|m| m.contains("lost data")))
-        .collect();
-    assert_eq!(lost.len(), 4, "one sync_error per partition: {events}");
+    let events = monitor_events(&mirror, Some("sync_error")).await?;
+    let lost: Vec<_> =
+        events.iter().filter(|e| e["message"].as_str().is_some_and(|m| m.contains("lost data"))).collect();
+    assert_eq!(lost.len(), 4, "one sync_error per partition: {events:?}");
     Ok(())
 }
