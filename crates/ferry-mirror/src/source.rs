@@ -2,9 +2,10 @@
 //! partition this process owns, with per-partition byte credits.
 //!
 //! Flow control: each partition may have at most `cap` bytes fetched and not yet appended (queued in its channel
-//! or its TargetDcProducer, plus the copies of an append in flight) plus credit granted and not yet used. The consumer grants credit as the producer
-//! drains; a paused, halted or slow partition simply stops getting credit, and the broker stops sending it, while
-//! the others keep flowing. The caps add up to at most `sync.max_memory`.
+//! or its TargetDcProducer, plus the copies of an append in flight) plus credit granted and not yet used; credit is
+//! granted up to half the cap (see [`PartitionFlow::window`]). The consumer grants credit as the producer drains; a
+//! paused, halted or slow partition simply stops getting credit, and the broker stops sending it, while the others
+//! keep flowing. The caps add up to at most `sync.max_memory`.
 //!
 //! Restarts (a stream error, a route switch): the consumer bumps a generation, asks every partition to drop what
 //! it has queued and to report where to fetch from (its cache offset), waits for the answers, and opens a new
