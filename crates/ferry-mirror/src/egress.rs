@@ -18,13 +18,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_client::{BrokerClient, ClientConfig};
+use ferry_client::{BrokerClient, ClientConfig, ClientError};
 use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{SourceConfig, SwitchBack};
+use crate::cluster::SourceCluster;
+use crate::cluster::ferry::FerrySource;
+use crate::config::{Route, SourceConfig, SwitchBack};
 use crate::events::{Event, EventBus, EventKind};
 
 /// The route the pipeline uses now.
@@ -32,10 +34,39 @@ use crate::events::{Event, EventBus, EventKind};
 pub struct ActiveRoute {
     /// Route name.
     pub name: String,
-    /// Client over the route.
-    pub client: BrokerClient,
     /// Bumped on every switch (also a manual switch to the same route restarts streams).
     pub generation: u64,
+    /// The route's broker addresses (bootstrap servers for Kafka).
+    pub brokers: Vec<String>,
+    /// Local address connections are made from.
+    pub bind: Option<std::net::IpAddr>,
+    /// The source cluster over this route.
+    pub cluster: Arc<dyn SourceCluster>,
+    /// For a Ferry source, the client the fetch stream uses.
+    pub client: Option<BrokerClient>,
+}
+
+/// What a route connects through: the cluster interface, and for Ferry the client the fetch stream uses.
+#[derive(Debug, Clone)]
+pub struct RouteEndpoint {
+    /// The source cluster over this route.
+    pub cluster: Arc<dyn SourceCluster>,
+    /// For a Ferry source, its client.
+    pub client: Option<BrokerClient>,
+}
+
+/// Builds a route's endpoint (one per route, created once; nothing connects until first use).
+pub type RouteFactory<'a> = &'a dyn Fn(&Route) -> Result<RouteEndpoint, ClientError>;
+
+/// The route factory for Ferry sources.
+pub fn ferry_routes(
+    source: &SourceConfig,
+    compression: bool,
+) -> impl Fn(&Route) -> Result<RouteEndpoint, ClientError> + '_ {
+    move |r| {
+        let client = BrokerClient::new(route_client_config(source, r, compression))?;
+        Ok(RouteEndpoint { cluster: Arc::new(FerrySource::new(client.clone())), client: Some(client) })
+    }
 }
 
 /// Why a manual switch was refused.
@@ -99,7 +130,7 @@ struct RouteState {
     name: String,
     brokers: Vec<String>,
     bind: Option<std::net::IpAddr>,
-    client: BrokerClient,
+    endpoint: RouteEndpoint,
     healthy: bool,
     available: bool,
     failures: u32,
@@ -111,6 +142,17 @@ struct RouteState {
 }
 
 impl RouteState {
+    fn active(&self, generation: u64) -> ActiveRoute {
+        ActiveRoute {
+            name: self.name.clone(),
+            generation,
+            brokers: self.brokers.clone(),
+            bind: self.bind,
+            cluster: Arc::clone(&self.endpoint.cluster),
+            client: self.endpoint.client.clone(),
+        }
+    }
+
     fn failing(&self, threshold: u32) -> bool {
         self.failures >= threshold || self.stream_failures >= threshold
     }
@@ -143,7 +185,7 @@ pub struct EgressHandle {
 }
 
 /// Builds the per-route client config from the source section.
-pub fn route_client_config(source: &SourceConfig, route: &crate::config::Route, compression: bool) -> ClientConfig {
+pub fn route_client_config(source: &SourceConfig, route: &Route, compression: bool) -> ClientConfig {
     let mut cfg = ClientConfig::new(route.brokers.clone());
     cfg.bind = route.bind;
     cfg.token = source.token.as_ref().map(|t| t.expose().to_owned());
@@ -166,18 +208,17 @@ impl EgressHandle {
     /// Builds the routes (clients are created lazily; nothing connects yet). The first route is active.
     pub fn new(
         source: &SourceConfig,
-        compression: bool,
+        factory: RouteFactory<'_>,
         learned_cluster_id: Option<String>,
         events: EventBus,
-    ) -> Result<EgressHandle, ferry_client::ClientError> {
+    ) -> Result<EgressHandle, ClientError> {
         let mut routes = Vec::new();
         for r in &source.routes {
-            let client = BrokerClient::new(route_client_config(source, r, compression))?;
             routes.push(RouteState {
                 name: r.name.clone(),
                 brokers: r.brokers.clone(),
                 bind: r.bind,
-                client,
+                endpoint: factory(r)?,
                 healthy: false,
                 available: true,
                 failures: 0,
@@ -188,7 +229,7 @@ impl EgressHandle {
                 unavailable_since: None,
             });
         }
-        let first = ActiveRoute { name: routes[0].name.clone(), client: routes[0].client.clone(), generation: 0 };
+        let first = routes[0].active(0);
         let (tx, _) = watch::channel(Arc::new(first));
         let configured = source.cluster_id.is_some();
         let inner = Inner {
@@ -325,11 +366,7 @@ impl EgressHandle {
         inner.generation += 1;
         inner.last_switch = Some(Instant::now());
         let route = &inner.routes[to];
-        self.shared.tx.send_replace(Arc::new(ActiveRoute {
-            name: route.name.clone(),
-            client: route.client.clone(),
-            generation: inner.generation,
-        }));
+        self.shared.tx.send_replace(Arc::new(route.active(inner.generation)));
         let (from_name, to_name) = (inner.routes[from].name.clone(), route.name.clone());
         self.shared.events.emit(
             Event::new(
@@ -459,10 +496,11 @@ impl EgressHandle {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let clients: Vec<BrokerClient> = self.shared.inner.lock().routes.iter().map(|r| r.client.clone()).collect();
-            let probes = clients.into_iter().map(|c| async move {
+            let clusters: Vec<Arc<dyn SourceCluster>> =
+                self.shared.inner.lock().routes.iter().map(|r| Arc::clone(&r.endpoint.cluster)).collect();
+            let probes = clusters.into_iter().map(|c| async move {
                 match c.probe(h.timeout).await {
-                    Ok(meta) => Ok(meta.cluster_id),
+                    Ok(cluster_id) => Ok(cluster_id),
                     Err(e) => {
                         // Drop a possibly dead connection so the next probe dials afresh.
                         c.reconnect();
@@ -522,7 +560,13 @@ mod tests {
     #[tokio::test]
     async fn fails_over_after_threshold_and_only_to_the_right_cluster() {
         let bus = EventBus::new(Metrics::new());
-        let e = EgressHandle::new(&source(2, SwitchBack::Manual), false, None, bus.clone()).unwrap();
+        let e = EgressHandle::new(
+            &source(2, SwitchBack::Manual),
+            &ferry_routes(&source(2, SwitchBack::Manual), false),
+            None,
+            bus.clone(),
+        )
+        .unwrap();
         // The backup leads to another cluster: never used.
         e.probe_result(1, Ok("B".into()));
         e.probe_result(0, Err("refused".into()));
@@ -548,7 +592,13 @@ mod tests {
     #[tokio::test]
     async fn manual_switch_pins_and_checks() {
         let bus = EventBus::new(Metrics::new());
-        let e = EgressHandle::new(&source(1, SwitchBack::Auto), false, None, bus).unwrap();
+        let e = EgressHandle::new(
+            &source(1, SwitchBack::Auto),
+            &ferry_routes(&source(1, SwitchBack::Auto), false),
+            None,
+            bus,
+        )
+        .unwrap();
         assert_eq!(e.switch("nope", false), Err(SwitchError::UnknownRoute("nope".into())));
         assert!(matches!(e.switch("backup", false), Err(SwitchError::RouteUnhealthy { .. })));
         e.probe_result(1, Ok("A".into()));
@@ -566,7 +616,13 @@ mod tests {
     #[tokio::test]
     async fn stream_failures_count_even_while_probes_pass() {
         let bus = EventBus::new(Metrics::new());
-        let e = EgressHandle::new(&source(2, SwitchBack::Manual), false, None, bus).unwrap();
+        let e = EgressHandle::new(
+            &source(2, SwitchBack::Manual),
+            &ferry_routes(&source(2, SwitchBack::Manual), false),
+            None,
+            bus,
+        )
+        .unwrap();
         e.probe_result(0, Ok("A".into()));
         e.probe_result(1, Ok("A".into()));
         e.report_failure("primary", "stream silent");

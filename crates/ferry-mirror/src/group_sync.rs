@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use ferry_client::ClientError;
 use ferry_client::proto as pb;
-use ferry_client::{Admin, ClientError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::TargetCluster;
 use crate::config::GroupsConfig;
 use crate::egress::EgressHandle;
 use crate::topics::TopicSet;
@@ -22,7 +23,7 @@ use crate::topics::TopicSet;
 pub struct GroupSync {
     rules: watch::Receiver<GroupsConfig>,
     topics: watch::Receiver<Arc<TopicSet>>,
-    target: Admin,
+    target: Arc<dyn TargetCluster>,
     egress: EgressHandle,
     /// The mirror's own groups (never synced).
     own_prefix: String,
@@ -42,7 +43,7 @@ impl GroupSync {
     pub fn new(
         rules: watch::Receiver<GroupsConfig>,
         topics: watch::Receiver<Arc<TopicSet>>,
-        target: Admin,
+        target: Arc<dyn TargetCluster>,
         egress: EgressHandle,
     ) -> GroupSync {
         GroupSync { rules, topics, target, egress, own_prefix: "ferry-mirror.".into() }
@@ -73,7 +74,7 @@ impl GroupSync {
     pub async fn round(&self) -> Result<SyncRound, ClientError> {
         let rules = self.rules.borrow().clone();
         let set = self.topics.borrow().clone();
-        let source = Admin::new(self.egress.active().client.clone());
+        let source = Arc::clone(&self.egress.active().cluster);
         let mut round = SyncRound::default();
         // Target topics still mirror topics (promoted ones are left alone) and their partition log ends.
         let mirror_targets: BTreeMap<String, pb::TopicInfo> = self
@@ -85,17 +86,16 @@ impl GroupSync {
             .map(|t| (t.name.clone(), t))
             .collect();
         let mut leos: BTreeMap<(String, u32), u64> = BTreeMap::new();
-        for group in source.list_groups().await? {
-            let name = group.group;
+        for name in source.list_groups().await? {
             if name.starts_with(&self.own_prefix)
                 || !rules.include.iter().any(|r| r.is_match(&name))
                 || rules.exclude.iter().any(|r| r.is_match(&name))
             {
                 continue;
             }
-            let committed = source.fetch_committed_offsets(&name, &[]).await?;
-            let on_target = self.target.describe_group(&name).await?;
-            if !on_target.members.is_empty() {
+            let committed = source.committed(&name, &[]).await?;
+            let on_target = self.target.group_state(&name).await?;
+            if on_target.active_members > 0 {
                 round.skipped_active += 1;
                 continue;
             }
@@ -108,13 +108,18 @@ impl GroupSync {
                     continue;
                 }
                 let key = (m.target.clone(), c.partition);
-                if !leos.contains_key(&key) {
-                    let desc = self.target.describe_topic(&m.target).await?;
-                    for p in desc.partitions {
-                        leos.insert((m.target.clone(), p.partition), p.log_end_offset);
+                let leo = match leos.get(&key) {
+                    Some(&leo) => leo,
+                    None => {
+                        let leo = match self.target.partition(&m.target, c.partition).await {
+                            Ok(p) => p.log_end,
+                            Err(e) if e.is_not_found() => continue,
+                            Err(e) => return Err(e),
+                        };
+                        leos.insert(key.clone(), leo);
+                        leo
                     }
-                }
-                let Some(&leo) = leos.get(&key) else { continue };
+                };
                 let offset = c.offset.min(leo);
                 if current.get(&key).is_none_or(|&cur| offset > cur) {
                     updates.push(pb::CommittedOffset {
@@ -127,7 +132,7 @@ impl GroupSync {
             }
             if !updates.is_empty() {
                 round.committed += updates.len();
-                match self.target.commit_offsets(&name, updates).await {
+                match self.target.commit_group(&name, updates).await {
                     Ok(()) => {}
                     // Members joined on the target between our check and the commit: they own the offsets now.
                     Err(e) if e.is_failed_precondition() => round.skipped_active += 1,

@@ -31,6 +31,7 @@ pub mod monitor;
 pub mod ratelimit;
 pub mod reshape;
 pub mod run;
+pub mod sides;
 pub mod source;
 pub mod state;
 pub mod sync;

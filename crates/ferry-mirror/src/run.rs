@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_client::{Admin, BrokerClient, ClientConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -18,7 +17,6 @@ use crate::events::EventBus;
 use crate::group_sync::GroupSync;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimits;
-use crate::source::{ConsumerSettings, SourceDcConsumer};
 use crate::state::Shared;
 use crate::sync::{Controls, SyncManager, SyncSettings};
 use crate::target::{PartitionCtl, PipelineCtx, TargetHealth};
@@ -105,23 +103,6 @@ impl MirrorHandle {
     }
 }
 
-fn target_client_config(config: &MirrorConfig) -> ClientConfig {
-    let t = &config.target;
-    let mut cfg = ClientConfig::new(t.brokers.clone());
-    cfg.token = t.token.as_ref().map(|s| s.expose().to_owned());
-    cfg.tls = t.tls.as_ref().map(|f| ferry_client::TlsOptions {
-        ca_file: f.ca_file.clone(),
-        cert_file: f.cert_file.clone(),
-        key_file: f.key_file.clone(),
-        domain: f.domain.clone(),
-    });
-    // The target is local: fail fast and retry rather than wait out long timeouts.
-    cfg.request_timeout = Duration::from_secs(10);
-    cfg.keepalive_interval = Duration::from_secs(2);
-    cfg.keepalive_timeout = Duration::from_secs(5);
-    cfg
-}
-
 /// Retries `f` until it succeeds or `shutdown`, logging each failure once per `what`.
 async fn retry<T, F, Fut>(what: &str, shutdown: &CancellationToken, mut f: F) -> Option<T>
 where
@@ -154,7 +135,7 @@ pub async fn run(
     let tasks = TaskTracker::new();
     let components = CancellationToken::new();
 
-    let target = Admin::new(BrokerClient::new(target_client_config(&config))?);
+    let target = crate::sides::target(&config)?;
     // Learn the source cluster id recorded on existing mirror topics, so a route into another cluster is refused
     // from the first probe.
     let learned = match target.list_topics().await {
@@ -168,7 +149,8 @@ pub async fn run(
             None
         }
     };
-    let egress = EgressHandle::new(&config.source, config.sync.compression, learned, events.clone())?;
+    let factory = |route: &crate::config::Route| crate::sides::source_route(&config, route);
+    let egress = EgressHandle::new(&config.source, &factory, learned, events.clone())?;
     tasks.spawn(egress.clone().run(metrics.clone(), components.clone()));
 
     // Alarms: rules, channels and the lag/stall checks; SIGHUP sends new [alarms] settings on alarms_tx.
@@ -216,15 +198,15 @@ pub async fn run(
         let _ = tx.send(handle.clone());
     }
 
-    let Some(meta) = retry("reading the target's limits", &shutdown, || target.metadata()).await else {
+    let Some(limits) = retry("reading the target's limits", &shutdown, || target.limits()).await else {
         return Ok(());
     };
     let source_group = format!("ferry-mirror.{}", config.name);
     let first_run_latest = if config.topics.start_position == StartPosition::Latest {
         let committed = retry("reading the mirror's source group", &shutdown, || {
-            let source = Admin::new(egress.active().client.clone());
+            let source = Arc::clone(&egress.active().cluster);
             let group = source_group.clone();
-            async move { source.fetch_committed_offsets(&group, &[]).await }
+            async move { source.committed(&group, &[]).await }
         })
         .await;
         let Some(committed) = committed else { return Ok(()) };
@@ -242,7 +224,7 @@ pub async fn run(
     let manager = TopicAndOffsetManager::new(
         Naming { source_cluster: config.source.cluster.clone(), target_cluster: config.target.cluster.clone() },
         rules_rx,
-        target.clone(),
+        Arc::clone(&target),
         egress.clone(),
         events.clone(),
         Arc::clone(&shared),
@@ -251,23 +233,23 @@ pub async fn run(
     tasks.spawn(manager.run(components.clone()));
 
     let (consumer_tx, consumer_rx) = mpsc::unbounded_channel();
-    let consumer = SourceDcConsumer::new(
+    let consumer_stop = CancellationToken::new();
+    let consumer_task = crate::sides::spawn_consumer(
+        &config,
         consumer_rx,
         egress.clone(),
-        ConsumerSettings::default(),
         metrics.clone(),
         Arc::clone(&shared),
+        consumer_stop.clone(),
     );
-    let consumer_stop = CancellationToken::new();
-    let consumer_task = tokio::spawn(consumer.run(consumer_stop.clone()));
 
     let ctx = PipelineCtx {
-        target: target.clone(),
+        target: Arc::clone(&target),
         egress: egress.clone(),
         consumer: consumer_tx.clone(),
         on_divergence: config.on_divergence,
-        max_request_bytes: config.sync.max_request_bytes.min(meta.max_message_bytes / 2).max(64 * 1024),
-        target_max_batch: meta.max_batch_bytes,
+        max_request_bytes: config.sync.max_request_bytes.min(limits.max_message_bytes / 2).max(64 * 1024),
+        target_max_batch: limits.max_batch_bytes,
         limits: Arc::new(RateLimits::new(config.sync.max_bytes_per_sec, config.sync.max_records_per_sec)),
         events: events.clone(),
         metrics: metrics.clone(),
@@ -292,7 +274,7 @@ pub async fn run(
     );
     let sync_stop = CancellationToken::new();
     let sync_task = tokio::spawn(sync.run(sync_stop.clone()));
-    tasks.spawn(GroupSync::new(groups_rx, topics_rx, target.clone(), egress.clone()).run(components.clone()));
+    tasks.spawn(GroupSync::new(groups_rx, topics_rx, Arc::clone(&target), egress.clone()).run(components.clone()));
 
     tracing::info!(mirror = %config.name, source = %config.source.cluster, target = %config.target.cluster, "ferry-mirror running");
 

@@ -206,7 +206,7 @@ impl SourceDcConsumer {
                 StreamEnd::Failed(reason) => {
                     tracing::warn!(route = %route.name, %reason, "source fetch stream failed");
                     self.egress.report_failure(&route.name, &reason);
-                    route.client.reconnect();
+                    route.cluster.reconnect();
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(backoff) => {}
@@ -282,7 +282,10 @@ impl SourceDcConsumer {
         routes: &mut watch::Receiver<Arc<ActiveRoute>>,
         shutdown: &CancellationToken,
     ) -> StreamEnd {
-        let mut raw = match route.client.raw().await {
+        let Some(client) = &route.client else {
+            return StreamEnd::Failed(format!("route {} has no Ferry client", route.name));
+        };
+        let mut raw = match client.raw().await {
             Ok(r) => r,
             Err(e) => return StreamEnd::Failed(format!("cannot connect: {e}")),
         };

@@ -17,7 +17,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use ferry_client::Admin;
 use ferry_client::proto as pb;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -142,12 +141,7 @@ impl SyncManager {
         self.stop_all().await;
         self.commit().await;
         if let Some((member, _)) = self.member.take() {
-            let _ = self
-                .ctx
-                .target
-                .client()
-                .leave_group(pb::LeaveGroupRequest { group: self.group(), member_id: member })
-                .await;
+            let _ = self.ctx.target.leave(&self.group(), &member).await;
         }
     }
 
@@ -163,30 +157,25 @@ impl SyncManager {
         let targets: BTreeSet<String> = set.topics.values().map(|m| m.target.clone()).collect();
         if targets.is_empty() {
             if let Some((member, _)) = self.member.take() {
-                let _ = self
-                    .ctx
-                    .target
-                    .client()
-                    .leave_group(pb::LeaveGroupRequest { group: self.group(), member_id: member })
-                    .await;
+                let _ = self.ctx.target.leave(&self.group(), &member).await;
             }
             self.assignment.clear();
             self.joined_topics.clear();
             return;
         }
-        let client = self.ctx.target.client().clone();
+        let target = Arc::clone(&self.ctx.target);
         let rejoin = self.member.is_none() || targets != self.joined_topics;
         if !rejoin {
             let (member, generation) = self.member.clone().expect("member");
-            match client.heartbeat(pb::HeartbeatRequest { group: self.group(), member_id: member, generation }).await {
-                Ok(hb) if hb.member_known => {
+            match target.heartbeat(&self.group(), &member, generation).await {
+                Ok(Some(hb)) => {
                     if let Some(m) = self.member.as_mut() {
                         m.1 = hb.generation;
                     }
-                    self.assignment = hb.assignment.into_iter().map(|tp| (tp.topic, tp.partition)).collect();
+                    self.assignment = hb.assignment.into_iter().collect();
                     return;
                 }
-                Ok(_) => {
+                Ok(None) => {
                     tracing::warn!(group = %self.group(), "this mirror process was expelled from the scale-out group; joining again")
                 }
                 Err(e) => {
@@ -196,19 +185,13 @@ impl SyncManager {
             }
         }
         let member_id = self.member.as_ref().map(|m| m.0.clone()).unwrap_or_default();
-        let request = pb::JoinGroupRequest {
-            group: self.group(),
-            member_id,
-            topics: targets.iter().cloned().collect(),
-            session_timeout_ms: self.settings.session_timeout.as_millis() as u32,
-            client_id: format!("ferry-mirror-{}", std::process::id()),
-        };
-        match client.join_group(request).await {
+        let topics = targets.iter().cloned().collect();
+        match target.join(&self.group(), &member_id, topics, self.settings.session_timeout).await {
             Ok(j) => {
-                tracing::info!(group = %self.group(), member = %j.member_id, generation = j.generation, partitions = j.assignment.len(), members = j.members.len(), "joined the scale-out group");
+                tracing::info!(group = %self.group(), member = %j.member_id, generation = j.generation, partitions = j.assignment.len(), members = j.members, "joined the scale-out group");
                 self.member = Some((j.member_id, j.generation));
                 self.joined_topics = targets;
-                self.assignment = j.assignment.into_iter().map(|tp| (tp.topic, tp.partition)).collect();
+                self.assignment = j.assignment.into_iter().collect();
             }
             Err(e) => tracing::warn!(error = %e, "cannot join the scale-out group on the target"),
         }
@@ -325,8 +308,8 @@ impl SyncManager {
         if offsets.is_empty() {
             return;
         }
-        let source = Admin::new(self.ctx.egress.active().client.clone());
-        match source.commit_offsets(&self.ctx.source_group, offsets).await {
+        let source = Arc::clone(&self.ctx.egress.active().cluster);
+        match source.commit(&self.ctx.source_group, offsets).await {
             Ok(()) => {
                 for (s, cache) in statuses {
                     s.set_commit(cache);

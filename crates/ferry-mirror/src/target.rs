@@ -11,12 +11,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use ferry_client::ClientError;
 use ferry_client::batch::{BatchHeader, BatchIter};
 use ferry_client::proto as pb;
-use ferry_client::{Admin, ClientError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::TargetCluster;
 use crate::config::OnDivergence;
 use crate::egress::EgressHandle;
 use crate::events::{Event, EventBus, EventKind};
@@ -31,7 +32,7 @@ use crate::topics::{ResumeInput, resume_position};
 #[derive(Clone)]
 pub struct PipelineCtx {
     /// Target admin client.
-    pub target: Admin,
+    pub target: Arc<dyn TargetCluster>,
     /// The source routes.
     pub egress: EgressHandle,
     /// Commands to the consumer (reseat).
@@ -274,8 +275,8 @@ impl TargetDcProducer {
         let mut backoff = Duration::from_millis(200);
         loop {
             let input = ResumeInput {
-                target: &self.ctx.target,
-                source: self.ctx.egress.active().client.clone(),
+                target: self.ctx.target.as_ref(),
+                source: Arc::clone(&self.ctx.egress.active().cluster),
                 source_group: &self.ctx.source_group,
                 topic: &self.spec.topic,
                 target_topic: &self.spec.target_topic,
@@ -473,16 +474,15 @@ impl TargetDcProducer {
             self.checked_epoch = self.checked_epoch.max(seen);
             return true;
         }
-        let source = self.ctx.egress.active().client.clone();
-        let admin = Admin::new(source);
-        match admin.epoch_end(&self.spec.topic, self.spec.partition, copied).await {
-            Ok(r) if r.found && r.end_offset < self.cache => {
+        let source = Arc::clone(&self.ctx.egress.active().cluster);
+        match source.epoch_end(&self.spec.topic, self.spec.partition, copied).await {
+            Ok(Some((_, end))) if end < self.cache => {
                 let msg = format!(
-                    "source epoch {copied} ends at offset {}, below the cache offset {}: the source lost and reused offsets \
-                     the target already holds (source epoch now {seen})",
-                    r.end_offset, self.cache
+                    "source epoch {copied} ends at offset {end}, below the cache offset {}: the source lost and reused \
+                     offsets the target already holds (source epoch now {seen})",
+                    self.cache
                 );
-                self.diverged(r.end_offset, msg, false, kill).await;
+                self.diverged(end, msg, false, kill).await;
                 false
             }
             Ok(_) => {
@@ -582,7 +582,7 @@ impl TargetDcProducer {
                 let target = self.ctx.target.clone();
                 let result = tokio::select! {
                     _ = kill.cancelled() => return,
-                    r = target.truncate_partition(&self.spec.target_topic, self.spec.partition, at) => r,
+                    r = target.truncate(&self.spec.target_topic, self.spec.partition, at) => r,
                 };
                 match result {
                     Ok(leo) => {
@@ -609,13 +609,7 @@ impl TargetDcProducer {
         let r = self
             .ctx
             .target
-            .append_with_offsets(
-                &self.spec.target_topic,
-                self.spec.partition,
-                &self.spec.topic_id,
-                source_log_start,
-                batches,
-            )
+            .append(&self.spec.target_topic, self.spec.partition, &self.spec.topic_id, source_log_start, batches)
             .await;
         match &r {
             Ok(_) => self.ctx.target_health.success(&self.ctx.events),
@@ -850,22 +844,9 @@ impl TargetDcProducer {
     /// Whether the source partition holds nothing in `[at, base)`: a fetch at `at` answers with a first batch that
     /// starts at `base`.
     async fn source_gap(&self, at: u64, base: u64) -> Result<bool, ClientError> {
-        let request = pb::FetchRequest {
-            partitions: vec![pb::PartitionFetch {
-                topic: self.spec.topic.clone(),
-                partition: self.spec.partition,
-                offset: at,
-                max_bytes: 1,
-            }],
-            max_wait_ms: 0,
-            max_bytes: 1,
-        };
-        let response = self.ctx.egress.active().client.fetch(request).await?;
-        let Some(data) = response.partitions.first() else { return Ok(false) };
-        if data.error != pb::ErrorCode::None as i32 || data.topic_id != self.spec.topic_id {
-            return Ok(false);
-        }
-        Ok(BatchIter::new(&data.batches).next().and_then(Result::ok).is_some_and(|(h, _)| h.base_offset == base))
+        let source = Arc::clone(&self.ctx.egress.active().cluster);
+        let first = source.first_batch_at(&self.spec.topic, self.spec.partition, at).await?;
+        Ok(first.is_some_and(|(b, topic_id)| b == base && topic_id == self.spec.topic_id))
     }
 
     /// Moves an empty stretch of the target forward to the source's new log start.

@@ -15,8 +15,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use ferry_client::ClientError;
 use ferry_client::proto as pb;
-use ferry_client::{Admin, BrokerClient, ClientError, OffsetSpec};
+
+use crate::cluster::{SourceCluster, TargetCluster};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -102,7 +104,7 @@ pub struct Naming {
 pub struct TopicAndOffsetManager {
     naming: Naming,
     rules: watch::Receiver<TopicsConfig>,
-    target: Admin,
+    target: Arc<dyn TargetCluster>,
     egress: EgressHandle,
     events: EventBus,
     shared: Arc<Shared>,
@@ -118,7 +120,7 @@ impl TopicAndOffsetManager {
     pub fn new(
         naming: Naming,
         rules: watch::Receiver<TopicsConfig>,
-        target: Admin,
+        target: Arc<dyn TargetCluster>,
         egress: EgressHandle,
         events: EventBus,
         shared: Arc<Shared>,
@@ -158,13 +160,13 @@ impl TopicAndOffsetManager {
     /// One discovery round.
     pub async fn discover(&mut self) -> Result<(), ClientError> {
         let rules = self.rules.borrow().clone();
-        let source = Admin::new(self.egress.active().client.clone());
+        let source = Arc::clone(&self.egress.active().cluster);
         let source_topics = source.list_topics().await?;
         let target_topics: BTreeMap<String, pb::TopicInfo> =
             self.target.list_topics().await?.into_iter().map(|t| (t.name.clone(), t)).collect();
         let cluster_id = match self.egress.expected_cluster_id() {
             Some(id) => id,
-            None => source.metadata().await?.cluster_id,
+            None => source.probe(std::time::Duration::from_secs(10)).await?,
         };
         let previous = self.tx.borrow().clone();
         let mut next = TopicSet { topics: BTreeMap::new(), discovered: true };
@@ -229,7 +231,7 @@ impl TopicAndOffsetManager {
             source_cluster: self.naming.source_cluster.clone(),
         };
         let created =
-            self.target.create_topic(target, t.partitions, t.config.clone().unwrap_or_default(), Some(mirror)).await;
+            self.target.create_topic(target, t.partitions, t.config.clone().unwrap_or_default(), mirror).await;
         match created {
             Ok(_) => {
                 self.copied_config.insert(target.to_owned(), t.config.clone().unwrap_or_default());
@@ -311,10 +313,10 @@ impl TopicAndOffsetManager {
 
 /// What [`resume_position`] needs.
 pub struct ResumeInput<'a> {
-    /// Target admin.
-    pub target: &'a Admin,
-    /// Source client (active route).
-    pub source: BrokerClient,
+    /// The target.
+    pub target: &'a dyn TargetCluster,
+    /// The source (active route).
+    pub source: Arc<dyn SourceCluster>,
     /// The mirror's source group.
     pub source_group: &'a str,
     /// Source topic.
@@ -346,38 +348,24 @@ pub struct Resume {
 
 /// The resume rule (see the module docs).
 pub async fn resume_position(input: ResumeInput<'_>) -> Result<Resume, ClientError> {
-    let desc = input.target.describe_topic(input.target_topic).await?;
-    let part =
-        desc.partitions.iter().find(|p| p.partition == input.partition).ok_or_else(|| ClientError::Protocol {
-            rpc: "DescribeTopic",
-            broker: input.target.client().address(),
-            message: format!("target topic {} has no partition {}", input.target_topic, input.partition),
-        })?;
-    let source = Admin::new(input.source);
+    let part = input.target.partition(input.target_topic, input.partition).await?;
+    let source = input.source;
     let committed = source
-        .fetch_committed_offsets(input.source_group, &[(input.topic.to_owned(), input.partition)])
+        .committed(input.source_group, &[(input.topic.to_owned(), input.partition)])
         .await?
         .first()
         .map(|c| c.offset);
-    if part.log_end_offset > 0 || part.log_start_offset > 0 {
-        let end = input.target.epoch_end(input.target_topic, input.partition, u32::MAX).await?;
+    if part.has_position() {
         return Ok(Resume {
-            cache_offset: part.log_end_offset,
-            target_leo: part.log_end_offset,
-            copied_epoch: end.found.then_some(end.epoch),
+            cache_offset: part.log_end,
+            target_leo: part.log_end,
+            copied_epoch: part.last_epoch,
             committed,
             jump_to: None,
             sync_error: None,
         });
     }
-    let offsets = source
-        .list_offsets(&[
-            (input.topic.to_owned(), input.partition, OffsetSpec::Earliest),
-            (input.topic.to_owned(), input.partition, OffsetSpec::Latest),
-        ])
-        .await?;
-    let earliest = offsets.first().and_then(|o| o.offset).unwrap_or(0);
-    let latest = offsets.get(1).and_then(|o| o.offset).unwrap_or(earliest);
+    let (earliest, latest) = source.log_offsets(input.topic, input.partition).await?;
     let (start, sync_error) = match committed {
         Some(c) if c > 0 => (
             earliest,

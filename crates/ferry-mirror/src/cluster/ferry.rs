@@ -58,6 +58,22 @@ impl SourceCluster for FerrySource {
         Ok(self.admin.list_groups().await?.into_iter().map(|g| g.group).collect())
     }
 
+    async fn first_batch_at(&self, topic: &str, partition: u32, offset: u64) -> Result<Option<(u64, String)>> {
+        let request = pb::FetchRequest {
+            partitions: vec![pb::PartitionFetch { topic: topic.to_owned(), partition, offset, max_bytes: 1 }],
+            max_wait_ms: 0,
+            max_bytes: 1,
+        };
+        let response = self.admin.client().fetch(request).await?;
+        let Some(data) = response.partitions.into_iter().next() else { return Ok(None) };
+        if data.error != pb::ErrorCode::None as i32 {
+            return Ok(None);
+        }
+        let base =
+            ferry_client::batch::BatchIter::new(&data.batches).next().and_then(|r| r.ok()).map(|(h, _)| h.base_offset);
+        Ok(base.map(|b| (b, data.topic_id)))
+    }
+
     fn reconnect(&self) {
         self.admin.client().reconnect();
     }

@@ -42,6 +42,14 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     async fn commit(&self, group: &str, offsets: Vec<pb::CommittedOffset>) -> Result<()>;
     /// Every group name.
     async fn list_groups(&self) -> Result<Vec<String>>;
+    /// The base offset of the first batch stored at or after `offset`, with the topic id, or `None` when there is
+    /// none. The producers use it to tell a real gap inside the source log from batches fetched before a reseat.
+    /// Sources whose fetch path builds batches starting at the requested offset (Kafka) never show such gaps and
+    /// answer `None`.
+    async fn first_batch_at(&self, topic: &str, partition: u32, offset: u64) -> Result<Option<(u64, String)>> {
+        let _ = (topic, partition, offset);
+        Ok(None)
+    }
     /// Drops the connection after a failure, so the next call dials again.
     fn reconnect(&self);
 }

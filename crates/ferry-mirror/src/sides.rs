@@ -1,0 +1,154 @@
+//! Builds the two sides of the mirror for the configured kinds: the target cluster, the factory of source
+//! routes, and the fetch component that feeds the producers.
+
+use std::sync::Arc;
+
+use ferry_client::{BrokerClient, ClientConfig, ClientError};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::TargetCluster;
+use crate::cluster::ferry::FerryTarget;
+use crate::config::{ClusterKind, MirrorConfig, Route};
+use crate::egress::{EgressHandle, RouteEndpoint};
+use crate::metrics::Metrics;
+use crate::source::{ConsumerCmd, ConsumerSettings, SourceDcConsumer};
+use crate::state::Shared;
+
+/// The client settings of a Ferry target.
+fn target_client_config(config: &MirrorConfig) -> ClientConfig {
+    let t = &config.target;
+    let mut cfg = ClientConfig::new(t.brokers.clone());
+    cfg.token = t.token.as_ref().map(|s| s.expose().to_owned());
+    cfg.tls = t.tls.as_ref().map(|f| ferry_client::TlsOptions {
+        ca_file: f.ca_file.clone(),
+        cert_file: f.cert_file.clone(),
+        key_file: f.key_file.clone(),
+        domain: f.domain.clone(),
+    });
+    // The target is local: fail fast and retry rather than wait out long timeouts.
+    cfg.request_timeout = std::time::Duration::from_secs(10);
+    cfg.keepalive_interval = std::time::Duration::from_secs(2);
+    cfg.keepalive_timeout = std::time::Duration::from_secs(5);
+    cfg
+}
+
+/// The target cluster of the configured kind.
+pub fn target(config: &MirrorConfig) -> Result<Arc<dyn TargetCluster>, ClientError> {
+    match config.target.kind {
+        ClusterKind::Ferry => Ok(Arc::new(FerryTarget::new(BrokerClient::new(target_client_config(config))?))),
+        ClusterKind::Kafka => kafka_target(config),
+    }
+}
+
+/// Builds one source route's endpoint for the configured kind.
+pub fn source_route(config: &MirrorConfig, route: &Route) -> Result<RouteEndpoint, ClientError> {
+    match config.source.kind {
+        ClusterKind::Ferry => crate::egress::ferry_routes(&config.source, config.sync.compression)(route),
+        ClusterKind::Kafka => kafka_route(config, route),
+    }
+}
+
+/// Spawns the fetch component of the configured source kind; it runs until `stop`.
+pub fn spawn_consumer(
+    config: &MirrorConfig,
+    commands: mpsc::UnboundedReceiver<ConsumerCmd>,
+    egress: EgressHandle,
+    metrics: Metrics,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    match config.source.kind {
+        ClusterKind::Ferry => {
+            let consumer = SourceDcConsumer::new(commands, egress, ConsumerSettings::default(), metrics, shared);
+            tokio::spawn(consumer.run(stop))
+        }
+        ClusterKind::Kafka => spawn_kafka_consumer(config, commands, egress, metrics, shared, stop),
+    }
+}
+
+#[cfg(not(feature = "kafka"))]
+fn no_kafka<T>() -> Result<T, ClientError> {
+    Err(ClientError::Config {
+        field: "kind",
+        message: "this ferry-mirror was built without the kafka feature; rebuild with --features kafka".into(),
+    })
+}
+
+#[cfg(not(feature = "kafka"))]
+fn kafka_target(_: &MirrorConfig) -> Result<Arc<dyn TargetCluster>, ClientError> {
+    no_kafka()
+}
+
+#[cfg(not(feature = "kafka"))]
+fn kafka_route(_: &MirrorConfig, _: &Route) -> Result<RouteEndpoint, ClientError> {
+    no_kafka()
+}
+
+#[cfg(not(feature = "kafka"))]
+fn spawn_kafka_consumer(
+    _: &MirrorConfig,
+    _: mpsc::UnboundedReceiver<ConsumerCmd>,
+    _: EgressHandle,
+    _: Metrics,
+    _: Arc<Shared>,
+    _: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async {})
+}
+
+#[cfg(feature = "kafka")]
+fn kafka_target(config: &MirrorConfig) -> Result<Arc<dyn TargetCluster>, ClientError> {
+    let options = crate::kafka::KafkaTargetOptions::new(
+        config.target.brokers.clone(),
+        config.target.kafka.clone(),
+        &config.name,
+        &config.source.cluster,
+        config.topics.rename,
+    );
+    Ok(Arc::new(crate::kafka::KafkaTarget::new(options)?))
+}
+
+#[cfg(feature = "kafka")]
+fn kafka_route(config: &MirrorConfig, route: &Route) -> Result<RouteEndpoint, ClientError> {
+    let source = crate::kafka::KafkaSource::new(route.brokers.clone(), config.source.kafka.clone(), &config.name)?;
+    Ok(RouteEndpoint { cluster: Arc::new(source), client: None })
+}
+
+#[cfg(feature = "kafka")]
+fn spawn_kafka_consumer(
+    config: &MirrorConfig,
+    commands: mpsc::UnboundedReceiver<ConsumerCmd>,
+    egress: EgressHandle,
+    metrics: Metrics,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    use crate::kafka::{KafkaConsumerSettings, KafkaRoute, KafkaSourceConsumer};
+    let kafka_route = |a: &crate::egress::ActiveRoute| KafkaRoute {
+        name: a.name.clone(),
+        generation: a.generation,
+        brokers: a.brokers.clone(),
+    };
+    // The consumer follows the Egress's active route: map its route watch onto the consumer's.
+    let mut active = egress.subscribe();
+    let (tx, rx) = tokio::sync::watch::channel(kafka_route(&active.borrow_and_update()));
+    let follow_stop = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = follow_stop.cancelled() => return,
+                changed = active.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let route = kafka_route(&active.borrow_and_update());
+                    tx.send_replace(route);
+                }
+            }
+        }
+    });
+    let settings = KafkaConsumerSettings::new(&config.name, config.source.kafka.clone());
+    let consumer = KafkaSourceConsumer::new(commands, rx, Arc::new(egress), settings, metrics, shared);
+    tokio::spawn(consumer.run(stop))
+}
