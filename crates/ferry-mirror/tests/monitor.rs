@@ -62,7 +62,8 @@ fn unused_routes() -> SourceConfig {
 fn build_handle(source: &SourceConfig) -> MirrorHandle {
     let metrics = Metrics::new();
     let events = EventBus::new(metrics.clone());
-    let egress = EgressHandle::new(source, false, None, events.clone()).unwrap();
+    let egress =
+        EgressHandle::new(source, &ferry_mirror::egress::ferry_routes(source, false), None, events.clone()).unwrap();
     MirrorHandle {
         name: "dc-a_to_dc-b".into(),
         source_cluster: "dc-a".into(),
