@@ -17,6 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::error::{KafkaSetupError, map_error};
 use super::props::{Ctx, Side, blocking, client_config};
+use super::reader::Reader;
 use super::topic_config;
 
 /// A consumer used only for metadata, watermarks and group offsets (never assigned, never subscribed).
@@ -51,6 +52,7 @@ pub(crate) struct KafkaClients {
     meta: Mutex<Option<Arc<MetaConsumer>>>,
     admin: Mutex<Option<Arc<AdminClient<Ctx>>>>,
     groups: Mutex<HashMap<String, Arc<MetaConsumer>>>,
+    reader: Arc<Mutex<Option<Reader>>>,
 }
 
 impl std::fmt::Debug for KafkaClients {
@@ -83,6 +85,7 @@ impl KafkaClients {
             meta: Mutex::new(None),
             admin: Mutex::new(None),
             groups: Mutex::new(HashMap::new()),
+            reader: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -115,6 +118,7 @@ impl KafkaClients {
         *self.meta.lock() = None;
         *self.admin.lock() = None;
         self.groups.lock().clear();
+        *self.reader.lock() = None;
     }
 
     fn setup_error(&self, role: &str, e: &KafkaError) -> ClientError {
@@ -140,12 +144,17 @@ impl KafkaClients {
         if let Some(c) = slot.as_ref() {
             return Ok(Arc::clone(c));
         }
-        let cfg = self.consumer_config(&[])?;
-        let label = format!("{} metadata [{}]", self.side.section(), self.brokers_text);
-        let c: MetaConsumer = cfg.create_with_context(Ctx::new(label)).map_err(|e| self.setup_error("metadata", &e))?;
-        let c = Arc::new(c);
+        let c = Arc::new(self.fresh_meta()?);
         *slot = Some(Arc::clone(&c));
         Ok(c)
+    }
+
+    /// A new metadata client that knows only the bootstrap servers, so its first request goes through them (a
+    /// long-lived client also talks to the brokers the cluster advertises, whatever the route).
+    pub(crate) fn fresh_meta(&self) -> Result<MetaConsumer, ClientError> {
+        let cfg = self.consumer_config(&[])?;
+        let label = format!("{} metadata [{}]", self.side.section(), self.brokers_text);
+        cfg.create_with_context(Ctx::new(label)).map_err(|e| self.setup_error("metadata", &e))
     }
 
     /// The admin client.
@@ -200,19 +209,57 @@ impl KafkaClients {
         .await
     }
 
-    /// A partition's (low, high) watermarks.
-    pub(crate) async fn watermarks(&self, topic: &str, partition: u32) -> Result<(u64, u64), ClientError> {
-        let c = self.meta()?;
-        let timeout = self.timeout;
+    /// Runs `f` with the (lazily created) read-committed [`Reader`] on the blocking pool.
+    pub(crate) async fn with_reader<T, F>(&self, what: &'static str, subject: String, f: F) -> Result<T, ClientError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Reader) -> Result<T, KafkaError> + Send + 'static,
+    {
+        let slot = Arc::clone(&self.reader);
+        let cfg = self.consumer_config(&[
+            // Required by librdkafka for assign(); the reader never joins nor commits to it.
+            ("group.id", format!("{}.reader", self.client_id)),
+            ("isolation.level", "read_committed".to_owned()),
+            ("enable.partition.eof", "true".to_owned()),
+            ("auto.offset.reset", "error".to_owned()),
+        ])?;
         let brokers = self.brokers_text.clone();
-        let topic = topic.to_owned();
-        blocking("watermarks", move || {
-            let (lo, hi) = c.fetch_watermarks(&topic, partition as i32, timeout).map_err(|e| {
-                map_error(&e, "watermarks of", &format!("{topic}/{partition}"), &brokers, &c.context().cause())
-            })?;
-            Ok((lo.max(0) as u64, hi.max(0) as u64))
+        let (timeout, side) = (self.timeout, self.side);
+        blocking(what, move || {
+            let mut guard = slot.lock();
+            if guard.is_none() {
+                let ctx = Ctx::new(format!("{} reader [{brokers}]", side.section()));
+                let consumer: MetaConsumer = cfg.create_with_context(ctx).map_err(|e| {
+                    ClientError::from(KafkaSetupError::ClientCreation {
+                        role: "reader".into(),
+                        brokers: brokers.clone(),
+                        message: e.to_string(),
+                    })
+                })?;
+                *guard = Some(Reader { consumer, timeout });
+            }
+            let reader = guard.as_ref().expect("created above");
+            match f(reader) {
+                Ok(v) => Ok(v),
+                Err(e) => {
+                    let cause = reader.consumer.context().cause();
+                    if e.rdkafka_error_code().is_some_and(|c| c != RDKafkaErrorCode::UnknownTopicOrPartition) {
+                        // Start from a fresh reader next time.
+                        *guard = None;
+                    }
+                    Err(map_error(&e, what, &subject, &brokers, &cause))
+                }
+            }
         })
         .await
+    }
+
+    /// A partition's (log start, log end), the end as fetch responses report it (see [`Reader::bounds`]).
+    pub(crate) async fn watermarks(&self, topic: &str, partition: u32) -> Result<(u64, u64), ClientError> {
+        let t = topic.to_owned();
+        let (lo, hi) =
+            self.with_reader("watermarks of", format!("{topic}/{partition}"), move |r| r.bounds(&t, partition)).await?;
+        Ok((lo as u64, hi as u64))
     }
 
     /// Committed offsets of `group` for `partitions` (every partition of every topic when empty). Partitions

@@ -53,6 +53,11 @@ impl PartitionBatcher {
         !self.builder.is_empty()
     }
 
+    /// Bytes in the open batch (uncompressed).
+    pub fn pending_bytes(&self) -> u64 {
+        if self.builder.is_empty() { 0 } else { self.builder.estimated_size() as u64 }
+    }
+
     /// Drops the open batch and expects `offset` next (a re-seat or a restart).
     pub fn reset(&mut self, offset: u64) {
         self.builder = BatchBuilder::new(self.compression, ProducerInfo::NONE);

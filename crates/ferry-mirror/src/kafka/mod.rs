@@ -23,6 +23,7 @@ mod consumer;
 mod convert;
 mod error;
 mod props;
+mod reader;
 mod source;
 mod target;
 mod topic_config;

@@ -1,6 +1,7 @@
 //! [`KafkaSource`]: a Kafka-API cluster reached through one egress route, as a [`SourceCluster`].
 //!
-//! - `probe` fetches metadata within the probe timeout and returns the cluster id librdkafka reports. A route that
+//! - `probe` fetches metadata within the probe timeout and returns the cluster id librdkafka reports. Each probe
+//!   uses a new client that knows only the route's bootstrap servers, so it tests the route itself. A route that
 //!   leads to something that does not speak Kafka fails with an error saying so (librdkafka's own reason attached).
 //! - Topic ids are `kafka:{name}` ([`super::kafka_topic_id`]): librdkafka does not expose Kafka's topic ids, so a
 //!   Kafka topic deleted and re-created under the same name is not detected by its id.
@@ -53,7 +54,7 @@ impl KafkaSource {
 #[async_trait::async_trait]
 impl SourceCluster for KafkaSource {
     async fn probe(&self, timeout: Duration) -> Result<String> {
-        let c = self.clients.meta()?;
+        let c = self.clients.fresh_meta()?;
         let brokers = self.clients.brokers_text().to_owned();
         blocking("probe", move || {
             let started = std::time::Instant::now();

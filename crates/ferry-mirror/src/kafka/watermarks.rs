@@ -37,6 +37,24 @@ fn batched<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
         .collect())
 }
 
+fn unreachable(e: &KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as K;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            K::BrokerTransportFailure
+                | K::AllBrokersDown
+                | K::Resolve
+                | K::OperationTimedOut
+                | K::RequestTimedOut
+                | K::TimedOutQueue
+                | K::Authentication
+                | K::SaslAuthenticationFailed
+                | K::SSL
+        )
+    )
+}
+
 /// (low, high) watermarks of `tps`. Fails when the cluster cannot be asked at all; partitions it has no answer
 /// for (an unknown topic) are left out.
 pub(crate) fn watermarks<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
@@ -48,11 +66,13 @@ pub(crate) fn watermarks<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
     if tps.is_empty() {
         return Ok(out);
     }
-    let high = batched(consumer, tps, Offset::End, timeout);
-    let low = batched(consumer, tps, Offset::Beginning, timeout);
-    let (mut high, mut low) = match (high, low) {
-        (Ok(h), Ok(l)) => (h, l),
-        _ => (BTreeMap::new(), BTreeMap::new()),
+    let batch = batched(consumer, tps, Offset::End, timeout)
+        .and_then(|high| Ok((high, batched(consumer, tps, Offset::Beginning, timeout)?)));
+    let (mut high, mut low) = match batch {
+        Ok(both) => both,
+        // An unreachable cluster: asking each partition would only wait out more timeouts.
+        Err(e) if unreachable(&e) => return Err(e),
+        Err(_) => (BTreeMap::new(), BTreeMap::new()),
     };
     let mut first_error = None;
     for tp in tps {

@@ -31,16 +31,16 @@ use ferry_client::proto as pb;
 use ferry_client::{ClientError, Code};
 use parking_lot::Mutex;
 use rdkafka::admin::{AdminOptions, AlterConfig, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use self::members::Member;
 use self::offset_map::{Lookup, OffsetMap};
-use self::provenance::{Origin, Reader};
+use self::provenance::Origin;
 use self::writer::{TXN_UNKNOWN, Writer};
 use super::client::KafkaClients;
 use super::error::{KafkaSetupError, map_error, status};
-use super::props::{Ctx, Side, blocking};
+use super::props::{Side, blocking};
+use super::reader::Reader;
 use super::topic_config;
 use crate::cluster::{GroupState, Membership, Result, TargetCluster, TargetLimits, TargetPartition};
 use crate::config::Rename;
@@ -111,7 +111,6 @@ struct Inner {
     mirror: String,
     source_cluster: String,
     rename: Rename,
-    reader: Arc<Mutex<Option<Reader>>>,
     writers: Mutex<HashMap<Tp, Slot>>,
     maps: Mutex<HashMap<Tp, OffsetMap>>,
     transactions: AtomicU8,
@@ -151,7 +150,6 @@ impl KafkaTarget {
                 mirror: options.mirror,
                 source_cluster: options.source_cluster,
                 rename: options.rename,
-                reader: Arc::new(Mutex::new(None)),
                 writers: Mutex::new(HashMap::new()),
                 maps: Mutex::new(HashMap::new()),
                 transactions: AtomicU8::new(TXN_UNKNOWN),
@@ -198,54 +196,20 @@ impl KafkaTarget {
         Arc::clone(writers.entry((topic.to_owned(), partition)).or_default())
     }
 
-    /// Runs `f` with the (lazily created) read-committed reader on the blocking pool.
     async fn read<T, F>(&self, what: &'static str, subject: String, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Reader) -> Result<T, KafkaError> + Send + 'static,
     {
-        let slot = Arc::clone(&self.inner.reader);
-        let cfg = self.inner.clients.consumer_config(&[
-            ("group.id", format!("ferry-mirror.{}.reader", self.inner.mirror)),
-            ("isolation.level", "read_committed".to_owned()),
-            ("enable.partition.eof", "true".to_owned()),
-            ("auto.offset.reset", "earliest".to_owned()),
-        ])?;
-        let brokers = self.inner.clients.brokers_text().to_owned();
-        let timeout = self.inner.clients.timeout();
-        blocking(what, move || {
-            let mut guard = slot.lock();
-            if guard.is_none() {
-                let ctx = Ctx::new(format!("target reader [{brokers}]"));
-                let consumer: BaseConsumer<Ctx> = cfg.create_with_context(ctx).map_err(|e| {
-                    ClientError::from(KafkaSetupError::ClientCreation {
-                        role: "reader".into(),
-                        brokers: brokers.clone(),
-                        message: e.to_string(),
-                    })
-                })?;
-                *guard = Some(Reader { consumer, timeout });
-            }
-            let reader = guard.as_ref().expect("created above");
-            match f(reader) {
-                Ok(v) => Ok(v),
-                Err(e) => {
-                    let cause = reader.consumer.context().cause();
-                    if e.rdkafka_error_code().is_some_and(|c| c != RDKafkaErrorCode::UnknownTopicOrPartition) {
-                        // Start from a fresh reader next time.
-                        *guard = None;
-                    }
-                    Err(map_error(&e, what, &subject, &brokers, &cause))
-                }
-            }
-        })
-        .await
+        self.inner.clients.with_reader(what, subject, f).await
     }
 
     /// The last record of `origin` in the target partition: (target offset, source offset, topic id).
     async fn scan(&self, topic: &str, origin: &Origin) -> Result<Option<(u64, u64, Option<String>)>> {
         let (t, o) = (topic.to_owned(), origin.clone());
-        let found = self.read("tail read of", format!("{topic}/{}", origin.partition), move |r| r.tail(&t, &o)).await?;
+        let found = self
+            .read("tail read of", format!("{topic}/{}", origin.partition), move |r| provenance::tail(r, &t, &o))
+            .await?;
         Ok(found.map(|(tgt, p)| (tgt as u64, p.offset, p.topic_id)))
     }
 
@@ -280,8 +244,9 @@ impl KafkaTarget {
         }
         let origin = self.origin(topic, partition)?;
         let t = topic.to_owned();
-        let at =
-            self.read("offset search in", format!("{topic}/{partition}"), move |r| r.locate(&t, &origin, src)).await?;
+        let at = self
+            .read("offset search in", format!("{topic}/{partition}"), move |r| provenance::locate(r, &t, &origin, src))
+            .await?;
         Ok(at.max(0) as u64)
     }
 
@@ -295,8 +260,7 @@ impl KafkaTarget {
         let (t, o) = (topic.to_owned(), origin.clone());
         let found = self
             .read("offset read in", format!("{topic}/{partition}"), move |r| {
-                let (_, hi) = r.bounds(&t, o.partition)?;
-                r.first_from(&t, &o, tgt as i64, hi)
+                provenance::first_from(r, &t, &o, tgt as i64, i64::MAX)
             })
             .await?;
         match found {
@@ -316,12 +280,10 @@ impl KafkaTarget {
                     .read("tail read of", topic.to_owned(), move |r| {
                         let mut non_empty = false;
                         for p in 0..partitions {
-                            let (lo, hi) = r.bounds(&t, p)?;
-                            if hi > lo {
-                                non_empty = true;
-                                if let Some(prov) = r.tail_sample(&t, p, &cluster)?.filter(|prov| prov.topic == src) {
-                                    return Ok(Some(Some(prov.topic_id.unwrap_or_default())));
-                                }
+                            let (found, any) = provenance::tail_sample(r, &t, p, &cluster)?;
+                            non_empty |= any;
+                            if let Some(prov) = found.filter(|prov| prov.topic == src) {
+                                return Ok(Some(Some(prov.topic_id.unwrap_or_default())));
                             }
                         }
                         Ok(if non_empty { None } else { Some(None) })

@@ -8,15 +8,11 @@
 //! The [`Reader`] reads a target partition with `isolation.level = read_committed`, so aborted and still-open
 //! transactions (a killed mirror's last append) are invisible: what it finds is what is durably there.
 
-use std::time::{Duration, Instant};
-
 use ferry_client::batch::Header;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message, OwnedHeaders};
-use rdkafka::{Offset, TopicPartitionList};
 
-use crate::kafka::props::Ctx;
+use crate::kafka::reader::Reader;
 use crate::kafka::{
     HEADER_SOURCE_CLUSTER, HEADER_SOURCE_OFFSET, HEADER_SOURCE_PARTITION, HEADER_SOURCE_TOPIC, HEADER_SOURCE_TOPIC_ID,
 };
@@ -93,129 +89,86 @@ pub(crate) fn headers_with_provenance(own: &[Header], origin: &Origin, offset: u
 const FIRST_WINDOW: i64 = 64;
 const MAX_WINDOW: i64 = 1 << 16;
 
-/// Reads target partitions (one at a time: callers serialise).
-pub(crate) struct Reader {
-    pub(crate) consumer: BaseConsumer<Ctx>,
-    pub(crate) timeout: Duration,
+fn read(
+    r: &Reader,
+    topic: &str,
+    partition: u32,
+    from: i64,
+    to: i64,
+    max: usize,
+) -> Result<Vec<(i64, Option<Provenance>)>, KafkaError> {
+    r.read(topic, partition, from, to, max, |m| parse(m.headers()))
 }
 
-impl Reader {
-    /// (log start, last stable offset) of a partition.
-    pub(crate) fn bounds(&self, topic: &str, partition: u32) -> Result<(i64, i64), KafkaError> {
-        let (lo, hi) = self.consumer.fetch_watermarks(topic, partition as i32, self.timeout)?;
-        Ok((lo.max(0), hi.max(lo).max(0)))
-    }
-
-    /// Visible records in `[from, to)` with their provenance, in offset order, at most `max`.
-    pub(crate) fn read(
-        &self,
-        topic: &str,
-        partition: u32,
-        from: i64,
-        to: i64,
-        max: usize,
-    ) -> Result<Vec<(i64, Option<Provenance>)>, KafkaError> {
-        let mut out = Vec::new();
-        if from >= to {
-            return Ok(out);
+/// The last record of `origin` in the partition, reading backwards from its end in widening windows.
+pub(crate) fn tail(r: &Reader, topic: &str, origin: &Origin) -> Result<Option<(i64, Provenance)>, KafkaError> {
+    let (lo, hi) = r.bounds(topic, origin.partition)?;
+    let (mut end, mut window) = (hi, FIRST_WINDOW);
+    while end > lo {
+        let start = (end - window).max(lo);
+        let records = read(r, topic, origin.partition, start, end, usize::MAX)?;
+        let found = records.into_iter().rev().find_map(|(o, p)| p.filter(|p| origin.matches(p)).map(|p| (o, p)));
+        if found.is_some() {
+            return Ok(found);
         }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition as i32, Offset::Offset(from))?;
-        self.consumer.assign(&tpl)?;
-        let deadline = Instant::now() + self.timeout;
-        let result = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break Err(KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
-            }
-            match self.consumer.poll(left) {
-                None => continue,
-                Some(Ok(m)) => {
-                    if m.topic() != topic || m.partition() != partition as i32 || m.offset() < from {
-                        continue;
-                    }
-                    if m.offset() >= to {
-                        break Ok(());
-                    }
-                    out.push((m.offset(), parse(m.headers())));
-                    if m.offset() + 1 >= to || out.len() >= max {
-                        break Ok(());
-                    }
-                }
-                Some(Err(KafkaError::PartitionEOF(p))) if p == partition as i32 => break Ok(()),
-                Some(Err(KafkaError::PartitionEOF(_))) => continue,
-                Some(Err(e)) => break Err(e),
-            }
-        };
-        let _ = self.consumer.unassign();
-        result.map(|()| out)
+        end = start;
+        window = (window * 4).min(MAX_WINDOW);
     }
+    Ok(None)
+}
 
-    /// The last record of `origin` in the partition, reading backwards from its end in widening windows.
-    pub(crate) fn tail(&self, topic: &str, origin: &Origin) -> Result<Option<(i64, Provenance)>, KafkaError> {
-        let (lo, hi) = self.bounds(topic, origin.partition)?;
-        let (mut end, mut window) = (hi, FIRST_WINDOW);
-        while end > lo {
-            let start = (end - window).max(lo);
-            let records = self.read(topic, origin.partition, start, end, usize::MAX)?;
-            let found = records.into_iter().rev().find_map(|(o, p)| p.filter(|p| origin.matches(p)).map(|p| (o, p)));
-            if found.is_some() {
-                return Ok(found);
-            }
-            end = start;
-            window = (window * 4).min(MAX_WINDOW);
+/// The provenance of the last record mirrored from `cluster` among the partition's last [`FIRST_WINDOW`] offsets,
+/// and whether the partition holds any record: `(None, true)` is a partition written by others at its tail.
+pub(crate) fn tail_sample(
+    r: &Reader,
+    topic: &str,
+    partition: u32,
+    cluster: &str,
+) -> Result<(Option<Provenance>, bool), KafkaError> {
+    let (lo, hi) = r.bounds(topic, partition)?;
+    if hi <= lo {
+        return Ok((None, false));
+    }
+    let records = read(r, topic, partition, (hi - FIRST_WINDOW).max(lo), hi, usize::MAX)?;
+    let any = !records.is_empty();
+    Ok((records.into_iter().rev().find_map(|(_, p)| p.filter(|p| p.cluster == cluster)), any))
+}
+
+/// The first record of `origin` at or after target offset `from` and before `to` (`i64::MAX`: the end).
+pub(crate) fn first_from(
+    r: &Reader,
+    topic: &str,
+    origin: &Origin,
+    from: i64,
+    to: i64,
+) -> Result<Option<(i64, Provenance)>, KafkaError> {
+    let mut at = from;
+    while at < to {
+        let records = read(r, topic, origin.partition, at, to, FIRST_WINDOW as usize)?;
+        let Some(last) = records.last().map(|(o, _)| *o) else { return Ok(None) };
+        if let Some(found) = records.into_iter().find_map(|(o, p)| p.filter(|p| origin.matches(p)).map(|p| (o, p))) {
+            return Ok(Some(found));
         }
-        Ok(None)
+        at = last + 1;
     }
+    Ok(None)
+}
 
-    /// The provenance of any mirrored record among the last [`FIRST_WINDOW`] offsets (`None`: none there).
-    pub(crate) fn tail_sample(
-        &self,
-        topic: &str,
-        partition: u32,
-        cluster: &str,
-    ) -> Result<Option<Provenance>, KafkaError> {
-        let (lo, hi) = self.bounds(topic, partition)?;
-        let records = self.read(topic, partition, (hi - FIRST_WINDOW).max(lo), hi, usize::MAX)?;
-        Ok(records.into_iter().rev().find_map(|(_, p)| p.filter(|p| p.cluster == cluster)))
-    }
-
-    /// The first record of `origin` at or after target offset `from` and before `to`.
-    pub(crate) fn first_from(
-        &self,
-        topic: &str,
-        origin: &Origin,
-        from: i64,
-        to: i64,
-    ) -> Result<Option<(i64, Provenance)>, KafkaError> {
-        let mut at = from;
-        while at < to {
-            let records = self.read(topic, origin.partition, at, to, FIRST_WINDOW as usize)?;
-            let Some(last) = records.last().map(|(o, _)| *o) else { return Ok(None) };
-            if let Some(found) = records.into_iter().find_map(|(o, p)| p.filter(|p| origin.matches(p)).map(|p| (o, p)))
-            {
-                return Ok(Some(found));
-            }
-            at = last + 1;
+/// The target offset of the first record of `origin` whose source offset is at least `source` (the log end when
+/// there is none): binary search over the partition, source offsets growing with target offsets.
+pub(crate) fn locate(r: &Reader, topic: &str, origin: &Origin, source: u64) -> Result<i64, KafkaError> {
+    let (lo, hi) = r.bounds(topic, origin.partition)?;
+    let (mut a, mut b) = (lo, hi);
+    while a < b {
+        let mid = a + (b - a) / 2;
+        match first_from(r, topic, origin, mid, b)? {
+            Some((t, p)) if p.offset >= source => b = t,
+            Some((t, _)) => a = t + 1,
+            None => b = mid,
         }
-        Ok(None)
     }
-
-    /// The target offset of the first record of `origin` whose source offset is at least `source` (the log end
-    /// when there is none): binary search over the partition, source offsets growing with target offsets.
-    pub(crate) fn locate(&self, topic: &str, origin: &Origin, source: u64) -> Result<i64, KafkaError> {
-        let (lo, hi) = self.bounds(topic, origin.partition)?;
-        let (mut a, mut b) = (lo, hi);
-        while a < b {
-            let mid = a + (b - a) / 2;
-            match self.first_from(topic, origin, mid, b)? {
-                Some((t, p)) if p.offset >= source => b = t,
-                Some((t, _)) => a = t + 1,
-                None => b = mid,
-            }
-        }
-        Ok(a)
-    }
+    // `a` may be a transaction marker or a foreign record just before the answer: name the record itself.
+    Ok(first_from(r, topic, origin, a, hi)?.map_or(a, |(t, _)| t))
 }
 
 #[cfg(test)]

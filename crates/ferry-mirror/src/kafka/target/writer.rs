@@ -131,7 +131,9 @@ impl Writer {
 
     fn error(&self, e: &KafkaError, op: &str) -> ClientError {
         let subject = format!("{}/{}", self.topic, self.partition);
-        if fenced(code_of(e)) {
+        // A fenced producer fails everything queued (purged) with its fatal error as the cause.
+        let fatal = self.producer.client().fatal_error().map(|(code, _)| code);
+        if fenced(code_of(e)) || fenced(fatal) {
             return status(
                 Code::FailedPrecondition,
                 format!(

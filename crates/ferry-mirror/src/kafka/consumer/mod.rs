@@ -9,37 +9,40 @@
 //! - Messages become Ferry record batches keeping every record's offset ([`super::PartitionBatcher`]): base offset
 //!   = the next offset the partition expects, so Kafka's offset gaps are absorbed. Timestamps, keys, values and
 //!   ordered headers (null values kept) are copied; the epoch is 0 (librdkafka does not expose leader epochs).
-//! - Credits: a partition is paused in librdkafka when its queued bytes reach its window and resumed below half.
+//! - Credits: a partition whose queued bytes (plus its open batch) reach its window is taken out of the librdkafka
+//!   assignment, which also drops what librdkafka prefetched for it; once its queue is back below half the window
+//!   it is assigned again at the next offset it expects. Prefetched data therefore never exceeds the caps.
 //! - Positions: watermarks are refreshed every `position_interval` and sent as `Position` heartbeats. The log end
-//!   sent is never below what was already read (a watermark asked before the newest records arrived would look
-//!   like lost records) unless the cluster reports it lower three refreshes in a row, or librdkafka reports log
-//!   truncation: then the real value goes out and the producer acts on the divergence.
+//!   sent is never below what was already read: a watermark asked before the newest records arrived, a broker
+//!   whose `ListOffsets` answers less than its fetches deliver (tansu 0.6 does), or a new leader still catching up
+//!   would all look like lost records. Only when librdkafka reports log truncation (KIP-320) does a lower log end
+//!   go out, and the producer acts on the divergence.
 //! - Route changes rebuild the consumer on the new bootstrap servers (Kafka clients then follow the cluster's
 //!   advertised listeners). Failures (no answer for `failure_limit` refreshes, authentication) are reported to the
 //!   Egress, and the consumer backs off before it tries again: never a tight crash loop.
+
+mod partitions;
+mod refresh;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferry_client::ClientError;
-use ferry_client::batch::{Compression, Header};
-use ferry_client::proto as pb;
+use ferry_client::batch::Compression;
 use futures::FutureExt;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::convert::{PartitionBatcher, Pushed};
+use self::partitions::{Part, PartState, tpl_of};
+use self::refresh::Refresh;
 use super::props::{Ctx, Side, client_config};
-use super::watermarks::{Tp, watermarks};
+use super::watermarks::Tp;
 use crate::metrics::Metrics;
-use crate::source::{ConsumerCmd, PartitionSink, SourceMsg, SourcePos};
+use crate::source::{ConsumerCmd, SourceMsg};
 use crate::state::Shared;
 
 /// The active route as the Kafka consumer needs it.
@@ -108,67 +111,10 @@ impl KafkaConsumerSettings {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PartState {
-    /// Assigned in librdkafka and fetching.
-    Fetching,
-    /// Its topic or partition does not exist (reported; checked again).
-    Missing,
-    /// Its position is outside the log (reported); waits for a re-seat.
-    Stopped,
-}
-
-struct Part {
-    sink: PartitionSink,
-    batcher: PartitionBatcher,
-    state: PartState,
-    paused: bool,
-    lo: u64,
-    hi: u64,
-    below: u32,
-    topic_id: String,
-}
-
-impl Part {
-    fn new(topic: &str, sink: PartitionSink, settings: &KafkaConsumerSettings) -> Part {
-        let at = sink.flow.fetch_position.load(Ordering::Acquire);
-        Part {
-            sink,
-            batcher: PartitionBatcher::new(at, settings.max_batch_bytes, settings.compression),
-            state: PartState::Fetching,
-            paused: false,
-            lo: 0,
-            hi: 0,
-            below: 0,
-            topic_id: super::kafka_topic_id(topic),
-        }
-    }
-
-    fn pos(&self) -> SourcePos {
-        SourcePos {
-            log_start: self.lo,
-            log_end: self.hi.max(self.batcher.expected()),
-            epoch: 0,
-            topic_id: self.topic_id.clone(),
-        }
-    }
-}
-
 enum End {
     Shutdown,
     RouteChanged,
     Failed(String),
-}
-
-/// What one background refresh found.
-struct Refresh {
-    /// Each fetching partition's expected offset when the refresh was asked.
-    asked_at: BTreeMap<Tp, u64>,
-    watermarks: Result<BTreeMap<Tp, (u64, u64)>, ClientError>,
-    /// Topic partition counts, when metadata was asked too.
-    topics: Option<Result<BTreeMap<String, u32>, ClientError>>,
-    out_of_range: bool,
-    truncation: bool,
 }
 
 /// The Kafka fetch path (see the module docs).
@@ -184,26 +130,6 @@ pub struct KafkaSourceConsumer {
 }
 
 type Kc = StreamConsumer<Ctx>;
-
-fn tpl_of<'a>(items: impl IntoIterator<Item = (&'a Tp, Option<u64>)>) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    for ((t, p), at) in items {
-        match at {
-            Some(o) => {
-                let _ = tpl.add_partition_offset(t, *p as i32, Offset::Offset(o as i64));
-            }
-            None => {
-                tpl.add_partition(t, *p as i32);
-            }
-        }
-    }
-    tpl
-}
-
-fn headers_of(m: &BorrowedMessage<'_>) -> Vec<Header> {
-    let Some(hs) = m.headers() else { return Vec::new() };
-    hs.iter().map(|h| Header { key: h.key.to_owned(), value: h.value.map(bytes::Bytes::copy_from_slice) }).collect()
-}
 
 impl KafkaSourceConsumer {
     /// A consumer fed by `cmds`, fetching over the route `routes` names, reporting its health to `reports`.
@@ -286,7 +212,6 @@ impl KafkaSourceConsumer {
             p.batcher.reset(p.sink.flow.fetch_position.load(Ordering::Acquire));
             p.state = PartState::Fetching;
             p.paused = false;
-            p.below = 0;
         }
     }
 
@@ -320,43 +245,6 @@ impl KafkaSourceConsumer {
         // Closing a librdkafka consumer blocks until its threads stop.
         tokio::task::spawn_blocking(move || drop(consumer));
         end
-    }
-
-    fn spawn_refresh(
-        &self,
-        consumer: &Arc<Kc>,
-        with_topics: bool,
-        out_of_range: bool,
-        truncation: bool,
-    ) -> JoinHandle<Refresh> {
-        let asked_at: BTreeMap<Tp, u64> = self
-            .parts
-            .iter()
-            .filter(|(_, p)| p.state == PartState::Fetching)
-            .map(|(tp, p)| (tp.clone(), p.batcher.expected()))
-            .collect();
-        let c = Arc::clone(consumer);
-        let timeout = self.settings.call_timeout;
-        tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let tps: Vec<Tp> = asked_at.keys().cloned().collect();
-            let cause =
-                |c: &Kc| c.context().last_error_since(started).map(|e| format!("; {}", e.reason)).unwrap_or_default();
-            let watermarks = watermarks(c.as_ref(), &tps, timeout)
-                .map_err(|e| super::error::map_error(&e, "watermarks of", "the mirrored partitions", "", &cause(&c)));
-            let topics = with_topics.then(|| {
-                c.fetch_metadata(None, timeout)
-                    .map(|md| {
-                        md.topics()
-                            .iter()
-                            .filter(|t| t.error().is_none())
-                            .map(|t| (t.name().to_owned(), t.partitions().len() as u32))
-                            .collect()
-                    })
-                    .map_err(|e| super::error::map_error(&e, "metadata", "", "", &cause(&c)))
-            });
-            Refresh { asked_at, watermarks, topics, out_of_range, truncation }
-        })
     }
 
     async fn fetch_loop(&mut self, route: &KafkaRoute, consumer: &Arc<Kc>, shutdown: &CancellationToken) -> End {
@@ -427,7 +315,7 @@ impl KafkaSourceConsumer {
                 }
                 msg = consumer.recv() => {
                     match msg {
-                        Ok(m) => self.on_message(&m),
+                        Ok(m) => self.on_message(consumer, &m),
                         Err(e) => match self.on_consume_error(&e, started, consumer) {
                             Some(end) => return end,
                             None => {
@@ -441,7 +329,7 @@ impl KafkaSourceConsumer {
                     // Take what else is ready now, then hand the batches over.
                     for _ in 0..4096 {
                         match consumer.recv().now_or_never() {
-                            Some(Ok(m)) => self.on_message(&m),
+                            Some(Ok(m)) => self.on_message(consumer, &m),
                             Some(Err(e)) => {
                                 if let Some(end) = self.on_consume_error(&e, started, consumer) { return end; }
                                 let code = e.rdkafka_error_code();
@@ -497,249 +385,5 @@ impl KafkaSourceConsumer {
                 None
             }
         }
-    }
-
-    fn on_message(&mut self, m: &BorrowedMessage<'_>) {
-        let Ok(partition) = u32::try_from(m.partition()) else { return };
-        let Some(part) = self.parts.get_mut(&(m.topic().to_owned(), partition)) else { return };
-        if part.state != PartState::Fetching || m.offset() < 0 {
-            return;
-        }
-        let headers = headers_of(m);
-        let ts = m.timestamp().to_millis().unwrap_or(-1);
-        if let Pushed::Completed(bytes, records) =
-            part.batcher.push(m.offset() as u64, ts, m.key(), m.payload(), &headers)
-        {
-            let tp = (m.topic().to_owned(), partition);
-            self.deliver(&tp, bytes, records);
-        }
-    }
-
-    /// Sends one batch to its producer.
-    fn deliver(&mut self, tp: &Tp, bytes: bytes::Bytes, records: u64) {
-        let Some(part) = self.parts.get_mut(tp) else { return };
-        let n = bytes.len() as u64;
-        part.sink.flow.queued.fetch_add(n, Ordering::Relaxed);
-        self.metrics.received(records, n);
-        self.shared.source_rates.add(records, n);
-        let pos = part.pos();
-        if part.sink.tx.send(SourceMsg::Data { batches: bytes, records, pos }).is_err() {
-            // The producer stopped: stop fetching the partition.
-            self.parts.remove(tp);
-        }
-    }
-
-    fn flush_all(&mut self, consumer: &Kc) {
-        let ready: Vec<Tp> =
-            self.parts.iter().filter(|(_, p)| p.batcher.has_pending()).map(|(tp, _)| tp.clone()).collect();
-        for tp in ready {
-            if let Some((bytes, records)) = self.parts.get_mut(&tp).and_then(|p| p.batcher.flush()) {
-                self.deliver(&tp, bytes, records);
-            }
-        }
-        self.credits(consumer);
-    }
-
-    /// Pauses partitions whose queue reached their window; resumes those back below half of it.
-    fn credits(&mut self, consumer: &Kc) {
-        let (mut pause, mut resume) = (Vec::new(), Vec::new());
-        for (tp, p) in self.parts.iter_mut() {
-            if p.state != PartState::Fetching {
-                continue;
-            }
-            let window = p.sink.flow.window();
-            let queued = p.sink.flow.queued.load(Ordering::Relaxed);
-            if !p.paused && window > 0 && queued >= window {
-                p.paused = true;
-                pause.push((tp, None));
-            } else if p.paused && (window == 0 || queued <= window / 2) {
-                p.paused = false;
-                resume.push((tp, None));
-            }
-        }
-        if !pause.is_empty()
-            && let Err(e) = consumer.pause(&tpl_of(pause))
-        {
-            tracing::warn!(error = %e, "cannot pause Kafka partitions");
-        }
-        if !resume.is_empty()
-            && let Err(e) = consumer.resume(&tpl_of(resume))
-        {
-            tracing::warn!(error = %e, "cannot resume Kafka partitions");
-        }
-    }
-
-    /// Applies a command; true when topic metadata should be checked.
-    fn on_command(&mut self, cmd: ConsumerCmd, consumer: &Kc, topics: &BTreeMap<String, u32>) -> bool {
-        let mut check = false;
-        match cmd {
-            ConsumerCmd::Add(list) => {
-                let mut assign = Vec::new();
-                let mut unassign = Vec::new();
-                for (tp, sink) in list {
-                    if self.parts.get(&tp).is_some_and(|p| p.state == PartState::Fetching) {
-                        unassign.push(tp.clone());
-                    }
-                    let mut part = Part::new(&tp.0, sink, &self.settings);
-                    if topics.get(&tp.0).is_some_and(|&n| tp.1 < n) {
-                        assign.push((tp.clone(), part.batcher.expected()));
-                    } else {
-                        part.state = PartState::Missing;
-                        check = true;
-                    }
-                    self.parts.insert(tp, part);
-                }
-                self.unassign(consumer, &unassign);
-                self.assign(consumer, &assign);
-                self.report_missing();
-            }
-            ConsumerCmd::Remove(list) => {
-                let fetching: Vec<Tp> = list
-                    .iter()
-                    .filter(|tp| self.parts.get(*tp).is_some_and(|p| p.state == PartState::Fetching))
-                    .cloned()
-                    .collect();
-                self.unassign(consumer, &fetching);
-                for tp in list {
-                    self.parts.remove(&tp);
-                }
-            }
-            ConsumerCmd::Reseat(tp) => {
-                let Some(p) = self.parts.get_mut(&tp) else { return false };
-                let was_fetching = p.state == PartState::Fetching;
-                let at = p.sink.flow.fetch_position.load(Ordering::Acquire);
-                p.batcher.reset(at);
-                p.paused = false;
-                p.below = 0;
-                if p.state == PartState::Missing {
-                    return true;
-                }
-                p.state = PartState::Fetching;
-                if was_fetching {
-                    self.unassign(consumer, std::slice::from_ref(&tp));
-                }
-                self.assign(consumer, &[(tp, at)]);
-            }
-        }
-        check
-    }
-
-    fn assign(&self, consumer: &Kc, list: &[(Tp, u64)]) {
-        if list.is_empty() {
-            return;
-        }
-        if let Err(e) = consumer.incremental_assign(&tpl_of(list.iter().map(|(tp, at)| (tp, Some(*at))))) {
-            tracing::warn!(error = %e, "cannot assign Kafka partitions");
-        }
-    }
-
-    fn unassign(&self, consumer: &Kc, list: &[Tp]) {
-        if list.is_empty() {
-            return;
-        }
-        if let Err(e) = consumer.incremental_unassign(&tpl_of(list.iter().map(|tp| (tp, None)))) {
-            tracing::warn!(error = %e, "cannot unassign Kafka partitions");
-        }
-    }
-
-    /// Tells the producers of missing partitions that their topic or partition does not exist.
-    fn report_missing(&mut self) {
-        for ((topic, partition), p) in &self.parts {
-            if p.state == PartState::Missing {
-                let message = format!(
-                    "Kafka topic {topic} has no partition {partition} (the topic does not exist or has fewer partitions)"
-                );
-                let _ = p.sink.tx.send(SourceMsg::Error {
-                    code: pb::ErrorCode::UnknownTopicOrPartition,
-                    message,
-                    pos: SourcePos { topic_id: p.topic_id.clone(), ..Default::default() },
-                });
-            }
-        }
-    }
-
-    fn on_refresh(
-        &mut self,
-        consumer: &Kc,
-        r: Refresh,
-        topics_known: &mut BTreeMap<String, u32>,
-    ) -> Result<(), ClientError> {
-        if let Some(topics) = r.topics {
-            let topics = topics?;
-            let mut assign = Vec::new();
-            let mut gone = Vec::new();
-            for (tp, p) in self.parts.iter_mut() {
-                let exists = topics.get(&tp.0).is_some_and(|&n| tp.1 < n);
-                match (p.state, exists) {
-                    (PartState::Missing, true) => {
-                        p.state = PartState::Fetching;
-                        assign.push((tp.clone(), p.batcher.expected()));
-                    }
-                    (PartState::Fetching | PartState::Stopped, false) => {
-                        if p.state == PartState::Fetching {
-                            gone.push(tp.clone());
-                        }
-                        p.state = PartState::Missing;
-                    }
-                    _ => {}
-                }
-            }
-            self.unassign(consumer, &gone);
-            self.assign(consumer, &assign);
-            if !gone.is_empty() {
-                self.report_missing();
-            }
-            *topics_known = topics;
-        }
-        let marks = r.watermarks?;
-        let mut stop = Vec::new();
-        for (tp, (lo, hi)) in marks {
-            let Some(p) = self.parts.get_mut(&tp) else { continue };
-            if p.state != PartState::Fetching {
-                continue;
-            }
-            let asked = r.asked_at.get(&tp).copied().unwrap_or(0);
-            p.below = if hi < asked { p.below + 1 } else { 0 };
-            p.lo = lo;
-            p.hi = hi;
-            let expected = p.batcher.expected();
-            if r.out_of_range && expected < lo {
-                let _ = p.sink.tx.send(SourceMsg::Error {
-                    code: pb::ErrorCode::OffsetOutOfRange,
-                    message: format!("{}/{}: offset {expected} is below the log start {lo}", tp.0, tp.1),
-                    pos: SourcePos { log_start: lo, log_end: hi, epoch: 0, topic_id: p.topic_id.clone() },
-                });
-                p.state = PartState::Stopped;
-                stop.push(tp.clone());
-                continue;
-            }
-            let mut pos = p.pos();
-            if hi < asked && (p.below >= 3 || r.truncation) {
-                // The source holds less than was read from it: the producer halts the partition (divergence).
-                pos.log_end = hi;
-            }
-            if p.sink.tx.send(SourceMsg::Position(pos)).is_err() {
-                stop.push(tp.clone());
-            }
-        }
-        self.unassign(consumer, &stop);
-        self.parts.retain(|_, p| !p.sink.tx.is_closed());
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partition_lists_carry_offsets() {
-        let a: Tp = ("t".into(), 1);
-        let b: Tp = ("u".into(), 0);
-        let tpl = tpl_of([(&a, Some(5)), (&b, None)]);
-        let elems = tpl.elements();
-        assert_eq!(elems.len(), 2);
-        assert_eq!((elems[0].topic(), elems[0].partition(), elems[0].offset()), ("t", 1, Offset::Offset(5)));
-        assert_eq!((elems[1].topic(), elems[1].partition()), ("u", 0));
     }
 }
