@@ -7,7 +7,9 @@
 //! 5. 1,000 partitions: time from start until all are mirrored, and idle CPU.
 //!
 //! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror`.
-//! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size (default 256).
+//! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size (default 256);
+//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,wan,latency,many`; default all; `wan` and `latency`
+//! need `lan`, which measures the rates they are compared with).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -117,7 +119,10 @@ listen = "127.0.0.1:0"
 }
 
 struct MirrorRun {
+    /// Time the whole backlog takes at the steady-state rate (10%..90% of the records).
     seconds: f64,
+    /// Wall time from the target topic's creation until the last record arrived.
+    total_seconds: f64,
     cpu: f64,
     rss_peak_mib: f64,
 }
@@ -140,17 +145,33 @@ async fn mirror_backlog(source_addr: &str, target: &BrokerProcess, topic: &str, 
     }
     let start = Instant::now();
     let cpu0 = cpu_seconds(mirror.pid());
+    // Steady-state rate: the time between 10% and 90% of the records arriving excludes start-up round trips
+    // (discovery, resume lookups, opening the stream), which a 50 ms link multiplies.
+    let (mut t10, mut t90) = (None, None);
     loop {
-        if total_leo(&admin, topic).await? >= expected {
+        let done = total_leo(&admin, topic).await?;
+        if t10.is_none() && done * 10 >= expected {
+            t10 = Some(Instant::now());
+        }
+        if t90.is_none() && done * 10 >= expected * 9 {
+            t90 = Some(Instant::now());
+        }
+        if done >= expected {
             break;
         }
         if Instant::now() > deadline {
             bail!("mirror did not finish:\n{}", mirror.logs());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let total = start.elapsed().as_secs_f64();
+    let steady = match (t10, t90) {
+        (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64() / 0.8,
+        _ => total,
+    };
     let run = MirrorRun {
-        seconds: start.elapsed().as_secs_f64(),
+        seconds: steady,
+        total_seconds: total,
         cpu: cpu_seconds(mirror.pid()) - cpu0,
         rss_peak_mib: rss_peak_mib(mirror.pid()),
     };
@@ -165,73 +186,25 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn bench() -> Result<()> {
-    for bin in ["ferry-broker", "ferry-mirror"] {
-        if !bin_dir().join(bin).exists() {
-            bail!(
-                "{} not found in {}: run `cargo build --release -p ferry-broker -p ferry-mirror` first",
-                bin,
-                bin_dir().display()
-            );
-        }
-    }
-    let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
-    let bytes = mb * 1024 * 1024;
-    let records = (bytes / RECORD) as u64;
-    println!("mirror bench: {mb} MiB of {RECORD}-byte records over {PARTITIONS} partitions");
-
-    let a = broker("dc-a").await?;
-    let b = broker("dc-b").await?;
-    let (a_addr, b_addr) = (a.addr().to_string(), b.addr().to_string());
-    let (a_admin, b_admin) = (admin(&a_addr)?, admin(&b_addr)?);
-    for (adm, t) in [(&b_admin, "raw"), (&a_admin, "lan"), (&a_admin, "wan"), (&a_admin, "lat")] {
-        adm.create_topic(t, PARTITIONS, Default::default(), None).await.context("create topic")?;
-    }
-
-    // 1. Raw ingest into the target vs mirror throughput into the same target.
-    let raw = produce(&b_addr, "raw", bytes, Duration::from_millis(5)).await?;
-    let raw_mbps = mb as f64 / raw.as_secs_f64();
-    println!(
-        "raw produce into target:       {raw_mbps:8.1} MiB/s ({:.0} records/s)",
-        records as f64 / raw.as_secs_f64()
-    );
-    produce(&a_addr, "lan", bytes, Duration::from_millis(5)).await?;
-    let lan = mirror_backlog(&a_addr, &b, "lan", records).await?;
-    let lan_mbps = mb as f64 / lan.seconds;
-    println!("mirror throughput (0 ms RTT):  {lan_mbps:8.1} MiB/s ({:.0} records/s)", records as f64 / lan.seconds);
-    println!("RATIO mirror / raw target ingest: {:.2}  (target >= 0.9)", lan_mbps / raw_mbps);
-    println!(
-        "mirror CPU per 100 MB: {:.2} s;  mirror peak RSS: {:.1} MiB",
-        lan.cpu / mb as f64 * 100.0,
-        lan.rss_peak_mib
-    );
-
-    // 2. The same over a 25 ms one-way delay line (50 ms RTT) on the source link.
-    produce(&a_addr, "wan", bytes, Duration::from_millis(5)).await?;
-    let proxy = Proxy::start(a.addr()).await?;
-    proxy.set_delay(Duration::from_millis(25));
-    let wan = mirror_backlog(&proxy.addr().to_string(), &b, "wan", records).await?;
-    let wan_mbps = mb as f64 / wan.seconds;
-    println!("mirror throughput (50 ms RTT): {wan_mbps:8.1} MiB/s");
-    println!("RATIO 50 ms RTT / 0 ms RTT: {:.2}  (target >= 0.8)", wan_mbps / lan_mbps);
-    drop(proxy);
-
-    // 3. Replication latency at half the maximum rate.
-    let rate = (lan_mbps.min(raw_mbps) * 1024.0 * 1024.0 / RECORD as f64 / 2.0).max(1000.0);
-    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^lat$"))
+/// Produces at `rate` records/s for 8 s while the mirror copies `topic`; returns p50, p99 (ms) and the count of
+/// produce-to-readable-on-target latencies measured by a consumer on the target.
+async fn latency(a_addr: &str, b: &BrokerProcess, topic: &str, rate: f64) -> Result<(i64, i64, usize)> {
+    let b_addr = b.addr().to_string();
+    let b_admin = admin(&b_addr)?;
+    let mut mirror = MirrorProcess::builder(mirror_config(a_addr, &b_addr, &format!("^{topic}$")))
         .program(bin_dir().join("ferry-mirror"))
         .start()
         .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while b_admin.describe_topic("lat").await.is_err() && Instant::now() < deadline {
+    while b_admin.describe_topic(topic).await.is_err() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut consumer =
         Consumer::new(BrokerClient::new(ClientConfig::new([b_addr.clone()]))?, ConsumerConfig::default())?;
-    consumer.assign((0..PARTITIONS).map(|p| ("lat".to_owned(), p, StartAt::Offset(0))).collect())?;
-    let seconds = 10.0;
-    let total = (rate * seconds) as usize;
-    let producer_addr = a_addr.clone();
+    consumer.assign((0..PARTITIONS).map(|p| (topic.to_owned(), p, StartAt::Offset(0))).collect())?;
+    let total = (rate * 8.0) as usize;
+    let producer_addr = a_addr.to_owned();
+    let producer_topic = topic.to_owned();
     let producer_task = tokio::spawn(async move {
         let client = BrokerClient::new(ClientConfig::new([producer_addr]))?;
         let producer =
@@ -244,7 +217,7 @@ async fn bench() -> Result<()> {
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 tokio::time::sleep(wait).await;
             }
-            let rec = ProducerRecord::new("lat", value.clone())
+            let rec = ProducerRecord::new(producer_topic.clone(), value.clone())
                 .with_partition(i as u32 % PARTITIONS)
                 .with_timestamp(now_ms());
             pending.push(producer.send(rec).await?);
@@ -263,18 +236,99 @@ async fn bench() -> Result<()> {
         }
     }
     producer_task.await??;
-    latencies.sort_unstable();
-    println!(
-        "replication latency at {:.0} records/s (half max): p50 {} ms, p99 {} ms ({} records, produce -> visible on target)",
-        rate,
-        percentile(&latencies, 0.50),
-        percentile(&latencies, 0.99),
-        latencies.len()
-    );
     mirror.terminate(Duration::from_secs(30)).await?;
+    latencies.sort_unstable();
+    Ok((percentile(&latencies, 0.50), percentile(&latencies, 0.99), latencies.len()))
+}
+
+async fn bench() -> Result<()> {
+    for bin in ["ferry-broker", "ferry-mirror"] {
+        if !bin_dir().join(bin).exists() {
+            bail!(
+                "{} not found in {}: run `cargo build --release -p ferry-broker -p ferry-mirror` first",
+                bin,
+                bin_dir().display()
+            );
+        }
+    }
+    let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let phases = std::env::var("FERRY_BENCH_PHASES").unwrap_or_else(|_| "lan,wan,latency,many".into());
+    let phase = |name: &str| phases.split(',').any(|p| p.trim() == name);
+    let bytes = mb * 1024 * 1024;
+    let records = (bytes / RECORD) as u64;
+    println!("mirror bench: {mb} MiB of {RECORD}-byte records over {PARTITIONS} partitions");
+
+    let a = broker("dc-a").await?;
+    let b = broker("dc-b").await?;
+    let (a_addr, b_addr) = (a.addr().to_string(), b.addr().to_string());
+    let (a_admin, b_admin) = (admin(&a_addr)?, admin(&b_addr)?);
+    for (adm, t) in [(&b_admin, "raw"), (&a_admin, "lan"), (&a_admin, "lanproxy"), (&a_admin, "wan")] {
+        adm.create_topic(t, PARTITIONS, Default::default(), None).await.context("create topic")?;
+    }
+
+    // 1. Raw ingest into the target vs mirror throughput into the same target.
+    let mut max_rate_mbps = 0.0;
+    let mut lan_mbps = 0.0;
+    if phase("lan") {
+        let raw = produce(&b_addr, "raw", bytes, Duration::from_millis(5)).await?;
+        let raw_mbps = mb as f64 / raw.as_secs_f64();
+        println!(
+            "raw produce into target:       {raw_mbps:8.1} MiB/s ({:.0} records/s)",
+            records as f64 / raw.as_secs_f64()
+        );
+        produce(&a_addr, "lan", bytes, Duration::from_millis(5)).await?;
+        let lan = mirror_backlog(&a_addr, &b, "lan", records).await?;
+        lan_mbps = mb as f64 / lan.seconds;
+        println!(
+            "mirror throughput (0 ms RTT):  {lan_mbps:8.1} MiB/s ({:.0} records/s, steady state; {:.2} s in all)",
+            records as f64 / lan.seconds,
+            lan.total_seconds
+        );
+        println!("RATIO mirror / raw target ingest: {:.2}  (target >= 0.9)", lan_mbps / raw_mbps);
+        println!(
+            "mirror CPU per 100 MB: {:.2} s;  mirror peak RSS: {:.1} MiB",
+            lan.cpu / mb as f64 * 100.0,
+            lan.rss_peak_mib
+        );
+        max_rate_mbps = lan_mbps.min(raw_mbps);
+    }
+
+    // 2. The same over a 25 ms one-way delay line (50 ms RTT) on the source link, against the same proxy with no
+    //    delay (so the ratio isolates the round-trip time) and against the direct run.
+    if phase("wan") && lan_mbps > 0.0 {
+        let proxy = Proxy::start(a.addr()).await?;
+        produce(&a_addr, "lanproxy", bytes, Duration::from_millis(5)).await?;
+        let flat = mirror_backlog(&proxy.addr().to_string(), &b, "lanproxy", records).await?;
+        let flat_mbps = mb as f64 / flat.seconds;
+        println!("mirror throughput (proxy, 0 ms delay): {flat_mbps:8.1} MiB/s ({:.2} s in all)", flat.total_seconds);
+        produce(&a_addr, "wan", bytes, Duration::from_millis(5)).await?;
+        proxy.set_delay(Duration::from_millis(25));
+        let wan = mirror_backlog(&proxy.addr().to_string(), &b, "wan", records).await?;
+        let wan_mbps = mb as f64 / wan.seconds;
+        println!("mirror throughput (proxy, 50 ms RTT):  {wan_mbps:8.1} MiB/s ({:.2} s in all)", wan.total_seconds);
+        println!("RATIO 50 ms RTT / 0 ms RTT (same proxy): {:.2}  (target >= 0.8)", wan_mbps / flat_mbps);
+        println!("RATIO 50 ms RTT / direct 0 ms run:       {:.2}", wan_mbps / lan_mbps);
+    }
+
+    // 3. Replication latency at half the maximum rate (and at a quarter and a tenth, to show the floor).
+    if phase("latency") && max_rate_mbps > 0.0 {
+        let max_rate = max_rate_mbps * 1024.0 * 1024.0 / RECORD as f64;
+        for (share, label) in [(0.5, "half max"), (0.25, "quarter max"), (0.1, "tenth of max")] {
+            let topic = format!("lat{}", (share * 100.0) as u32);
+            a_admin.create_topic(&topic, PARTITIONS, Default::default(), None).await?;
+            let (p50, p99, n) = latency(&a_addr, &b, &topic, max_rate * share).await?;
+            println!(
+                "replication latency at {:.0} records/s ({label}): p50 {p50} ms, p99 {p99} ms ({n} records, produce -> readable on target)",
+                max_rate * share
+            );
+        }
+    }
     drop((a, b));
 
     // 5. 1,000 partitions on one mirror.
+    if !phase("many") {
+        return Ok(());
+    }
     let a = broker("dc-a").await?;
     let b = broker("dc-b").await?;
     let (a_addr, b_addr) = (a.addr().to_string(), b.addr().to_string());

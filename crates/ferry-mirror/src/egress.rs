@@ -196,6 +196,11 @@ pub fn route_client_config(source: &SourceConfig, route: &Route, compression: bo
         domain: t.domain.clone(),
     });
     cfg.compression = compression;
+    // The fetch stream carries every partition; its HTTP/2 window must never be what limits a long link (at a 50 ms
+    // RTT, 16 MiB caps the stream near 300 MB/s). Memory stays bounded by the per-partition byte credits, which
+    // the broker honours before HTTP/2 flow control comes into play.
+    cfg.stream_window_bytes = 256 << 20;
+    cfg.connection_window_bytes = 512 << 20;
     // Detect a dead link within a few probe periods rather than the 20 s client default.
     let h = &source.health;
     cfg.keepalive_interval = h.check_interval.max(Duration::from_millis(500));
