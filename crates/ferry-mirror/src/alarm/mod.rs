@@ -51,6 +51,8 @@ use crate::state::Shared;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How often idle throttle keys are forgotten.
 const FORGET_INTERVAL: Duration = Duration::from_secs(60);
+/// The outcomes `ferry_alarms_total` counts per channel.
+const OUTCOMES: [&str; 4] = ["sent", "failed", "suppressed", "dropped"];
 
 /// Why the Alarmer could not be set up, or a notification could not be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +308,11 @@ impl Running {
             queue.1.close();
         }
         for channel in &setup.channels {
+            // Every outcome of every channel is exposed from the start, at 0: a series that only appears with its
+            // first increment is invisible to Prometheus's increase(), so the first failure would never alert.
+            for outcome in OUTCOMES {
+                self.metrics.alarm_by(channel.name(), outcome, 0);
+            }
             let queue = Arc::new(NoticeQueue::new(setup.queue_size));
             self.queues.push((channel.name().to_owned(), Arc::clone(&queue)));
             self.workers.spawn(run_worker(Arc::clone(channel), queue, self.metrics.clone(), self.stop.clone()));
@@ -459,6 +466,30 @@ mod tests {
         assert_eq!(metrics.alarm_count("oncall", "dropped"), 5000 - 4096);
         stop.cancel();
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn every_channel_exposes_each_outcome_at_zero_from_the_start() {
+        let metrics = Metrics::new();
+        let identity = Arc::new(identity());
+        let setup = Setup::build(&config(None), &identity).unwrap();
+        let mut running = Running {
+            identity,
+            metrics: metrics.clone(),
+            tracker: Tracker::new(Arc::clone(&setup.rules)),
+            queues: Vec::new(),
+            workers: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        };
+        running.start_channels(&setup);
+        let text = metrics.encode();
+        for channel in ["ops", "oncall"] {
+            for outcome in OUTCOMES {
+                let series = format!("ferry_alarms_total{{channel=\"{channel}\",outcome=\"{outcome}\"}} 0\n");
+                assert!(text.contains(&series), "missing {series} in\n{text}");
+            }
+        }
+        running.stop_channels().await;
     }
 
     fn identity() -> AlarmIdentity {
