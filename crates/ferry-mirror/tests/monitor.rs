@@ -657,6 +657,13 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
             );
         }
     }
+
+    // The route gauges follow the Egress at scrape time: a manual switch shows at once, not a probe round later.
+    m.handle.egress.switch("backup", true).unwrap();
+    let s = samples(&get(&m, "/metrics").await.text);
+    let value = |key: &str| s.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
+    assert_eq!(value("ferry_mirror_route_active{route=\"primary\"}"), Some(0.0));
+    assert_eq!(value("ferry_mirror_route_active{route=\"backup\"}"), Some(1.0));
 }
 
 #[tokio::test]

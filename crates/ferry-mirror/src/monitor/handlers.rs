@@ -54,10 +54,15 @@ pub async fn readyz(State(s): State<AppState>) -> Response {
 
 /// `GET /metrics`: refreshes the gauges derived from shared state, then encodes every family.
 ///
-/// The per-partition lag and offset gauges and the per-state partition counts are set here, at scrape time, from
-/// one snapshot of the shared state, so `/metrics` always agrees with `/api/v1/partitions`.
+/// The per-partition lag and offset gauges, the per-state partition counts and the route gauges are set here, at
+/// scrape time, from snapshots of the shared state and the Egress, so `/metrics` always agrees with
+/// `/api/v1/partitions` and `/api/v1/egress` (the probe loop also sets the route gauges, but only once per round: a
+/// manual switch would otherwise show the old route as active until the next probe).
 pub async fn metrics(State(s): State<AppState>) -> Response {
     let h = &s.handle;
+    for r in h.egress.view().routes {
+        h.metrics.route(&r.name, r.active, r.healthy);
+    }
     let views = h.shared.partition_views(None);
     for v in &views {
         h.metrics.partition(&v.topic, v.partition, v.source_offset, v.cache_offset, v.commit_offset, v.target_offset);
