@@ -222,6 +222,8 @@ impl KafkaClients {
             ("isolation.level", "read_committed".to_owned()),
             ("enable.partition.eof", "true".to_owned()),
             ("auto.offset.reset", "error".to_owned()),
+            // One-shot reads: at the end of a partition the broker must answer at once, not long-poll.
+            ("fetch.wait.max.ms", "10".to_owned()),
         ])?;
         let brokers = self.brokers_text.clone();
         let (timeout, side) = (self.timeout, self.side);

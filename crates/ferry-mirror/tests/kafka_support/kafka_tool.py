@@ -12,6 +12,8 @@ base64 (null kept) and headers as an ordered list of [key, value]. Subcommands:
   hold BOOTSTRAP TOPIC PARTITION TXN_ID HEADERS_JSON COUNT BASE
       a transactional producer that writes COUNT records with the given headers ("{o}" in a value becomes BASE + i)
       in a transaction, never commits, prints "ready" and waits to be killed (a mirror killed mid-transaction)
+  load BOOTSTRAP TOPIC PARTITIONS COUNT SIZE
+      COUNT keyed records of SIZE-byte values spread over the partitions, as fast as possible (benchmarks)
   create BOOTSTRAP TOPIC PARTITIONS
   delete BOOTSTRAP TOPIC
   commit BOOTSTRAP GROUP TOPIC PARTITION OFFSET
@@ -83,6 +85,23 @@ def produce(bootstrap, topic, partition, count, seed, txn=None, abort_every=0, s
         print(line(m))
 
 
+def load(bootstrap, topic, partitions, count, size):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                  "queue.buffering.max.kbytes": 1 << 20})
+    value = b"x" * size
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, value=value, key=f"key-{i}".encode(), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10000 == 0:
+            p.poll(0)
+    if p.flush(120) != 0:
+        raise SystemExit("load: records left undelivered")
+
+
 def consume(bootstrap, topic, partition, start, max_n=None, committed=True):
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kafka-tool-reader", "enable.auto.commit": False,
                   "isolation.level": "read_committed" if committed else "read_uncommitted",
@@ -135,6 +154,8 @@ def main(argv):
         consume(bootstrap, topic, partition, start, max_n, "--uncommitted" not in rest)
     elif cmd == "hold":
         hold(argv[1], argv[2], int(argv[3]), argv[4], argv[5], int(argv[6]), int(argv[7]))
+    elif cmd == "load":
+        load(argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5]))
     elif cmd == "create":
         a = AdminClient({"bootstrap.servers": argv[1]})
         for _, f in a.create_topics([NewTopic(argv[2], int(argv[3]), 1)]).items():

@@ -1,0 +1,181 @@
+//! Kafka MirrorMaker throughput, printed as ratios measured side by side in one run (never asserted):
+//!
+//! 1. ferry -> ferry: the yardstick;
+//! 2. kafka -> ferry: tansu 0.6 as the source (the same backlog, loaded with confluent-kafka);
+//! 3. ferry -> kafka: the ferry source of (1) into tansu (idempotent transactional producers, provenance headers).
+//!
+//! Each run starts a mirror on a backlog of 1 KiB records over 8 partitions and clocks, from the moment the mirror
+//! reports the partitions until it has copied everything (the cache offsets from `/api/v1/partitions`), the
+//! steady-state rate (10%..90% of the records).
+//!
+//! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench kafka`. `FERRY_BIN_DIR`
+//! overrides where the binaries are (e.g. target/debug for a quick look); `FERRY_BENCH_MB` the backlog size
+//! (default 64). tansu and confluent-kafka come from scripts/test.sh.
+
+#[path = "../crates/ferry-mirror/tests/kafka_support/mod.rs"]
+mod kafka_support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use bytes::Bytes;
+use ferry::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use ferry_testkit::{BrokerProcess, MirrorProcess};
+use kafka_support::{Tansu, create_topic, tool};
+
+const RECORD: usize = 1024;
+const PARTITIONS: u32 = 8;
+const TOPIC: &str = "bench";
+
+fn bin_dir() -> PathBuf {
+    std::env::var_os("FERRY_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ferry_testkit::workspace_root().join("target/release"))
+}
+
+async fn broker(id: &str) -> Result<BrokerProcess> {
+    Ok(BrokerProcess::builder()
+        .program(bin_dir().join("ferry-broker"))
+        .cluster_id(id)
+        .config("[broker]\nmax_batch_bytes = \"1MiB\"\n[storage]\nflush = \"async\"\n")
+        .start()
+        .await?)
+}
+
+/// Loads `count` 1 KiB keyed records over the partitions of a new Ferry topic.
+async fn load_ferry(addr: &str, count: usize) -> Result<()> {
+    let client = BrokerClient::new(ClientConfig::new([addr.to_owned()]))?;
+    Admin::new(client.clone()).create_topic(TOPIC, PARTITIONS, Default::default(), None).await?;
+    let producer = Producer::new(client, ProducerConfig::default()).await?;
+    let value = Bytes::from(vec![b'x'; RECORD]);
+    let mut pending = Vec::with_capacity(count);
+    for i in 0..count {
+        let rec = ProducerRecord::new(TOPIC, value.clone())
+            .with_key(Bytes::from(format!("key-{i}")))
+            .with_partition(i as u32 % PARTITIONS);
+        pending.push(producer.send(rec).await?);
+    }
+    for p in pending {
+        p.await?;
+    }
+    producer.close().await;
+    Ok(())
+}
+
+fn config(source: (&str, &str), target: (&str, &str)) -> String {
+    format!(
+        r#"[mirror]
+name = "bench"
+[source]
+cluster = "src"
+kind = "{}"
+[[source.routes]]
+name = "primary"
+brokers = ["{}"]
+[source.health]
+check_interval = "1s"
+timeout = "2s"
+[target]
+cluster = "dst"
+kind = "{}"
+brokers = ["{}"]
+[topics]
+include = ["^{TOPIC}$"]
+discovery_interval = "500ms"
+[sync]
+compression = "none"
+commit_interval = "5s"
+[monitor]
+listen = "127.0.0.1:0"
+"#,
+        source.0, source.1, target.0, target.1
+    )
+}
+
+/// Records copied so far (sum of the cache offsets) and how many partitions the mirror reports.
+async fn copied(mirror: &MirrorProcess) -> Result<(u64, usize)> {
+    let url = format!("{}/api/v1/partitions", mirror.monitor_url());
+    let v: serde_json::Value = serde_json::from_str(&reqwest::get(&url).await?.text().await?)?;
+    let list = v["partitions"].as_array().cloned().unwrap_or_default();
+    Ok((list.iter().filter_map(|p| p["cache_offset"].as_u64()).sum(), list.len()))
+}
+
+/// Runs a mirror with `toml` until it copied `expected` records; returns the steady-state MB/s.
+async fn run(name: &str, toml: String, expected: u64) -> Result<f64> {
+    let mut mirror = MirrorProcess::builder(toml).program(bin_dir().join("ferry-mirror")).start().await?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while copied(&mirror).await?.1 < PARTITIONS as usize {
+        if Instant::now() > deadline {
+            bail!("{name}: the mirror never reported the partitions:\n{}", mirror.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let start = Instant::now();
+    let (mut t10, mut t90) = (None, None);
+    loop {
+        let (done, _) = copied(&mirror).await?;
+        if t10.is_none() && done * 10 >= expected {
+            t10 = Some(Instant::now());
+        }
+        if t90.is_none() && done * 10 >= expected * 9 {
+            t90 = Some(Instant::now());
+        }
+        if done >= expected {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("{name}: the mirror did not finish ({done} of {expected}):\n{}", mirror.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let total = start.elapsed().as_secs_f64();
+    let steady = match (t10, t90) {
+        (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64() / 0.8,
+        _ => total,
+    };
+    mirror.terminate(Duration::from_secs(30)).await?;
+    let mb = expected as f64 * RECORD as f64 / (1 << 20) as f64;
+    let rate = mb / steady;
+    println!("{name:<16} {rate:8.1} MB/s steady   ({mb:.0} MB in {total:.1} s wall)");
+    Ok(rate)
+}
+
+async fn bench() -> Result<()> {
+    let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    let count = mb * (1 << 20) / RECORD;
+    println!("Kafka mirror throughput: {count} records of {RECORD} B over {PARTITIONS} partitions ({mb} MB)");
+
+    let ferry_src = broker("ferry-src").await?;
+    let src_addr = ferry_src.addr().to_string();
+    load_ferry(&src_addr, count).await?;
+    let ferry_dst = broker("ferry-dst").await?;
+    let ferry_ferry =
+        run("ferry -> ferry", config(("ferry", &src_addr), ("ferry", &ferry_dst.addr().to_string())), count as u64)
+            .await?;
+
+    let kafka_src = Tansu::start("kafka-src").await;
+    create_topic(&kafka_src, TOPIC, PARTITIONS).await;
+    tool(&["load", &kafka_src.bootstrap(), TOPIC, &PARTITIONS.to_string(), &count.to_string(), &RECORD.to_string()])
+        .await;
+    let ferry_dst2 = broker("ferry-dst2").await?;
+    let kafka_ferry = run(
+        "kafka -> ferry",
+        config(("kafka", &kafka_src.bootstrap()), ("ferry", &ferry_dst2.addr().to_string())),
+        count as u64,
+    )
+    .await?;
+
+    let kafka_dst = Tansu::start("kafka-dst").await;
+    let ferry_kafka =
+        run("ferry -> kafka", config(("ferry", &src_addr), ("kafka", &kafka_dst.bootstrap())), count as u64).await?;
+
+    println!();
+    println!("kafka -> ferry / ferry -> ferry: {:.2}", kafka_ferry / ferry_ferry);
+    println!("ferry -> kafka / ferry -> ferry: {:.2}", ferry_kafka / ferry_ferry);
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench())
+}
