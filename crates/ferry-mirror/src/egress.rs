@@ -438,17 +438,25 @@ impl EgressHandle {
     fn probe_result(&self, i: usize, result: Result<String, String>) {
         let mut inner = self.shared.inner.lock();
         let threshold = self.shared.health.failure_threshold;
-        // Learn the source cluster id from the first successful probe, preferring earlier routes.
+        // Learn the source cluster id only from the active route (the primary at start): a backup that answers
+        // first while the primary is briefly down must not teach the mirror a foreign cluster's id.
         if let Ok(id) = &result
             && inner.expected_cluster_id.is_none()
+            && i == inner.active
         {
-            tracing::info!(route = %inner.routes[i].name, cluster_id = %id, "learned the source cluster id from the first route seen");
+            tracing::info!(route = %inner.routes[i].name, cluster_id = %id, "learned the source cluster id from the active route");
             inner.expected_cluster_id = Some(id.clone());
         }
         let expected = inner.expected_cluster_id.clone();
         let configured = inner.configured_cluster_id;
         let outcome = match result {
-            Ok(id) if expected.as_deref().is_none_or(|e| e == id) => Ok(id),
+            Ok(id) if expected.as_deref() == Some(id.as_str()) => Ok(id),
+            // Until the source cluster's id is known, no other route can be trusted to lead to it.
+            Ok(id) if expected.is_none() => Err((
+                Some(id),
+                "the source cluster id is not known yet (set source.cluster_id, or let the active route answer first)"
+                    .to_owned(),
+            )),
             Ok(id) => Err((
                 Some(id.clone()),
                 format!(
@@ -592,6 +600,29 @@ mod tests {
         e.evaluate(&mut e.shared.inner.lock());
         assert_eq!(e.active().name, "backup");
         assert_eq!(*kinds(&bus).last().unwrap(), EventKind::SourceNetRecovered);
+    }
+
+    #[tokio::test]
+    async fn the_cluster_id_is_learned_from_the_active_route_only() {
+        let bus = EventBus::new(Metrics::new());
+        let mut cfg = source(1, SwitchBack::Manual);
+        cfg.cluster_id = None;
+        let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false), None, bus).unwrap();
+        // The primary is down at the first round and a backup answers with another cluster's id: not learned,
+        // and the backup is not healthy.
+        e.probe_result(0, Err("refused".into()));
+        e.probe_result(1, Ok("X".into()));
+        assert_eq!(e.expected_cluster_id(), None);
+        assert!(!e.view().routes[1].healthy);
+        e.evaluate(&mut e.shared.inner.lock());
+        assert_eq!(e.active().name, "primary", "never switch into an unverified cluster");
+        // The primary answers: its id is the source's; the backup is judged against it.
+        e.probe_result(0, Ok("A".into()));
+        e.probe_result(1, Ok("X".into()));
+        assert_eq!(e.expected_cluster_id().as_deref(), Some("A"));
+        assert!(!e.view().routes[1].healthy);
+        e.probe_result(1, Ok("A".into()));
+        assert!(e.view().routes[1].healthy);
     }
 
     #[tokio::test]
