@@ -161,17 +161,14 @@ impl Harness {
 
 /// Drains every side until `done` holds.
 async fn until(sides: &mut [&mut Side], what: &str, mut done: impl FnMut(&[&mut Side]) -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    ferry_testkit::wait_until(what, DEADLINE, async || {
         for s in sides.iter_mut() {
             s.drain();
         }
-        if done(sides) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        Ok::<bool, anyhow::Error>(done(sides))
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
