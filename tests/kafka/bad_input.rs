@@ -7,7 +7,6 @@ use crate::common::{Ferry, SideConf, events, io_deadline, mirror_toml, monitor_g
 use crate::kafka_support::{Tansu, create_topic, delete_topic, produce};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the integration to raise sync_error for a Kafka route that fails its probes (today: source_net_not_available with the same clear reason)"]
 async fn a_route_that_is_not_kafka_gives_a_clear_error_and_an_alarm_not_a_crash_loop() -> anyhow::Result<()> {
     // The "Kafka" route points at a Ferry broker's gRPC port.
     let not_kafka = Ferry::start("dc-x").await?;

@@ -139,6 +139,10 @@ struct RouteState {
     last_error: Option<String>,
     last_probe: Option<Instant>,
     unavailable_since: Option<Instant>,
+    /// Whether the route ever passed a probe since the mirror started.
+    ever_healthy: bool,
+    /// Whether the "never reached the source" sync_error was raised.
+    misconfig_alarmed: bool,
 }
 
 impl RouteState {
@@ -232,6 +236,8 @@ impl EgressHandle {
                 last_error: None,
                 last_probe: None,
                 unavailable_since: None,
+                ever_healthy: false,
+                misconfig_alarmed: false,
             });
         }
         let first = routes[0].active(0);
@@ -452,10 +458,12 @@ impl EgressHandle {
         let outcome = match result {
             Ok(id) if expected.as_deref() == Some(id.as_str()) => Ok(id),
             // Until the source cluster's id is known, no other route can be trusted to lead to it.
+            // It answered: not a fault of the route itself, so no misconfiguration alarm for it.
             Ok(id) if expected.is_none() => Err((
                 Some(id),
                 "the source cluster id is not known yet (set source.cluster_id, or let the active route answer first)"
                     .to_owned(),
+                false,
             )),
             Ok(id) => Err((
                 Some(id.clone()),
@@ -464,8 +472,9 @@ impl EgressHandle {
                     expected.unwrap_or_default(),
                     if configured { " (source.cluster_id)" } else { "" }
                 ),
+                true,
             )),
-            Err(e) => Err((None, e)),
+            Err(e) => Err((None, e, true)),
         };
         let r = &mut inner.routes[i];
         r.last_probe = Some(Instant::now());
@@ -473,6 +482,7 @@ impl EgressHandle {
             Ok(id) => {
                 r.cluster_id = Some(id);
                 r.healthy = true;
+                r.ever_healthy = true;
                 r.failures = 0;
                 r.last_error = None;
                 if !r.available && r.stream_failures < threshold {
@@ -485,7 +495,7 @@ impl EgressHandle {
                     );
                 }
             }
-            Err((id, reason)) => {
+            Err((id, reason, route_fault)) => {
                 if id.is_some() {
                     r.cluster_id = id;
                 }
@@ -493,6 +503,24 @@ impl EgressHandle {
                 r.failures = r.failures.saturating_add(1);
                 r.last_error = Some(reason.clone());
                 if r.failures == threshold {
+                    // A route that never worked since the start is most likely misconfigured (a wrong address, an
+                    // endpoint of another kind, credentials): say so once, besides the availability alarm.
+                    if route_fault && !r.ever_healthy && !r.misconfig_alarmed {
+                        r.misconfig_alarmed = true;
+                        let (name, brokers) = (r.name.clone(), r.brokers.join(","));
+                        self.shared.events.emit(
+                            Event::new(
+                                EventKind::SyncError,
+                                format!(
+                                    "source route {name:?} ({brokers}) has not reached the source cluster since the \
+                                     mirror started: {reason}"
+                                ),
+                            )
+                            .route(&name)
+                            .detail("brokers", brokers)
+                            .detail("reason", reason.clone()),
+                        );
+                    }
                     self.mark_unavailable(&mut inner, i, &reason);
                 }
             }
@@ -580,7 +608,8 @@ mod tests {
             bus.clone(),
         )
         .unwrap();
-        // The backup leads to another cluster: never used.
+        // The primary worked once; the backup leads to another cluster: never used.
+        e.probe_result(0, Ok("A".into()));
         e.probe_result(1, Ok("B".into()));
         e.probe_result(0, Err("refused".into()));
         e.probe_result(0, Err("refused".into()));
@@ -607,7 +636,7 @@ mod tests {
         let bus = EventBus::new(Metrics::new());
         let mut cfg = source(1, SwitchBack::Manual);
         cfg.cluster_id = None;
-        let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false), None, bus).unwrap();
+        let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false), None, bus.clone()).unwrap();
         // The primary is down at the first round and a backup answers with another cluster's id: not learned,
         // and the backup is not healthy.
         e.probe_result(0, Err("refused".into()));
@@ -623,6 +652,12 @@ mod tests {
         assert!(!e.view().routes[1].healthy);
         e.probe_result(1, Ok("A".into()));
         assert!(e.view().routes[1].healthy);
+        // The primary failed its threshold (1) before it ever worked: a misconfiguration alarm, once.
+        let syncs = bus.recent().iter().filter(|ev| ev.kind == EventKind::SyncError).count();
+        assert_eq!(syncs, 1);
+        assert!(
+            bus.recent().iter().any(|ev| ev.kind == EventKind::SyncError && ev.message.contains("has not reached"))
+        );
     }
 
     #[tokio::test]

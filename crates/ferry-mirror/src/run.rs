@@ -142,7 +142,7 @@ pub async fn run(
         Ok(topics) => topics
             .iter()
             .filter_map(|t| t.mirror.as_ref())
-            .find(|m| m.source_cluster == config.source.cluster)
+            .find(|m| m.source_cluster == config.source.cluster && !m.source_cluster_id.is_empty())
             .map(|m| m.source_cluster_id.clone()),
         Err(e) => {
             tracing::warn!(error = %e, "target not reachable at start; will keep trying");

@@ -66,15 +66,20 @@ pub fn selected(cfg: &TopicsConfig, target_cluster: &str, topic: &str) -> bool {
 
 /// The parts of a topic config the mirror keeps in step.
 fn config_differs(source: Option<&pb::TopicConfig>, target: Option<&pb::TopicConfig>) -> bool {
+    // Only fields both sides report are compared: a Kafka side reports a partial config, and a field one side does
+    // not know is nothing to copy.
+    fn differ<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+        matches!((a, b), (Some(a), Some(b)) if a != b)
+    }
     match (source, target) {
         (Some(s), Some(t)) => {
-            s.flush != t.flush
-                || s.flush_interval_ms != t.flush_interval_ms
-                || s.flush_bytes != t.flush_bytes
-                || s.retention_bytes != t.retention_bytes
-                || s.retention_ms != t.retention_ms
-                || s.segment_bytes != t.segment_bytes
-                || s.segment_ms != t.segment_ms
+            differ(&s.flush, &t.flush)
+                || differ(&s.flush_interval_ms, &t.flush_interval_ms)
+                || differ(&s.flush_bytes, &t.flush_bytes)
+                || differ(&s.retention_bytes, &t.retention_bytes)
+                || differ(&s.retention_ms, &t.retention_ms)
+                || differ(&s.segment_bytes, &t.segment_bytes)
+                || differ(&s.segment_ms, &t.segment_ms)
         }
         _ => false,
     }
@@ -304,7 +309,8 @@ impl TopicAndOffsetManager {
         Some(MirroredTopic {
             source: t.name.clone(),
             // The id the target records: a re-created source topic shows a different id and its partitions halt.
-            source_id: mark.source_topic_id.clone(),
+            // A target that cannot record it (an empty Kafka topic after a restart) adopts the source's id.
+            source_id: if mark.source_topic_id.is_empty() { t.topic_id.clone() } else { mark.source_topic_id.clone() },
             partitions,
             target: existing.name.clone(),
         })
