@@ -98,6 +98,37 @@ impl Problems {
         }
     }
 
+    /// Resolves librdkafka property values written as `"env:VAR"` or `"file:/path"`, so that secrets such as
+    /// `sasl.password` stay out of the config file.
+    fn kafka_secrets(&mut self, section: &str, props: BTreeMap<String, String>) -> BTreeMap<String, String> {
+        props
+            .into_iter()
+            .map(|(k, v)| {
+                let key = format!("{section}.\"{k}\"");
+                let resolved = if let Some(var) = v.strip_prefix("env:") {
+                    match std::env::var(var) {
+                        Ok(value) if !value.is_empty() => value,
+                        _ => {
+                            self.add(&key, format!("environment variable {var} is not set"));
+                            String::new()
+                        }
+                    }
+                } else if let Some(path) = v.strip_prefix("file:") {
+                    match std::fs::read_to_string(path) {
+                        Ok(text) => text.trim_end_matches(['\n', '\r']).to_owned(),
+                        Err(e) => {
+                            self.add(&key, format!("cannot read {path}: {e}"));
+                            String::new()
+                        }
+                    }
+                } else {
+                    v
+                };
+                (k, resolved)
+            })
+            .collect()
+    }
+
     fn name(&mut self, key: &str, name: &str) {
         if name.is_empty() || name.len() > 100 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         {
@@ -244,7 +275,7 @@ pub(super) fn validate_raw(
         tls: p.tls("source.tls", &s.tls),
         routes,
         health,
-        kafka: source_kafka,
+        kafka: p.kafka_secrets("source.kafka", source_kafka),
     };
     if source.kind == ClusterKind::Ferry && !source.kafka.is_empty() {
         p.add("source.kafka", "librdkafka properties apply only with source.kind = \"kafka\"");
@@ -270,7 +301,7 @@ pub(super) fn validate_raw(
         kind: p.choice("target.kind", &t.kind, ClusterKind::Ferry, KINDS),
         token: p.secret_file("target.token_file", &t.token_file, Some(TARGET_TOKEN_ENV)),
         tls: p.tls("target.tls", &t.tls),
-        kafka: target_kafka,
+        kafka: p.kafka_secrets("target.kafka", target_kafka),
     };
     if target.kind == ClusterKind::Ferry && !target.kafka.is_empty() {
         p.add("target.kafka", "librdkafka properties apply only with target.kind = \"kafka\"");
@@ -590,6 +621,38 @@ include = [".*"]
         let c = MirrorConfig::from_toml(&ok, false).unwrap();
         assert_eq!(c.source.kafka.get("session.timeout.ms").map(String::as_str), Some("6000"));
         assert_eq!(c.source.kafka.get("fetch.min.bytes").map(String::as_str), Some("1"));
+    }
+
+    #[test]
+    fn kafka_property_values_may_come_from_env_or_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("sasl.pass");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let text = format!(
+            r#"
+[source]
+cluster = "dc-a"
+kind = "kafka"
+[[source.routes]]
+name = "primary"
+brokers = ["127.0.0.1:9092"]
+[source.kafka]
+"sasl.password" = "file:{}"
+"sasl.username" = "env:FERRY_TEST_SURELY_UNSET_VAR"
+[target]
+cluster = "dc-b"
+brokers = ["127.0.0.1:7412"]
+[topics]
+include = [".*"]
+"#,
+            secret.display()
+        );
+        let err = MirrorConfig::from_toml(&text, false).unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert!(err.0[0].contains("FERRY_TEST_SURELY_UNSET_VAR"), "{err}");
+        let ok = text.replace("\"sasl.username\" = \"env:FERRY_TEST_SURELY_UNSET_VAR\"\n", "");
+        let c = MirrorConfig::from_toml(&ok, false).unwrap();
+        assert_eq!(c.source.kafka.get("sasl.password").map(String::as_str), Some("s3cret"));
     }
 
     #[test]
