@@ -15,33 +15,20 @@
 #[path = "../crates/ferry-mirror/tests/kafka_support/mod.rs"]
 mod kafka_support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use bytes::Bytes;
 use ferry::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
-use ferry_testkit::{BrokerProcess, MirrorProcess};
+use ferry_testkit::MirrorProcess;
 use kafka_support::{Tansu, create_topic, tool};
+use support::{Steady, bin_dir, broker};
+
+mod support;
 
 const RECORD: usize = 1024;
 const PARTITIONS: u32 = 8;
 const TOPIC: &str = "bench";
-
-fn bin_dir() -> PathBuf {
-    std::env::var_os("FERRY_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ferry_testkit::workspace_root().join("target/release"))
-}
-
-async fn broker(id: &str) -> Result<BrokerProcess> {
-    Ok(BrokerProcess::builder()
-        .program(bin_dir().join("ferry-broker"))
-        .cluster_id(id)
-        .config("[broker]\nmax_batch_bytes = \"1MiB\"\n[storage]\nflush = \"async\"\n")
-        .start()
-        .await?)
-}
 
 /// Loads `count` 1 KiB keyed records over the partitions of a new Ferry topic.
 async fn load_ferry(addr: &str, count: usize) -> Result<()> {
@@ -111,17 +98,10 @@ async fn run(name: &str, toml: String, expected: u64) -> Result<f64> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let start = Instant::now();
-    let (mut t10, mut t90) = (None, None);
+    let mut clock = Steady::start(expected);
     loop {
         let (done, _) = copied(&mirror).await?;
-        if t10.is_none() && done * 10 >= expected {
-            t10 = Some(Instant::now());
-        }
-        if t90.is_none() && done * 10 >= expected * 9 {
-            t90 = Some(Instant::now());
-        }
-        if done >= expected {
+        if clock.observe(done) {
             break;
         }
         if Instant::now() > deadline {
@@ -129,11 +109,7 @@ async fn run(name: &str, toml: String, expected: u64) -> Result<f64> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let total = start.elapsed().as_secs_f64();
-    let steady = match (t10, t90) {
-        (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64() / 0.8,
-        _ => total,
-    };
+    let (steady, total) = clock.finish();
     mirror.terminate(Duration::from_secs(30)).await?;
     let mb = expected as f64 * RECORD as f64 / (1 << 20) as f64;
     let rate = mb / steady;

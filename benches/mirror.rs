@@ -11,7 +11,6 @@
 //! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,wan,latency,many`; default all; `wan` and `latency`
 //! need `lan`, which measures the rates they are compared with).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
@@ -20,27 +19,15 @@ use ferry::{
     Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt,
 };
 use ferry_testkit::{BrokerProcess, MirrorProcess, Proxy};
+use support::{Steady, bin_dir, broker};
+
+mod support;
 
 const RECORD: usize = 1024;
 const PARTITIONS: u32 = 8;
 
-fn bin_dir() -> PathBuf {
-    std::env::var_os("FERRY_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ferry_testkit::workspace_root().join("target/release"))
-}
-
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
-async fn broker(id: &str) -> Result<BrokerProcess> {
-    Ok(BrokerProcess::builder()
-        .program(bin_dir().join("ferry-broker"))
-        .cluster_id(id)
-        .config("[broker]\nmax_batch_bytes = \"1MiB\"\n[storage]\nflush = \"async\"\n")
-        .start()
-        .await?)
 }
 
 fn admin(addr: &str) -> Result<Admin> {
@@ -143,20 +130,10 @@ async fn mirror_backlog(source_addr: &str, target: &BrokerProcess, topic: &str, 
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let start = Instant::now();
+    let mut clock = Steady::start(expected);
     let cpu0 = cpu_seconds(mirror.pid());
-    // Steady-state rate: the time between 10% and 90% of the records arriving excludes start-up round trips
-    // (discovery, resume lookups, opening the stream), which a 50 ms link multiplies.
-    let (mut t10, mut t90) = (None, None);
     loop {
-        let done = total_leo(&admin, topic).await?;
-        if t10.is_none() && done * 10 >= expected {
-            t10 = Some(Instant::now());
-        }
-        if t90.is_none() && done * 10 >= expected * 9 {
-            t90 = Some(Instant::now());
-        }
-        if done >= expected {
+        if clock.observe(total_leo(&admin, topic).await?) {
             break;
         }
         if Instant::now() > deadline {
@@ -164,11 +141,7 @@ async fn mirror_backlog(source_addr: &str, target: &BrokerProcess, topic: &str, 
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let total = start.elapsed().as_secs_f64();
-    let steady = match (t10, t90) {
-        (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64() / 0.8,
-        _ => total,
-    };
+    let (steady, total) = clock.finish();
     let run = MirrorRun {
         seconds: steady,
         total_seconds: total,

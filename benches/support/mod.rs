@@ -1,0 +1,65 @@
+//! Pieces the end-to-end benchmarks share: where the release binaries are, a release broker, and the steady-state
+//! clock of a mirror run.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ferry_testkit::BrokerProcess;
+
+/// Where the release binaries are: `FERRY_BIN_DIR`, else `target/release`.
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("FERRY_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ferry_testkit::workspace_root().join("target/release"))
+}
+
+/// A release `ferry-broker` with 1 MiB batches and async flush.
+pub async fn broker(id: &str) -> anyhow::Result<BrokerProcess> {
+    Ok(BrokerProcess::builder()
+        .program(bin_dir().join("ferry-broker"))
+        .cluster_id(id)
+        .config("[broker]\nmax_batch_bytes = \"1MiB\"\n[storage]\nflush = \"async\"\n")
+        .start()
+        .await?)
+}
+
+/// The clock of a backlog copy. The steady-state rate uses the time between 10% and 90% of the records arriving,
+/// which leaves out start-up round trips (discovery, resume lookups, opening the stream) that a long link
+/// multiplies.
+#[derive(Debug)]
+pub struct Steady {
+    expected: u64,
+    start: Instant,
+    t10: Option<Instant>,
+    t90: Option<Instant>,
+}
+
+impl Steady {
+    /// Starts the clock for `expected` records.
+    pub fn start(expected: u64) -> Steady {
+        Steady { expected, start: Instant::now(), t10: None, t90: None }
+    }
+
+    /// Records that `done` records arrived; true once all have.
+    pub fn observe(&mut self, done: u64) -> bool {
+        if self.t10.is_none() && done * 10 >= self.expected {
+            self.t10 = Some(Instant::now());
+        }
+        if self.t90.is_none() && done * 10 >= self.expected * 9 {
+            self.t90 = Some(Instant::now());
+        }
+        done >= self.expected
+    }
+
+    /// (seconds the whole backlog takes at the steady rate, wall seconds since the start).
+    pub fn finish(&self) -> (f64, f64) {
+        let total = self.start.elapsed().as_secs_f64();
+        let steady = match (self.t10, self.t90) {
+            (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64() / 0.8,
+            _ => total,
+        };
+        (steady, total)
+    }
+}
