@@ -371,7 +371,7 @@ pub(super) fn validate_raw(
             Duration::from_secs(5),
             Duration::from_millis(10),
         ),
-        queue_bytes: p.size("sync.queue_bytes", &sy.queue_bytes, 8 << 20),
+        queue_bytes: p.size("sync.queue_bytes", &sy.queue_bytes, 16 << 20),
         max_memory: p.size("sync.max_memory", &sy.max_memory, 256 << 20),
         compression: p.choice("sync.compression", &sy.compression, true, &[("zstd", true), ("none", false)]),
         max_bytes_per_sec: p.size("sync.max_bytes_per_sec", &sy.max_bytes_per_sec, 0),
@@ -551,7 +551,7 @@ include = ["^orders$"]
         assert_eq!(c.on_divergence, OnDivergence::Halt);
         assert_eq!(c.source.health.failure_threshold, 3);
         assert_eq!(c.source.health.switch_back, SwitchBack::Manual);
-        assert_eq!(c.sync.queue_bytes, 8 << 20);
+        assert_eq!(c.sync.queue_bytes, 16 << 20);
         assert_eq!(c.sync.max_memory, 256 << 20);
         assert_eq!(c.monitor.listen, "127.0.0.1:9300".parse().unwrap());
         assert_eq!(c.topics.exclude.len(), 1);
@@ -667,6 +667,6 @@ include = [".*"]
         let c = MirrorConfig::from_toml(&std::fs::read_to_string(path).unwrap(), false).unwrap();
         assert_eq!(c.name, "dc-a_to_dc-b");
         assert_eq!(c.source.routes.len(), 1);
-        assert_eq!(c.sync.queue_bytes, 8 << 20);
+        assert_eq!(c.sync.queue_bytes, 16 << 20);
     }
 }
