@@ -321,6 +321,16 @@ impl SourceDcConsumer {
                         return StreamEnd::RouteChanged;
                     }
                 }
+                // Credits before data: under a steady flow a message is always ready, and a biased select that
+                // looked at messages first would never grant credit, starving the pipeline on a long link.
+                _ = credit_tick.tick() => {
+                    if last_message.elapsed() > silence_limit {
+                        return StreamEnd::Failed(format!("no data or heartbeat from the source for {:?}", last_message.elapsed()));
+                    }
+                    if let Some(credit) = self.credits() && req_tx.send(credit).await.is_err() {
+                        return StreamEnd::Failed("request channel closed".into());
+                    }
+                }
                 msg = stream.message() => match msg {
                     Ok(Some(resp)) => {
                         last_message = tokio::time::Instant::now();
@@ -368,14 +378,6 @@ impl SourceDcConsumer {
                         }
                     }
                 },
-                _ = credit_tick.tick() => {
-                    if last_message.elapsed() > silence_limit {
-                        return StreamEnd::Failed(format!("no data or heartbeat from the source for {:?}", last_message.elapsed()));
-                    }
-                    if let Some(credit) = self.credits() && req_tx.send(credit).await.is_err() {
-                        return StreamEnd::Failed("request channel closed".into());
-                    }
-                }
             }
         }
     }
