@@ -63,3 +63,19 @@ impl Steady {
         (steady, total)
     }
 }
+
+/// The machine's CPU ticks from `/proc/stat`: (idle including I/O wait, total). Zeros where it cannot be read.
+pub fn cpu_idle_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else { return (0, 0) };
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (idle, ticks.iter().sum())
+}
+
+/// The share of the machine's CPU time that was idle since `start` (from [`cpu_idle_ticks`]).
+pub fn cpu_idle_share(start: (u64, u64)) -> f64 {
+    let (idle, total) = cpu_idle_ticks();
+    let total = total.saturating_sub(start.1);
+    if total == 0 { 0.0 } else { idle.saturating_sub(start.0) as f64 / total as f64 }
+}
