@@ -9,7 +9,8 @@
 //! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror`.
 //! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size (default 256);
 //! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,wan,latency,many`; default all; `wan` and `latency`
-//! need `lan`, which measures the rates they are compared with).
+//! need `lan`, which measures the rates they are compared with); `FERRY_BENCH_WAN_ROUNDS` the alternating rounds of
+//! the 50 ms RTT phase (default 3).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
