@@ -110,6 +110,26 @@ pub struct PartitionSink {
     pub flow: Arc<PartitionFlow>,
 }
 
+/// The restart protocol, shared by the Ferry and Kafka fetch paths: every sink that still has a producer is told to
+/// drop what it queued (generation `generation`) and the call waits until each has acknowledged and published its
+/// fetch position. Producers acknowledge between appends, and an append to a slow target may take a while: the wait
+/// ends after 60 s or on shutdown regardless. Returns whether each sink's producer is still there.
+pub(crate) async fn reset_sinks<'a>(
+    sinks: impl IntoIterator<Item = &'a PartitionSink>,
+    generation: u64,
+    shutdown: &CancellationToken,
+) -> Vec<bool> {
+    let alive: Vec<(bool, Arc<PartitionFlow>)> =
+        sinks.into_iter().map(|s| (s.tx.send(SourceMsg::Reset { generation }).is_ok(), Arc::clone(&s.flow))).collect();
+    let all_acked =
+        || alive.iter().filter(|(ok, _)| *ok).all(|(_, f)| f.reset_ack.load(Ordering::Acquire) >= generation);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !all_acked() && tokio::time::Instant::now() < deadline && !shutdown.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    alive.into_iter().map(|(ok, _)| ok).collect()
+}
+
 /// Commands from the SyncManager and the producers.
 #[derive(Debug)]
 pub enum ConsumerCmd {
@@ -239,15 +259,12 @@ impl SourceDcConsumer {
     async fn reset_partitions(&mut self, shutdown: &CancellationToken) {
         self.generation += 1;
         let generation = self.generation;
-        self.parts.retain(|_, a| a.sink.tx.send(SourceMsg::Reset { generation }).is_ok());
+        let alive = reset_sinks(self.parts.values().map(|a| &a.sink), generation, shutdown).await;
+        // `retain` visits the map in key order, as `values` did.
+        let mut alive = alive.into_iter();
+        self.parts.retain(|_, _| alive.next().unwrap_or(false));
         for a in self.parts.values_mut() {
             a.outstanding = 0;
-        }
-        let all_acked = || self.parts.values().all(|a| a.sink.flow.reset_ack.load(Ordering::Acquire) >= generation);
-        // Producers acknowledge between appends; an append to a slow target may take a while.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !all_acked() && tokio::time::Instant::now() < deadline && !shutdown.is_cancelled() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 

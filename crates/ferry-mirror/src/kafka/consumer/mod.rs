@@ -42,7 +42,7 @@ use self::refresh::Refresh;
 use super::props::{Ctx, Side, client_config};
 use super::watermarks::Tp;
 use crate::metrics::Metrics;
-use crate::source::{ConsumerCmd, SourceMsg};
+use crate::source::{ConsumerCmd, reset_sinks};
 use crate::state::Shared;
 
 /// The active route as the Kafka consumer needs it.
@@ -200,14 +200,10 @@ impl KafkaSourceConsumer {
     async fn reset_partitions(&mut self, shutdown: &CancellationToken) {
         self.generation += 1;
         let generation = self.generation;
-        self.parts.retain(|_, p| p.sink.tx.send(SourceMsg::Reset { generation }).is_ok());
-        let all_acked = |parts: &BTreeMap<Tp, Part>| {
-            parts.values().all(|p| p.sink.flow.reset_ack.load(Ordering::Acquire) >= generation)
-        };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !all_acked(&self.parts) && tokio::time::Instant::now() < deadline && !shutdown.is_cancelled() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let alive = reset_sinks(self.parts.values().map(|p| &p.sink), generation, shutdown).await;
+        // `retain` visits the map in key order, as `values` did.
+        let mut alive = alive.into_iter();
+        self.parts.retain(|_, _| alive.next().unwrap_or(false));
         for p in self.parts.values_mut() {
             p.batcher.reset(p.sink.flow.fetch_position.load(Ordering::Acquire));
             p.state = PartState::Fetching;
