@@ -18,8 +18,7 @@ mod kafka_support;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use bytes::Bytes;
-use ferry::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use ferry::{Admin, BrokerClient, ClientConfig, ProducerConfig};
 use ferry_testkit::MirrorProcess;
 use kafka_support::{Tansu, create_topic, tool};
 use support::{Steady, bin_dir, broker};
@@ -33,20 +32,8 @@ const TOPIC: &str = "bench";
 /// Loads `count` 1 KiB keyed records over the partitions of a new Ferry topic.
 async fn load_ferry(addr: &str, count: usize) -> Result<()> {
     let client = BrokerClient::new(ClientConfig::new([addr.to_owned()]))?;
-    Admin::new(client.clone()).create_topic(TOPIC, PARTITIONS, Default::default(), None).await?;
-    let producer = Producer::new(client, ProducerConfig::default()).await?;
-    let value = Bytes::from(vec![b'x'; RECORD]);
-    let mut pending = Vec::with_capacity(count);
-    for i in 0..count {
-        let rec = ProducerRecord::new(TOPIC, value.clone())
-            .with_key(Bytes::from(format!("key-{i}")))
-            .with_partition(i as u32 % PARTITIONS);
-        pending.push(producer.send(rec).await?);
-    }
-    for p in pending {
-        p.await?;
-    }
-    producer.close().await;
+    Admin::new(client).create_topic(TOPIC, PARTITIONS, Default::default(), None).await?;
+    support::produce_keyed(addr, TOPIC, count, RECORD, PARTITIONS, ProducerConfig::default().linger).await?;
     Ok(())
 }
 

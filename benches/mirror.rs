@@ -37,24 +37,7 @@ fn admin(addr: &str) -> Result<Admin> {
 
 /// Produces `total` bytes of 1 KiB records spread over the partitions; returns the elapsed time.
 async fn produce(addr: &str, topic: &str, total: usize, linger: Duration) -> Result<Duration> {
-    let client = BrokerClient::new(ClientConfig::new([addr.to_owned()]))?;
-    let config = ProducerConfig { linger, ..Default::default() };
-    let producer = Producer::new(client, config).await?;
-    let value = Bytes::from(vec![b'x'; RECORD]);
-    let n = total / RECORD;
-    let start = Instant::now();
-    let mut pending = Vec::with_capacity(n);
-    for i in 0..n {
-        let rec = ProducerRecord::new(topic, value.clone())
-            .with_key(Bytes::from(format!("key-{i}")))
-            .with_partition(i as u32 % PARTITIONS);
-        pending.push(producer.send(rec).await?);
-    }
-    for p in pending {
-        p.await?;
-    }
-    producer.close().await;
-    Ok(start.elapsed())
+    support::produce_keyed(addr, topic, total / RECORD, RECORD, PARTITIONS, linger).await
 }
 
 async fn total_leo(admin: &Admin, topic: &str) -> Result<u64> {

@@ -1,11 +1,13 @@
-//! Pieces the end-to-end benchmarks share: where the release binaries are, a release broker, and the steady-state
-//! clock of a mirror run.
+//! Pieces the end-to-end benchmarks share: where the release binaries are, a release broker, a keyed load, and the
+//! steady-state clock of a mirror run.
 
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use ferry::{BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::BrokerProcess;
 
 /// Where the release binaries are: `FERRY_BIN_DIR`, else `target/release`.
@@ -23,6 +25,34 @@ pub async fn broker(id: &str) -> anyhow::Result<BrokerProcess> {
         .config("[broker]\nmax_batch_bytes = \"1MiB\"\n[storage]\nflush = \"async\"\n")
         .start()
         .await?)
+}
+
+/// Produces `count` records of `record` bytes, keyed `key-{i}` and dealt over `partitions` in turn, into an
+/// existing `topic`; returns the elapsed time.
+pub async fn produce_keyed(
+    addr: &str,
+    topic: &str,
+    count: usize,
+    record: usize,
+    partitions: u32,
+    linger: Duration,
+) -> anyhow::Result<Duration> {
+    let client = BrokerClient::new(ClientConfig::new([addr.to_owned()]))?;
+    let producer = Producer::new(client, ProducerConfig { linger, ..Default::default() }).await?;
+    let value = Bytes::from(vec![b'x'; record]);
+    let start = Instant::now();
+    let mut pending = Vec::with_capacity(count);
+    for i in 0..count {
+        let rec = ProducerRecord::new(topic, value.clone())
+            .with_key(Bytes::from(format!("key-{i}")))
+            .with_partition(i as u32 % partitions);
+        pending.push(producer.send(rec).await?);
+    }
+    for p in pending {
+        p.await?;
+    }
+    producer.close().await;
+    Ok(start.elapsed())
 }
 
 /// The clock of a backlog copy. The steady-state rate uses the time between 10% and 90% of the records arriving,
