@@ -63,3 +63,25 @@ async fn bad_configs_exit_2_and_a_foreign_data_dir_exits_1() -> anyhow::Result<(
     assert!(lines[0].contains("belongs to cluster \"dc-a\"") && lines[0].contains("dc-b"), "{lines:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_in_use_is_refused_and_freed_when_its_broker_dies() -> anyhow::Result<()> {
+    let data = tempfile::tempdir()?;
+    let mut owner = BrokerProcess::builder().cluster_id("dc-a").data_dir(data.path()).start().await?;
+    // A second broker on the same directory exits 1 naming the directory and the holder, and changes nothing.
+    let before = std::fs::read(data.path().join("__ferry_meta/cluster_id"))?;
+    let out = broker_with("", data.path(), "dc-a").await?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let lines = error_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let expected =
+        format!("data directory {} is in use by another ferry-broker (pid {})", data.path().display(), owner.pid());
+    assert!(lines[0].contains(&expected), "{lines:?} lacks {expected:?}");
+    assert_eq!(std::fs::read(data.path().join("__ferry_meta/cluster_id"))?, before);
+    assert!(owner.is_running(), "the owner keeps serving");
+    // kill -9 releases the lock with the process: the directory is usable again at once.
+    owner.kill9().await?;
+    let mut next = BrokerProcess::builder().cluster_id("dc-a").data_dir(data.path()).start().await?;
+    assert_eq!(next.terminate(STOP_GRACE).await?.code(), Some(0));
+    Ok(())
+}

@@ -23,6 +23,8 @@ use crate::topic::{
 /// Broker-owned files live under this directory inside the data dir.
 pub const META_DIR: &str = "__ferry_meta";
 const CLUSTER_ID_FILE: &str = "cluster_id";
+/// The data directory lock file, inside [`META_DIR`].
+const LOCK_FILE: &str = "lock";
 const DELETED_PREFIX: &str = "__ferry_deleted_";
 
 /// A topic: its metadata and its partitions.
@@ -79,6 +81,8 @@ pub fn now_ms() -> i64 {
 #[derive(Debug)]
 pub struct BrokerCore {
     data_dir: PathBuf,
+    /// The data directory's lock, held while the core lives: two brokers on one directory would corrupt it.
+    _lock: std::fs::File,
     cluster_id: String,
     defaults: LogConfig,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
@@ -95,10 +99,12 @@ impl BrokerCore {
             move |source| BrokerError::Io { path, source }
         };
         std::fs::create_dir_all(data_dir.join(META_DIR)).map_err(io(data_dir))?;
+        let lock = lock_data_dir(data_dir)?;
         let cluster_id = resolve_cluster_id(data_dir, configured_cluster_id)?;
         let (arrivals, _) = watch::channel(0u64);
         let core = BrokerCore {
             data_dir: data_dir.to_owned(),
+            _lock: lock,
             cluster_id,
             defaults,
             topics: RwLock::new(BTreeMap::new()),
@@ -375,6 +381,33 @@ impl BrokerCore {
             }
         }
     }
+}
+
+/// Takes the data directory's exclusive lock (`flock` on `__ferry_meta/lock`, released by the kernel when the
+/// process ends, even by kill -9) and records this process in the file. A held lock is an error naming its holder.
+fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = data_dir.join(META_DIR).join(LOCK_FILE);
+    let io = |source| BrokerError::Io { path: path.clone(), source };
+    let mut file =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "a process that has not recorded itself yet".to_owned(),
+                h => h.to_owned(),
+            };
+            return Err(BrokerError::DataDirInUse { path: data_dir.to_owned(), holder });
+        }
+        Err(e) => return Err(io(e.into())),
+    }
+    file.set_len(0).map_err(io)?;
+    file.rewind().map_err(io)?;
+    writeln!(file, "pid {}", std::process::id()).map_err(io)?;
+    Ok(file)
 }
 
 fn resolve_cluster_id(data_dir: &Path, configured: Option<&str>) -> Result<String> {

@@ -171,6 +171,17 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    /// Another process holds the data directory's lock.
+    #[error(
+        "data directory {} is in use by another ferry-broker ({holder}); stop that broker or point data_dir elsewhere",
+        path.display()
+    )]
+    DataDirInUse {
+        /// The data directory.
+        path: std::path::PathBuf,
+        /// What the lock file says of its holder.
+        holder: String,
+    },
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
@@ -246,7 +257,10 @@ impl BrokerError {
             BrokerError::BatchTooLarge { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
-            BrokerError::Storage { .. } | BrokerError::Io { .. } | BrokerError::Internal(_) => Code::Internal,
+            BrokerError::Storage { .. }
+            | BrokerError::Io { .. }
+            | BrokerError::DataDirInUse { .. }
+            | BrokerError::Internal(_) => Code::Internal,
         }
     }
 }
