@@ -53,6 +53,7 @@ fn email(name: &str, port: u16, auth: Option<(&str, &str)>, timeout: Duration) -
         host: "127.0.0.1".into(),
         port,
         tls: SmtpTls::None,
+        ca_file: None,
         username: auth.map(|a| a.0.to_owned()),
         password: auth.map(|a| Secret::new(a.1)),
         from: "Ferry Alarms <ferry@example.org>".into(),
@@ -169,6 +170,38 @@ Sent by ferry-mirror. Alarm key: partition_diverged/orders/3/-
     assert_eq!(subjects[1], "[ferry critical] ALARM: sync_error on dc-a_to_dc-b (orders/0)");
     assert_eq!(subjects.len(), 2);
     r.stop().await;
+}
+
+#[tokio::test]
+async fn email_over_starttls_and_tls_verifies_the_server_against_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let (cert_path, key_path) = (dir.path().join("smtp.pem"), dir.path().join("smtp.key"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    for (mode, tls) in [("starttls", SmtpTls::StartTls), ("implicit", SmtpTls::Tls)] {
+        let sink = SmtpSink::start_tls(mode, &cert_path, &key_path).await;
+        // The same server, trusted through ca_file, and with the built-in roots only (which must refuse it).
+        let mut trusted = email("trusted", sink.port, None, Duration::from_secs(10));
+        trusted.tls = tls;
+        trusted.ca_file = Some(cert_path.clone());
+        let mut untrusted = email("untrusted", sink.port, None, Duration::from_secs(10));
+        untrusted.tls = tls;
+        let r = Running::start(alarms(None, vec![], vec![trusted, untrusted]));
+        r.bus.emit(at_t0(
+            Event::new(EventKind::PartitionDiverged, "orders/3 diverged at offset 120: the source reused offsets")
+                .partition("orders", 3),
+        ));
+        r.wait_count("trusted", "sent", 1).await;
+        r.wait_count("untrusted", "failed", 1).await;
+        assert_eq!((r.count("trusted", "failed"), r.count("untrusted", "sent")), (0, 0), "{mode}");
+        let mails = sink.messages();
+        assert_eq!(mails.len(), 1, "{mode}: {mails:#?}");
+        assert_eq!(mails[0].tls_version.as_deref(), Some("TLSv1.3"), "{mode}");
+        assert_eq!(mails[0].rcpt_tos, ["oncall@example.org", "backup@example.org"], "{mode}");
+        assert_eq!(mails[0].subject, "[ferry critical] ALARM: partition_diverged on dc-a_to_dc-b (orders/3)", "{mode}");
+        r.stop().await;
+    }
 }
 
 #[tokio::test]

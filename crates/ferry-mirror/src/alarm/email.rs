@@ -10,6 +10,7 @@ use std::time::Duration;
 use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use super::AlarmError;
@@ -64,9 +65,29 @@ fn parts(cfg: &EmailConfig) -> Result<(Mailbox, Vec<Mailbox>, Option<Credentials
     Ok((from, to, credentials))
 }
 
-/// Checks `cfg` without building a transport (which needs a runtime): addresses and credentials.
+/// The TLS parameters of `cfg`: the server name is the host, trusted by the built-in roots plus the certificates
+/// of `ca_file`.
+fn tls_parameters(cfg: &EmailConfig) -> Result<TlsParameters, String> {
+    let mut builder = TlsParameters::builder(cfg.host.clone());
+    if let Some(path) = &cfg.ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
+        let count = rustls_pemfile::certs(&mut pem.as_slice()).filter(Result::is_ok).count();
+        let cert = Certificate::from_pem(&pem).ok().filter(|_| count > 0).ok_or_else(|| {
+            format!("ca_file {} holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")", path.display())
+        })?;
+        builder = builder.add_root_certificate(cert);
+    }
+    builder.build_rustls().map_err(|e| format!("cannot set up TLS to {}: {e}", cfg.host))
+}
+
+/// Checks `cfg` without building a transport (which needs a runtime): addresses, credentials and the TLS roots.
 pub fn check(cfg: &EmailConfig) -> Result<(), AlarmError> {
-    parts(cfg).map(|_| ())
+    parts(cfg)?;
+    // A missing ca_file is already reported by the config check.
+    if cfg.tls != SmtpTls::None && cfg.ca_file.as_ref().is_none_or(|p| p.is_file()) {
+        tls_parameters(cfg).map_err(|reason| AlarmError::Channel { channel: cfg.name.clone(), reason })?;
+    }
+    Ok(())
 }
 
 impl EmailChannel {
@@ -80,15 +101,13 @@ impl EmailChannel {
         let bad = |reason: String| AlarmError::Channel { channel: cfg.name.clone(), reason };
         let (from, to, credentials) = parts(cfg)?;
         type Transport = AsyncSmtpTransport<Tokio1Executor>;
-        let builder = match cfg.tls {
-            SmtpTls::None => Transport::builder_dangerous(&cfg.host),
-            SmtpTls::StartTls => Transport::starttls_relay(&cfg.host)
-                .map_err(|e| bad(format!("cannot set up STARTTLS to {}: {e}", cfg.host)))?,
-            SmtpTls::Tls => {
-                Transport::relay(&cfg.host).map_err(|e| bad(format!("cannot set up TLS to {}: {e}", cfg.host)))?
-            }
+        // `builder_dangerous` only means "no TLS unless set": every mode but `none` sets it, verifying the server.
+        let tls = match cfg.tls {
+            SmtpTls::None => Tls::None,
+            SmtpTls::StartTls => Tls::Required(tls_parameters(cfg).map_err(bad)?),
+            SmtpTls::Tls => Tls::Wrapper(tls_parameters(cfg).map_err(bad)?),
         };
-        let mut builder = builder.port(cfg.port).timeout(Some(cfg.timeout));
+        let mut builder = Transport::builder_dangerous(&cfg.host).tls(tls).port(cfg.port).timeout(Some(cfg.timeout));
         if let Some(c) = credentials {
             builder = builder.credentials(c);
         }
@@ -149,6 +168,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 2525,
             tls: SmtpTls::None,
+            ca_file: None,
             username: Some("ferry".into()),
             password: Some(Secret::new("pw")),
             from: "Ferry <ferry@example.org>".into(),

@@ -415,6 +415,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9,
                 tls: SmtpTls::None,
+                ca_file: None,
                 username: None,
                 password: None,
                 from: "ferry@example.org".into(),

@@ -276,6 +276,9 @@ pub struct EmailConfig {
     pub port: u16,
     /// Transport security.
     pub tls: SmtpTls,
+    /// PEM root certificates trusted for the server's certificate, in addition to the built-in roots (a private
+    /// CA of an internal relay).
+    pub ca_file: Option<PathBuf>,
     /// Login.
     pub username: Option<String>,
     /// Password.

@@ -142,6 +142,7 @@ pub struct RawEmail {
     pub name: Option<String>,
     pub smtp: Option<String>,
     pub tls: Option<String>,
+    pub ca_file: Option<String>,
     pub username: Option<String>,
     pub password_file: Option<String>,
     pub from: Option<String>,

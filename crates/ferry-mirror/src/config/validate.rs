@@ -489,16 +489,26 @@ pub(super) fn validate_raw(
         let password = p
             .secret_file(&format!("{key}.password_file"), &e.password_file, None)
             .or_else(|| std::env::var(SMTP_PASSWORD_ENV).ok().filter(|v| !v.is_empty()).map(Secret::new));
+        let tls = p.choice(
+            &format!("{key}.tls"),
+            &e.tls,
+            SmtpTls::StartTls,
+            &[("starttls", SmtpTls::StartTls), ("tls", SmtpTls::Tls), ("none", SmtpTls::None)],
+        );
+        let ca_file = e.ca_file.as_ref().map(PathBuf::from);
+        if let Some(ca) = &ca_file {
+            if tls == SmtpTls::None {
+                p.add(&format!("{key}.ca_file"), "is only used with tls = \"starttls\" or \"tls\"");
+            } else if !ca.is_file() {
+                p.add(&format!("{key}.ca_file"), format!("{} does not exist", ca.display()));
+            }
+        }
         emails.push(EmailConfig {
             name,
             host,
             port,
-            tls: p.choice(
-                &format!("{key}.tls"),
-                &e.tls,
-                SmtpTls::StartTls,
-                &[("starttls", SmtpTls::StartTls), ("tls", SmtpTls::Tls), ("none", SmtpTls::None)],
-            ),
+            tls,
+            ca_file,
             username: e.username.clone(),
             password,
             from,
@@ -586,6 +596,36 @@ include = ["(unclosed"]
             assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
         }
         assert_eq!(err.0.len(), 5, "{all}");
+    }
+
+    #[test]
+    fn email_ca_file_must_exist_hold_certificates_and_go_with_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "just text").unwrap();
+        let email = |name: &str, tls: &str, ca: &std::path::Path| {
+            format!(
+                "[[alarms.email]]\nname = \"{name}\"\nsmtp = \"127.0.0.1:25\"\ntls = \"{tls}\"\nca_file = \"{}\"\nfrom = \"f@example.org\"\nto = [\"t@example.org\"]\n",
+                ca.display()
+            )
+        };
+        let text = format!(
+            "{MINIMAL}{}{}{}",
+            email("missing", "starttls", &dir.path().join("nope.pem")),
+            email("plain", "none", &not_pem),
+            email("garbage", "tls", &not_pem)
+        );
+        let err = MirrorConfig::from_toml(&text, false).unwrap_err();
+        let all = err.0.join("\n");
+        let expected = [
+            format!("alarms.email[0].ca_file: {} does not exist", dir.path().join("nope.pem").display()),
+            "alarms.email[1].ca_file: is only used with tls = \"starttls\" or \"tls\"".to_owned(),
+            format!("alarm channel \"garbage\": ca_file {} holds no PEM certificate", not_pem.display()),
+        ];
+        for needle in &expected {
+            assert!(all.contains(needle.as_str()), "missing {needle:?} in:\n{all}");
+        }
+        assert_eq!(err.0.len(), 3, "{all}");
     }
 
     #[test]

@@ -40,6 +40,8 @@ fn python_with_aiosmtpd() -> &'static str {
 /// One message as the SMTP server decoded it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Mail {
+    /// The TLS version the message arrived under (`None`: plain text).
+    pub tls_version: Option<String>,
     /// Envelope sender.
     pub mail_from: String,
     /// Envelope recipients.
@@ -70,12 +72,25 @@ pub struct SmtpSink {
 impl SmtpSink {
     /// Starts a server; with `auth`, AUTH with that user and password is required.
     pub async fn start(auth: Option<(&str, &str)>) -> SmtpSink {
+        SmtpSink::start_with(auth, None).await
+    }
+
+    /// Starts a server speaking TLS: `(mode, cert PEM, key PEM)` with mode `starttls` (required before mail) or
+    /// `implicit` (TLS from the first byte).
+    pub async fn start_tls(mode: &str, cert: &Path, key: &Path) -> SmtpSink {
+        SmtpSink::start_with(None, Some((mode, cert, key))).await
+    }
+
+    async fn start_with(auth: Option<(&str, &str)>, tls: Option<(&str, &Path, &Path)>) -> SmtpSink {
         let dir = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/smtp_sink.py");
         let mut cmd = Command::new(python_with_aiosmtpd());
         cmd.arg(script).arg(dir.path());
         if let Some((user, password)) = auth {
             cmd.args(["--user", user, "--password", password]);
+        }
+        if let Some((mode, cert, key)) = tls {
+            cmd.args(["--tls", mode, "--cert"]).arg(cert).arg("--key").arg(key);
         }
         let mut child = cmd
             .stdin(Stdio::piped())

@@ -4,10 +4,12 @@ Listens on 127.0.0.1 on a free port and prints that port on the first line of st
 is written to OUT_DIR/msg-NNNN.json (written to a temporary name, then renamed, so a reader never sees half a
 file) with the envelope, the authenticated login, and the decoded subject, headers and plain-text body.
 
-    python3 smtp_sink.py OUT_DIR [--user USER --password PASSWORD]
+    python3 smtp_sink.py OUT_DIR [--user USER --password PASSWORD] [--tls starttls|implicit --cert PEM --key PEM]
 
 With --user and --password, AUTH (PLAIN, LOGIN) is required and only that pair is accepted; TLS is not
-required, because the test talks to it over loopback.
+required for it, because the test talks to it over loopback. With --tls starttls, STARTTLS is offered and
+required before any mail; with --tls implicit, the listener speaks TLS from the first byte. Each message records
+the TLS version it arrived under (null for none).
 """
 
 import argparse
@@ -17,6 +19,7 @@ import email.policy
 import json
 import logging
 import os
+import ssl
 import sys
 import warnings
 
@@ -37,7 +40,9 @@ class Sink:
         login = None
         if isinstance(session.auth_data, LoginPassword):
             login = session.auth_data.login.decode("utf-8", "replace")
+        tls = server.transport.get_extra_info("ssl_object")
         record = {
+            "tls_version": tls.version() if tls is not None else None,
             "mail_from": envelope.mail_from,
             "rcpt_tos": envelope.rcpt_tos,
             "auth_login": login,
@@ -73,6 +78,9 @@ async def main():
     parser.add_argument("out_dir")
     parser.add_argument("--user")
     parser.add_argument("--password")
+    parser.add_argument("--tls", choices=["starttls", "implicit"])
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
     args = parser.parse_args()
     sink = Sink(args.out_dir)
     auth = {}
@@ -82,8 +90,16 @@ async def main():
             auth_required=True,
             auth_require_tls=False,
         )
+    listener_tls = None
+    if args.tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.cert, args.key)
+        if args.tls == "starttls":
+            auth.update(tls_context=context, require_starttls=True)
+        else:
+            listener_tls = context
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: SMTP(sink, **auth), "127.0.0.1", 0)
+    server = await loop.create_server(lambda: SMTP(sink, **auth), "127.0.0.1", 0, ssl=listener_tls)
     print(server.sockets[0].getsockname()[1], flush=True)
     # Exit when the test closes our stdin (or dies), so no server outlives its test.
     await loop.run_in_executor(None, sys.stdin.read)
