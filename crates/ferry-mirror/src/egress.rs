@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use ferry_client::{BrokerClient, ClientConfig, ClientError};
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -85,8 +85,9 @@ pub enum SwitchError {
     },
 }
 
-/// One route as the monitor shows it.
-#[derive(Debug, Clone, Serialize)]
+/// One route as the monitor shows it (deserializable for clients; missing fields default).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RouteView {
     /// Route name.
     pub name: String,
@@ -112,8 +113,9 @@ pub struct RouteView {
     pub last_probe_ms_ago: Option<u64>,
 }
 
-/// The `/api/v1/egress` document.
-#[derive(Debug, Clone, Serialize)]
+/// The `/api/v1/egress` document (deserializable for clients; missing fields default).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct EgressView {
     /// Active route name.
     pub active: String,

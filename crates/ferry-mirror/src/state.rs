@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The life of one partition in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -66,8 +66,10 @@ pub struct PartitionStatus {
     inner: Mutex<StatusInner>,
 }
 
-/// A serialisable snapshot of a partition (the `/api/v1/partitions` item).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A serialisable snapshot of a partition (the `/api/v1/partitions` item). It deserializes too (missing fields
+/// default), so clients such as `ferryctl` read the documents through the same type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PartitionView {
     /// Source topic.
     pub topic: String,

@@ -275,7 +275,7 @@ pub fn status_text(s: &StatusDoc, addr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::monitor::RouteDoc;
+    use ferry_mirror::egress::RouteView as RouteDoc;
 
     fn part(topic: &str, target: &str, p: u32, state: &str, err: Option<&str>) -> PartitionDoc {
         PartitionDoc {
@@ -289,6 +289,7 @@ mod tests {
             lag: 20,
             state: state.into(),
             last_error: err.map(Into::into),
+            ..Default::default()
         }
     }
 

@@ -212,31 +212,11 @@ impl MonitorClient {
     }
 }
 
-/// One item of `GET /api/v1/partitions`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(default)]
-pub struct PartitionDoc {
-    /// Source topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: u32,
-    /// Target topic.
-    pub target_topic: String,
-    /// Source log end.
-    pub source_offset: u64,
-    /// Next offset to copy.
-    pub cache_offset: u64,
-    /// Next offset committed to the source group.
-    pub commit_offset: u64,
-    /// Target log end.
-    pub target_offset: u64,
-    /// `source_offset - cache_offset`.
-    pub lag: u64,
-    /// State name.
-    pub state: String,
-    /// The last error.
-    pub last_error: Option<String>,
-}
+// The documents are the monitor's own types, which deserialize with missing fields defaulted: a renamed field
+// fails to compile here instead of reading as zero.
+pub use ferry_mirror::egress::EgressView as EgressDoc;
+pub use ferry_mirror::monitor::views::{SideRateView as SideRatesDoc, StatusView as StatusDoc};
+pub use ferry_mirror::state::PartitionView as PartitionDoc;
 
 /// `GET /api/v1/partitions`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -244,125 +224,6 @@ pub struct PartitionDoc {
 pub struct PartitionsDoc {
     /// The partitions, sorted by topic and partition.
     pub partitions: Vec<PartitionDoc>,
-}
-
-/// One route of `GET /api/v1/egress`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct RouteDoc {
-    /// Route name.
-    pub name: String,
-    /// Broker addresses.
-    pub brokers: Vec<String>,
-    /// Whether it is the active route.
-    pub active: bool,
-    /// Passes probes and leads to the source cluster.
-    pub healthy: bool,
-    /// Consecutive probe failures.
-    pub consecutive_failures: u32,
-    /// Consecutive fetch stream failures.
-    pub stream_failures: u32,
-    /// The cluster id the route reported last.
-    pub cluster_id: Option<String>,
-    /// The last failure reason.
-    pub last_error: Option<String>,
-}
-
-/// `GET /api/v1/egress` (also the answer of switch and unpin).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct EgressDoc {
-    /// Active route name.
-    pub active: String,
-    /// Whether a manual switch pinned it.
-    pub pinned: bool,
-    /// The cluster id every route must report.
-    pub expected_cluster_id: Option<String>,
-    /// Routes in preference order.
-    pub routes: Vec<RouteDoc>,
-}
-
-/// Rates over windows.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct WindowsDoc {
-    /// Last complete second.
-    #[serde(rename = "1s")]
-    pub w1: f64,
-    /// Last 10 seconds.
-    #[serde(rename = "10s")]
-    pub w10: f64,
-    /// Last 60 seconds.
-    #[serde(rename = "60s")]
-    pub w60: f64,
-}
-
-/// Rates of one side.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct SideRatesDoc {
-    /// Records per second.
-    pub records_per_sec: WindowsDoc,
-    /// Bytes per second.
-    pub bytes_per_sec: WindowsDoc,
-}
-
-/// Source and target rates.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct RatesDoc {
-    /// Received from the source.
-    pub source: SideRatesDoc,
-    /// Appended to the target.
-    pub target: SideRatesDoc,
-}
-
-/// Totals of the status document.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct TotalsDoc {
-    /// Records received.
-    pub records_in: u64,
-    /// Bytes received.
-    pub bytes_in: u64,
-    /// Records appended.
-    pub records_out: u64,
-    /// Bytes appended.
-    pub bytes_out: u64,
-    /// Mirrored topics.
-    pub topics: u64,
-    /// Owned partitions.
-    pub partitions: u64,
-    /// Partitions per state.
-    pub partitions_by_state: std::collections::BTreeMap<String, u64>,
-    /// Total lag.
-    pub lag: u64,
-}
-
-/// `GET /api/v1/status`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct StatusDoc {
-    /// `mirror.name`.
-    pub mirror: String,
-    /// Source alias.
-    pub source_cluster: String,
-    /// Target alias.
-    pub target_cluster: String,
-    /// Seconds since start.
-    pub uptime_seconds: u64,
-    /// Active route.
-    pub active_route: String,
-    /// Whether it is pinned.
-    pub pinned: bool,
-    /// Whether the target is unreachable.
-    pub target_down: bool,
-    /// Rates.
-    pub rates: RatesDoc,
-    /// Totals.
-    pub totals: TotalsDoc,
-    /// Paused source topics.
-    pub paused_topics: Vec<String>,
 }
 
 /// The answer of pause and resume.

@@ -1,12 +1,13 @@
 //! The JSON documents of the read endpoints, built from snapshots of the shared state, and the readiness rule.
 //!
 //! Everything here is a pure function of snapshots ([`PartitionView`], [`EgressView`], the rate meters), so the
-//! documents are consistent within one answer and the rules can be tested with constructed views.
+//! documents are consistent within one answer and the rules can be tested with constructed views. The document
+//! types also deserialize (missing fields default), so clients such as `ferryctl` read them through the same types.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::egress::EgressView;
 use crate::events::{Event, Severity};
@@ -26,7 +27,8 @@ pub fn count_states<'a>(views: impl IntoIterator<Item = &'a PartitionView>) -> B
 }
 
 /// A rate over the 1 s, 10 s and 60 s windows.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Windows {
     /// Last complete second.
     #[serde(rename = "1s")]
@@ -40,7 +42,8 @@ pub struct Windows {
 }
 
 /// The rates of one side.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct SideRateView {
     /// Records per second.
     pub records_per_sec: Windows,
@@ -56,7 +59,8 @@ impl SideRateView {
 }
 
 /// Source (received) and target (appended) rates.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct RatesView {
     /// Received from the source.
     pub source: SideRateView,
@@ -65,7 +69,8 @@ pub struct RatesView {
 }
 
 /// Totals since the process started, and the partitions it owns now.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Totals {
     /// Records received from the source.
     pub records_in: u64,
@@ -86,7 +91,8 @@ pub struct Totals {
 }
 
 /// `GET /api/v1/status`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StatusView {
     /// `mirror.name`.
     pub mirror: String,
