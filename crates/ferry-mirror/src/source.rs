@@ -130,6 +130,30 @@ pub(crate) async fn reset_sinks<'a>(
     alive.into_iter().map(|(ok, _)| ok).collect()
 }
 
+/// Applies a command to a fetch path's partitions while it has no stream open, shared by the Ferry and Kafka paths:
+/// additions are built by `make`, removals dropped; a re-seat needs nothing, because the next stream starts from
+/// each partition's fetch position.
+pub(crate) fn apply_offline<T>(
+    parts: &mut BTreeMap<(String, u32), T>,
+    cmd: ConsumerCmd,
+    make: impl Fn(&(String, u32), PartitionSink) -> T,
+) {
+    match cmd {
+        ConsumerCmd::Add(list) => {
+            for (tp, sink) in list {
+                let part = make(&tp, sink);
+                parts.insert(tp, part);
+            }
+        }
+        ConsumerCmd::Remove(list) => {
+            for tp in list {
+                parts.remove(&tp);
+            }
+        }
+        ConsumerCmd::Reseat(_) => {}
+    }
+}
+
 /// Commands from the SyncManager and the producers.
 #[derive(Debug)]
 pub enum ConsumerCmd {
@@ -210,7 +234,7 @@ impl SourceDcConsumer {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     cmd = self.cmds.recv() => match cmd {
-                        Some(cmd) => { self.apply_offline(cmd); continue; }
+                        Some(cmd) => { apply_offline(&mut self.parts, cmd, |_, sink| Assigned { sink, outstanding: 0 }); continue; }
                         None => return,
                     },
                 }
@@ -235,23 +259,6 @@ impl SourceDcConsumer {
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
-        }
-    }
-
-    /// Applies a command while no stream is open.
-    fn apply_offline(&mut self, cmd: ConsumerCmd) {
-        match cmd {
-            ConsumerCmd::Add(list) => {
-                for (tp, sink) in list {
-                    self.parts.insert(tp, Assigned { sink, outstanding: 0 });
-                }
-            }
-            ConsumerCmd::Remove(list) => {
-                for tp in list {
-                    self.parts.remove(&tp);
-                }
-            }
-            ConsumerCmd::Reseat(_) => {}
         }
     }
 

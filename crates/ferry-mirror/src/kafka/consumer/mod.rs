@@ -42,7 +42,7 @@ use self::refresh::Refresh;
 use super::props::{Ctx, Side, client_config};
 use super::watermarks::Tp;
 use crate::metrics::Metrics;
-use crate::source::{ConsumerCmd, reset_sinks};
+use crate::source::{ConsumerCmd, apply_offline, reset_sinks};
 use crate::state::Shared;
 
 /// The active route as the Kafka consumer needs it.
@@ -155,7 +155,11 @@ impl KafkaSourceConsumer {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     cmd = self.cmds.recv() => match cmd {
-                        Some(cmd) => { self.apply_offline(cmd); continue; }
+                        Some(cmd) => {
+                            let settings = &self.settings;
+                            apply_offline(&mut self.parts, cmd, |tp, sink| Part::new(&tp.0, sink, settings));
+                            continue;
+                        }
                         None => return,
                     },
                 }
@@ -176,23 +180,6 @@ impl KafkaSourceConsumer {
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
-        }
-    }
-
-    fn apply_offline(&mut self, cmd: ConsumerCmd) {
-        match cmd {
-            ConsumerCmd::Add(list) => {
-                for (tp, sink) in list {
-                    let part = Part::new(&tp.0, sink, &self.settings);
-                    self.parts.insert(tp, part);
-                }
-            }
-            ConsumerCmd::Remove(list) => {
-                for tp in list {
-                    self.parts.remove(&tp);
-                }
-            }
-            ConsumerCmd::Reseat(_) => {}
         }
     }
 
