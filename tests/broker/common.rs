@@ -9,11 +9,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient, ClientConfig, ClientError, Code, ConsumerRecord};
-use ferry_storage::batch::{self, BatchIter, Header};
+use ferry_storage::batch::{self, Header};
 use ferry_testkit::BrokerProcess;
 use sha2::{Digest, Sha256};
+
+#[path = "../support/read.rs"]
+mod read;
 
 /// How long the debug-built broker may need for one test's whole data load (thousands of records through one
 /// process on a loaded 2-core machine). Waits on data use `deadline(&[IO_BUDGET])`, i.e. three times this.
@@ -147,54 +149,18 @@ pub async fn epochs(admin: &Admin, topic: &str) -> Vec<u32> {
 /// Reads every record of `topic`/`partition` from the log start to the log end as it is at the call, with plain
 /// fetches (no consumer logic), checking each batch's CRC and that offsets strictly increase.
 pub async fn read_partition(client: &BrokerClient, topic: &str, partition: u32) -> Vec<Rec> {
-    let admin = Admin::new(client.clone());
-    let (start, end) = offsets(&admin, topic).await[partition as usize];
-    let mut out: Vec<Rec> = Vec::new();
-    let mut position = start;
-    while position < end {
-        let response = client
-            .fetch(pb::FetchRequest {
-                partitions: vec![pb::PartitionFetch {
-                    topic: topic.to_owned(),
-                    partition,
-                    offset: position,
-                    max_bytes: 1024 * 1024,
-                }],
-                max_wait_ms: 0,
-                max_bytes: 4 * 1024 * 1024,
-            })
-            .await
-            .expect("fetch");
-        let data = &response.partitions[0];
-        assert_eq!(data.error, pb::ErrorCode::None as i32, "fetch {topic}/{partition} at {position}: {}", data.message);
-        assert!(
-            !data.batches.is_empty(),
-            "fetch {topic}/{partition} at {position} below the LEO {end} returned nothing"
-        );
-        for item in BatchIter::new(&data.batches) {
-            let (header, bytes) = item.expect("whole batches");
-            batch::verify(bytes).expect("batch CRC");
-            for r in batch::decode_records(bytes).expect("decodable batch") {
-                if r.offset < position {
-                    continue;
-                }
-                if let Some(prev) = out.last() {
-                    assert!(r.offset > prev.offset, "{topic}/{partition}: offset {} after {}", r.offset, prev.offset);
-                }
-                out.push(Rec {
-                    partition,
-                    offset: r.offset,
-                    key: r.key,
-                    value: r.value,
-                    headers: headers(&r.headers),
-                    timestamp: r.timestamp,
-                });
-            }
-            position = position.max(header.next_offset());
-        }
-        position = position.max(data.next_offset);
-    }
-    out
+    let read = read::read_partition(client, topic, partition, None).await.expect("read the partition");
+    read.records
+        .into_iter()
+        .map(|r| Rec {
+            partition,
+            offset: r.offset,
+            key: r.key,
+            value: r.value,
+            headers: headers(&r.headers),
+            timestamp: r.timestamp,
+        })
+        .collect()
 }
 
 /// Every record of every partition of `topic`.

@@ -5,15 +5,17 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 use bytes::Bytes;
 use ferry_client::admin::TopicConfig;
-use ferry_client::batch::{self, BatchIter, Record};
-use ferry_client::proto as pb;
+use ferry_client::batch::Record;
 use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::{BrokerProcess, MirrorProcess, deadline};
 
 use crate::kafka_support::{Tansu, consume};
+
+#[path = "../support/read.rs"]
+mod read;
 
 /// How long the debug-built processes may need for one test's data load on a loaded 2-core machine; waits use
 /// three times this.
@@ -101,44 +103,7 @@ pub async fn produce_ferry(
 /// Every record of a Ferry partition from its log start to its log end, checking batch CRCs and that offsets
 /// strictly increase.
 pub async fn read_ferry(dc: &Ferry, topic: &str, partition: u32) -> anyhow::Result<Vec<Record>> {
-    let d = dc.admin.describe_topic(topic).await.with_context(|| format!("describe {topic}"))?;
-    let p = d.partitions.iter().find(|p| p.partition == partition).context("no such partition")?;
-    let (mut position, end) = (p.log_start_offset, p.log_end_offset);
-    let mut out: Vec<Record> = Vec::new();
-    while position < end {
-        let response = dc
-            .client
-            .fetch(pb::FetchRequest {
-                partitions: vec![pb::PartitionFetch {
-                    topic: topic.to_owned(),
-                    partition,
-                    offset: position,
-                    max_bytes: 4 << 20,
-                }],
-                max_wait_ms: 0,
-                max_bytes: 8 << 20,
-            })
-            .await?;
-        let data = &response.partitions[0];
-        ensure!(data.error == pb::ErrorCode::None as i32, "fetch {topic}/{partition} at {position}: {}", data.message);
-        ensure!(!data.batches.is_empty(), "fetch {topic}/{partition} at {position} below {end} returned nothing");
-        for item in BatchIter::new(&data.batches) {
-            let (header, bytes) = item?;
-            batch::verify(bytes)?;
-            for r in batch::decode_records(bytes)? {
-                if r.offset < position || r.offset >= end {
-                    continue;
-                }
-                if let Some(prev) = out.last() {
-                    ensure!(r.offset > prev.offset, "{topic}/{partition}: offset {} after {}", r.offset, prev.offset);
-                }
-                out.push(r);
-            }
-            position = position.max(header.next_offset());
-        }
-        position = position.max(data.next_offset);
-    }
-    Ok(out)
+    Ok(read::read_partition(&dc.client, topic, partition, None).await?.records)
 }
 
 /// Waits until a Ferry partition's log end reaches `leo`.

@@ -14,11 +14,12 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use bytes::Bytes;
 use ferry_client::admin::TopicConfig;
-use ferry_client::batch::{self, BatchIter};
-use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::{BrokerProcess, MirrorProcess, deadline, wait_for, wait_until};
 use sha2::{Digest, Sha256};
+
+#[path = "../support/read.rs"]
+mod read;
 
 /// How long the debug-built processes may need for one test's whole data load on a loaded 2-core machine (all
 /// mirror tests run in parallel). Waits on data use `deadline(&[IO_BUDGET])`, three times this.
@@ -446,62 +447,19 @@ pub async fn read_partition(
     partition: u32,
     until: Option<u64>,
 ) -> anyhow::Result<PartitionData> {
-    let admin = Admin::new(client.clone());
-    let d = admin.describe_topic(topic).await.with_context(|| format!("describe {topic}"))?;
-    let p = d
-        .partitions
-        .iter()
-        .find(|p| p.partition == partition)
-        .with_context(|| format!("{topic} has no partition {partition}"))?;
-    let end = until.map_or(p.log_end_offset, |u| u.min(p.log_end_offset));
-    let mut out = PartitionData { log_start: p.log_start_offset, log_end: end, ..Default::default() };
-    let mut position = p.log_start_offset;
-    while position < end {
-        let response = client
-            .fetch(pb::FetchRequest {
-                partitions: vec![pb::PartitionFetch {
-                    topic: topic.to_owned(),
-                    partition,
-                    offset: position,
-                    max_bytes: 4 << 20,
-                }],
-                max_wait_ms: 0,
-                max_bytes: 8 << 20,
-            })
-            .await
-            .with_context(|| format!("fetch {topic}/{partition} at {position}"))?;
-        let data = &response.partitions[0];
-        ensure!(data.error == pb::ErrorCode::None as i32, "fetch {topic}/{partition} at {position}: {}", data.message);
-        ensure!(!data.batches.is_empty(), "fetch {topic}/{partition} at {position} below {end} returned nothing");
-        for item in BatchIter::new(&data.batches) {
-            let (header, bytes) = item.context("whole batches")?;
-            if header.base_offset >= end {
-                break;
-            }
-            batch::verify(bytes).context("batch CRC")?;
-            if header.last_offset() >= position && out.batches.last().is_none_or(|b| b.0 < header.base_offset) {
-                out.batches.push((header.base_offset, header.last_offset(), header.epoch, header.crc));
-            }
-            for r in batch::decode_records(bytes).context("decodable batch")? {
-                if r.offset < position || r.offset >= end {
-                    continue;
-                }
-                if let Some(prev) = out.records.last() {
-                    ensure!(r.offset > prev.offset, "{topic}/{partition}: offset {} after {}", r.offset, prev.offset);
-                }
-                out.records.push(Rec {
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    key: r.key,
-                    value: r.value,
-                    headers: r.headers.iter().map(|h| (h.key.clone(), h.value.clone())).collect(),
-                });
-            }
-            position = position.max(header.next_offset());
-        }
-        position = position.max(data.next_offset);
-    }
-    Ok(out)
+    let read = read::read_partition(client, topic, partition, until).await?;
+    let records = read
+        .records
+        .into_iter()
+        .map(|r| Rec {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key,
+            value: r.value,
+            headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+        })
+        .collect();
+    Ok(PartitionData { log_start: read.log_start, log_end: read.log_end, records, batches: read.batches })
 }
 
 /// Every partition of `topic`, in partition order.
