@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferry_proto as pb;
 use ferry_storage::LogConfig;
+use ferry_storage::fs::{FsRef, OpenMode};
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
@@ -81,8 +82,10 @@ pub fn now_ms() -> i64 {
 #[derive(Debug)]
 pub struct BrokerCore {
     data_dir: PathBuf,
+    /// Every file the broker touches is reached through this (the real file system outside tests).
+    fs: FsRef,
     /// The data directory's lock, held while the core lives: two brokers on one directory would corrupt it.
-    _lock: std::fs::File,
+    _lock: ferry_storage::fs::LockGuard,
     cluster_id: String,
     defaults: LogConfig,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
@@ -93,17 +96,23 @@ pub struct BrokerCore {
 impl BrokerCore {
     /// Opens the data directory: resolves the cluster id (configured, or persisted, or generated and persisted),
     /// removes leftovers of interrupted deletions, and opens every topic. Blocking.
-    pub fn open(data_dir: &Path, configured_cluster_id: Option<&str>, defaults: LogConfig) -> Result<BrokerCore> {
+    pub fn open(
+        fs: FsRef,
+        data_dir: &Path,
+        configured_cluster_id: Option<&str>,
+        defaults: LogConfig,
+    ) -> Result<BrokerCore> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| BrokerError::Io { path, source }
         };
-        std::fs::create_dir_all(data_dir.join(META_DIR)).map_err(io(data_dir))?;
-        let lock = lock_data_dir(data_dir)?;
-        let cluster_id = resolve_cluster_id(data_dir, configured_cluster_id)?;
+        ferry_storage::fs::sync_new_dirs(&*fs, &data_dir.join(META_DIR)).map_err(io(data_dir))?;
+        let lock = lock_data_dir(&fs, data_dir)?;
+        let cluster_id = resolve_cluster_id(&fs, data_dir, configured_cluster_id)?;
         let (arrivals, _) = watch::channel(0u64);
         let core = BrokerCore {
             data_dir: data_dir.to_owned(),
+            fs: fs.clone(),
             _lock: lock,
             cluster_id,
             defaults,
@@ -111,22 +120,19 @@ impl BrokerCore {
             admin: tokio::sync::Mutex::new(()),
             arrivals,
         };
-        let mut entries: Vec<_> = std::fs::read_dir(data_dir)
-            .map_err(io(data_dir))?
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(io(data_dir))?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
+        let mut names = fs.read_dir(data_dir).map_err(io(data_dir))?;
+        names.sort();
+        for name in names {
+            let path = data_dir.join(&name);
             if name.starts_with(DELETED_PREFIX) {
-                std::fs::remove_dir_all(&path).map_err(io(&path))?;
+                fs.remove_dir_all(&path).map_err(io(&path))?;
+                fs.sync_dir(data_dir).map_err(io(data_dir))?;
                 continue;
             }
-            if name.starts_with(RESERVED_PREFIX) || !path.join(TOPIC_FILE).exists() {
+            if name.starts_with(RESERVED_PREFIX) || !fs.exists(&path.join(TOPIC_FILE)).map_err(io(&path))? {
                 continue;
             }
-            let meta = TopicMeta::load(&path)?;
+            let meta = TopicMeta::load(&*fs, &path)?;
             let topic = core.open_topic(path, meta)?;
             core.topics.write().insert(name, Arc::new(topic));
         }
@@ -137,7 +143,8 @@ impl BrokerCore {
         let cfg = meta.settings.log_config(&self.defaults);
         let mut partitions = Vec::with_capacity(meta.partitions as usize);
         for p in 0..meta.partitions {
-            let part = Partition::open(&meta.name, p, dir.join(p.to_string()), cfg.clone(), self.arrivals.clone())?;
+            let part =
+                Partition::open(&self.fs, &meta.name, p, dir.join(p.to_string()), cfg.clone(), self.arrivals.clone())?;
             partitions.push(Arc::new(part));
         }
         Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(partitions) })
@@ -210,12 +217,15 @@ impl BrokerCore {
             let meta = meta.clone();
             let arrivals = self.arrivals.clone();
             let defaults = self.defaults.clone();
+            let fs = self.fs.clone();
             tokio::task::spawn_blocking(move || -> Result<Topic> {
-                std::fs::create_dir_all(&dir).map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
+                ferry_storage::fs::sync_new_dirs(&*fs, &dir)
+                    .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
                 let cfg = meta.settings.log_config(&defaults);
                 let mut parts = Vec::new();
                 for p in 0..meta.partitions {
                     parts.push(Arc::new(Partition::open(
+                        &fs,
                         &meta.name,
                         p,
                         dir.join(p.to_string()),
@@ -224,7 +234,7 @@ impl BrokerCore {
                     )?));
                 }
                 // topic.json last: a crash before this leaves a directory without metadata, which is ignored.
-                meta.store(&dir)?;
+                meta.store(&*fs, &dir)?;
                 Ok(Topic { dir: dir.clone(), meta: RwLock::new(meta), partitions: RwLock::new(parts) })
             })
             .await
@@ -245,13 +255,21 @@ impl BrokerCore {
         let dir = topic.dir.clone();
         let parts = topic.partitions();
         let trash = self.data_dir.join(format!("{DELETED_PREFIX}{id}"));
+        let fs = self.fs.clone();
+        let data_dir = self.data_dir.clone();
         tokio::task::spawn_blocking(move || -> Result<()> {
             for p in &parts {
                 let _ = p.log().close();
             }
+            let io = |path: &Path| {
+                let path = path.to_owned();
+                move |source| BrokerError::Io { path, source }
+            };
             // Rename first so a crash mid-removal never leaves a half-deleted topic that loads again.
-            std::fs::rename(&dir, &trash).map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
-            std::fs::remove_dir_all(&trash).map_err(|source| BrokerError::Io { path: trash.clone(), source })
+            fs.rename(&dir, &trash).map_err(io(&dir))?;
+            fs.sync_dir(&data_dir).map_err(io(&data_dir))?;
+            fs.remove_dir_all(&trash).map_err(io(&trash))?;
+            fs.sync_dir(&data_dir).map_err(io(&data_dir))
         })
         .await
         .map_err(|e| BrokerError::Internal(e.to_string()))??;
@@ -279,10 +297,12 @@ impl BrokerCore {
         let cfg = meta.settings.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let arrivals = self.arrivals.clone();
+        let fs = self.fs.clone();
         let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<Partition>>> {
             let mut parts = Vec::new();
             for p in current..count {
                 parts.push(Arc::new(Partition::open(
+                    &fs,
                     &meta.name,
                     p,
                     dir.join(p.to_string()),
@@ -290,7 +310,7 @@ impl BrokerCore {
                     arrivals.clone(),
                 )?));
             }
-            meta.store(&dir)?;
+            meta.store(&*fs, &dir)?;
             Ok(parts)
         })
         .await
@@ -310,7 +330,8 @@ impl BrokerCore {
         let cfg = meta.settings.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let stored = meta.clone();
-        tokio::task::spawn_blocking(move || stored.store(&dir))
+        let fs = self.fs.clone();
+        tokio::task::spawn_blocking(move || stored.store(&*fs, &dir))
             .await
             .map_err(|e| BrokerError::Internal(e.to_string()))??;
         for p in topic.partitions() {
@@ -329,7 +350,8 @@ impl BrokerCore {
         if was_mirror {
             let dir = topic.dir.clone();
             let stored = meta.clone();
-            tokio::task::spawn_blocking(move || stored.store(&dir))
+            let fs = self.fs.clone();
+            tokio::task::spawn_blocking(move || stored.store(&*fs, &dir))
                 .await
                 .map_err(|e| BrokerError::Internal(e.to_string()))??;
             *topic.meta.write() = meta;
@@ -385,36 +407,29 @@ impl BrokerCore {
 
 /// Takes the data directory's exclusive lock (`flock` on `__ferry_meta/lock`, released by the kernel when the
 /// process ends, even by kill -9) and records this process in the file. A held lock is an error naming its holder.
-fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File> {
-    use std::io::{Read as _, Seek as _, Write as _};
+fn lock_data_dir(fs: &FsRef, data_dir: &Path) -> Result<ferry_storage::fs::LockGuard> {
     let path = data_dir.join(META_DIR).join(LOCK_FILE);
     let io = |source| BrokerError::Io { path: path.clone(), source };
-    let mut file =
-        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = match holder.trim() {
-                "" => "a process that has not recorded itself yet".to_owned(),
-                h => h.to_owned(),
-            };
+    let guard = match fs.lock_exclusive(&path) {
+        Ok(guard) => guard,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            let holder = fs.read(&path).map(|b| String::from_utf8_lossy(&b).trim().to_owned()).unwrap_or_default();
+            let holder =
+                if holder.is_empty() { "a process that has not recorded itself yet".to_owned() } else { holder };
             return Err(BrokerError::DataDirInUse { path: data_dir.to_owned(), holder });
         }
-        Err(e) => return Err(io(e.into())),
-    }
+        Err(e) => return Err(io(e)),
+    };
+    let file = fs.open(&path, OpenMode::Create).map_err(io)?;
     file.set_len(0).map_err(io)?;
-    file.rewind().map_err(io)?;
-    writeln!(file, "pid {}", std::process::id()).map_err(io)?;
-    Ok(file)
+    file.append(&[format!("pid {}\n", std::process::id()).as_bytes()]).map_err(io)?;
+    Ok(guard)
 }
 
-fn resolve_cluster_id(data_dir: &Path, configured: Option<&str>) -> Result<String> {
+fn resolve_cluster_id(fs: &FsRef, data_dir: &Path, configured: Option<&str>) -> Result<String> {
     let path = data_dir.join(META_DIR).join(CLUSTER_ID_FILE);
-    let stored = match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s.trim().to_owned()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+    let stored = match ferry_storage::fs::read_optional(&**fs, &path) {
+        Ok(s) => s.map(|b| String::from_utf8_lossy(&b).trim().to_owned()),
         Err(source) => return Err(BrokerError::Io { path, source }),
     };
     match (configured.filter(|c| !c.is_empty()), stored) {
@@ -425,12 +440,12 @@ fn resolve_cluster_id(data_dir: &Path, configured: Option<&str>) -> Result<Strin
         ))),
         (_, Some(s)) => Ok(s),
         (Some(c), None) => {
-            write_atomic(&path, c.as_bytes())?;
+            write_atomic(&**fs, &path, c.as_bytes())?;
             Ok(c.to_owned())
         }
         (None, None) => {
             let id = uuid::Uuid::new_v4().to_string();
-            write_atomic(&path, id.as_bytes())?;
+            write_atomic(&**fs, &path, id.as_bytes())?;
             Ok(id)
         }
     }

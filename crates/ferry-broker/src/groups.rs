@@ -14,11 +14,11 @@
 //! On open the journal is replayed (a torn last line is dropped) and compacted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ferry_proto as pb;
+use ferry_storage::fs::{FileRef, FsRef, OpenMode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -92,18 +92,20 @@ struct JournalLine {
 /// Committed offsets with their journal.
 #[derive(Debug)]
 struct OffsetStore {
+    fs: FsRef,
     path: PathBuf,
     map: BTreeMap<(String, String, u32), (u64, String)>,
-    file: std::fs::File,
+    file: FileRef,
     lines: usize,
 }
 
 impl OffsetStore {
-    fn open(path: PathBuf) -> Result<OffsetStore> {
+    fn open(fs: FsRef, path: PathBuf) -> Result<OffsetStore> {
         let io = |source| BrokerError::Io { path: path.clone(), source };
         let mut map = BTreeMap::new();
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
+        match fs.read(&path) {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
                 for line in text.lines() {
                     match serde_json::from_str::<JournalLine>(line) {
                         Ok(l) => {
@@ -119,7 +121,8 @@ impl OffsetStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(e)),
         }
-        let mut store = OffsetStore { file: open_append(&path).map_err(io)?, path, map, lines: 0 };
+        let file = fs.open(&path, OpenMode::Create).map_err(io)?;
+        let mut store = OffsetStore { fs, file, path, map, lines: 0 };
         store.compact()?;
         Ok(store)
     }
@@ -131,8 +134,11 @@ impl OffsetStore {
             serde_json::to_writer(&mut text, &line).map_err(|e| BrokerError::Internal(e.to_string()))?;
             text.push(b'\n');
         }
-        write_atomic(&self.path, &text)?;
-        self.file = open_append(&self.path).map_err(|source| BrokerError::Io { path: self.path.clone(), source })?;
+        write_atomic(&*self.fs, &self.path, &text)?;
+        self.file = self
+            .fs
+            .open(&self.path, OpenMode::Create)
+            .map_err(|source| BrokerError::Io { path: self.path.clone(), source })?;
         self.lines = self.map.len();
         Ok(())
     }
@@ -151,7 +157,7 @@ impl OffsetStore {
             text.push(b'\n');
         }
         let io = |source| BrokerError::Io { path: self.path.clone(), source };
-        self.file.write_all(&text).map_err(io)?;
+        self.file.append(&[&text]).map_err(io)?;
         self.file.sync_data().map_err(io)?;
         for o in offsets {
             self.map.insert((group.to_owned(), o.topic.clone(), o.partition), (o.offset, o.metadata.clone()));
@@ -192,10 +198,6 @@ impl OffsetStore {
     }
 }
 
-fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)
-}
-
 /// What a join returns.
 #[derive(Debug, Clone)]
 pub struct Joined {
@@ -227,10 +229,10 @@ fn check_group_name(group: &str) -> Result<()> {
 
 impl GroupCoordinator {
     /// Opens the offsets journal in `meta_dir`. Blocking.
-    pub fn open(meta_dir: &Path, min_session: Duration, max_session: Duration) -> Result<GroupCoordinator> {
+    pub fn open(fs: FsRef, meta_dir: &Path, min_session: Duration, max_session: Duration) -> Result<GroupCoordinator> {
         Ok(GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
-            offsets: Mutex::new(OffsetStore::open(meta_dir.join(OFFSETS_FILE))?),
+            offsets: Mutex::new(OffsetStore::open(fs, meta_dir.join(OFFSETS_FILE))?),
             min_session,
             max_session,
         })
@@ -451,7 +453,13 @@ mod tests {
     #[test]
     fn zeze_rule_deals_sorted_items_over_sorted_members() {
         let dir = tempfile::tempdir().unwrap();
-        let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+        let c = GroupCoordinator::open(
+            ferry_storage::fs::os(),
+            dir.path(),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let counts = |t: &str| if t == "a" { 3 } else { 2 };
         let j1 = join(&c, "g", "m2", &["a", "b"], &counts);
         assert_eq!(j1.generation, 1);
@@ -471,7 +479,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let counts = |_: &str| 4;
         {
-            let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+            let c = GroupCoordinator::open(
+                ferry_storage::fs::os(),
+                dir.path(),
+                Duration::from_millis(1),
+                Duration::from_secs(60),
+            )
+            .unwrap();
             let j = join(&c, "g", "m1", &["t"], &counts);
             let commit = |generation| pb::CommitOffsetsRequest {
                 group: "g".into(),
@@ -502,7 +516,13 @@ mod tests {
             })
             .unwrap();
         }
-        let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+        let c = GroupCoordinator::open(
+            ferry_storage::fs::os(),
+            dir.path(),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let got: Vec<(u32, u64)> = c.committed("g", &[]).iter().map(|o| (o.partition, o.offset)).collect();
         assert_eq!(got, vec![(1, 42), (2, 7)]);
     }
@@ -513,7 +533,13 @@ mod tests {
         let offset =
             |t: &str, o| pb::CommittedOffset { topic: t.into(), partition: 0, offset: o, metadata: String::new() };
         {
-            let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+            let c = GroupCoordinator::open(
+                ferry_storage::fs::os(),
+                dir.path(),
+                Duration::from_millis(1),
+                Duration::from_secs(60),
+            )
+            .unwrap();
             for g in ["g1", "g2"] {
                 let req = pb::CommitOffsetsRequest {
                     group: g.into(),
@@ -526,7 +552,13 @@ mod tests {
             assert_eq!(c.forget_topics(&|t| t == "gone").unwrap(), 2);
             assert_eq!(c.forget_topics(&|t| t == "gone").unwrap(), 0);
         }
-        let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+        let c = GroupCoordinator::open(
+            ferry_storage::fs::os(),
+            dir.path(),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         assert_eq!(c.committed("g1", &[]), vec![offset("kept", 7)]);
         assert_eq!(c.committed("g2", &[]), vec![offset("kept", 7)]);
     }
@@ -536,14 +568,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(OFFSETS_FILE), "{\"g\":\"g\",\"t\":\"t\",\"p\":0,\"o\":5}\n{\"g\":\"g\",\"t\"")
             .unwrap();
-        let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+        let c = GroupCoordinator::open(
+            ferry_storage::fs::os(),
+            dir.path(),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         assert_eq!(c.committed("g", &[]).len(), 1);
     }
 
     #[test]
     fn expired_members_lose_their_partitions() {
         let dir = tempfile::tempdir().unwrap();
-        let c = GroupCoordinator::open(dir.path(), Duration::from_millis(1), Duration::from_secs(60)).unwrap();
+        let c = GroupCoordinator::open(
+            ferry_storage::fs::os(),
+            dir.path(),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let counts = |_: &str| 4;
         let mut req = pb::JoinGroupRequest {
             group: "g".into(),

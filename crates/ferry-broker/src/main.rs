@@ -72,7 +72,7 @@ fn main() -> ExitCode {
                 stop.cancel();
             }
         });
-        let options = RunOptions { addr_file: args.addr_file };
+        let options = RunOptions { addr_file: args.addr_file, ..RunOptions::default() };
         let result = ferry_broker::run(config, options, shutdown, |_| {}).await;
         handle.close();
         match result {

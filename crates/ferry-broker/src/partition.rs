@@ -10,7 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ferry_proto as pb;
 use ferry_storage::batch::{self, BatchHeader, BatchIter};
-use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError};
+use ferry_storage::fs::FsRef;
+use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError, SystemClock};
 use tokio::sync::{Mutex, watch};
 
 use crate::error::{BrokerError, RefusalKind, Result};
@@ -43,13 +44,15 @@ impl Partition {
     /// Opens (or creates) the partition's log in `dir` and rebuilds the producer state from the batch headers of
     /// its last two segments. Blocking: call from the blocking pool or at startup.
     pub fn open(
+        fs: &FsRef,
         topic: &str,
         index: u32,
         dir: PathBuf,
         config: LogConfig,
         arrivals: watch::Sender<u64>,
     ) -> Result<Partition> {
-        let log = Log::open(dir, config).map_err(|e| BrokerError::storage(topic, index, e))?;
+        let log = Log::open_on(fs.clone(), dir, config, Arc::new(SystemClock))
+            .map_err(|e| BrokerError::storage(topic, index, e))?;
         let mut producers = ProducerStates::default();
         let bases = log.segment_base_offsets();
         let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
@@ -257,7 +260,7 @@ mod tests {
 
     fn partition(dir: &std::path::Path) -> Partition {
         let (arrivals, _) = watch::channel(0);
-        Partition::open("m", 0, dir.join("0"), LogConfig::default(), arrivals).unwrap()
+        Partition::open(&ferry_storage::fs::os(), "m", 0, dir.join("0"), LogConfig::default(), arrivals).unwrap()
     }
 
     fn batch(base: u64, n: u64, epoch: u32) -> Bytes {

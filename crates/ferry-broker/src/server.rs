@@ -100,6 +100,9 @@ fn tls_config(cfg: &crate::config::TlsSection) -> Result<ServerTlsConfig, Server
 pub struct RunOptions {
     /// Write the bound listener address here once serving (for supervisors and tests).
     pub addr_file: Option<PathBuf>,
+    /// The file layer under the data dir; `None` is the real file system. Tests pass a simulated one to cut the
+    /// power under a running broker.
+    pub fs: Option<ferry_storage::fs::FsRef>,
 }
 
 /// A started broker, for embedding (the demo, tests): its bound address and cluster id.
@@ -125,9 +128,11 @@ pub async fn run(
     let defaults = config.default_log_config();
     let cluster = config.broker.cluster_id.clone();
     let groups_cfg = config.groups.clone();
+    let fs = options.fs.clone().unwrap_or_else(ferry_storage::fs::os);
     let (core, groups) = tokio::task::spawn_blocking(move || -> Result<_, crate::error::BrokerError> {
-        let core = BrokerCore::open(&data_dir, cluster.as_deref(), defaults)?;
+        let core = BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults)?;
         let groups = GroupCoordinator::open(
+            fs,
             &data_dir.join(META_DIR),
             groups_cfg.min_session_timeout,
             groups_cfg.max_session_timeout,

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ferry_proto as pb;
+use ferry_storage::fs::FileSystem;
 use ferry_storage::{FlushPolicy, LogConfig};
 use serde::{Deserialize, Serialize};
 
@@ -229,19 +230,19 @@ pub struct TopicMeta {
 
 impl TopicMeta {
     /// Reads `topic.json` from a topic directory.
-    pub fn load(dir: &Path) -> Result<TopicMeta> {
+    pub fn load(fs: &dyn FileSystem, dir: &Path) -> Result<TopicMeta> {
         let path = dir.join(TOPIC_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|source| BrokerError::Io { path: path.clone(), source })?;
-        serde_json::from_str(&text).map_err(|e| BrokerError::Io {
+        let text = fs.read(&path).map_err(|source| BrokerError::Io { path: path.clone(), source })?;
+        serde_json::from_slice(&text).map_err(|e| BrokerError::Io {
             path,
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
         })
     }
 
     /// Writes `topic.json` atomically.
-    pub fn store(&self, dir: &Path) -> Result<()> {
+    pub fn store(&self, fs: &dyn FileSystem, dir: &Path) -> Result<()> {
         let text = serde_json::to_vec_pretty(self).map_err(|e| BrokerError::Internal(e.to_string()))?;
-        write_atomic(&dir.join(TOPIC_FILE), &text)
+        write_atomic(fs, &dir.join(TOPIC_FILE), &text)
     }
 
     /// The protobuf view, given the broker's storage defaults.
@@ -258,19 +259,8 @@ impl TopicMeta {
 }
 
 /// Replaces `path` with `data` atomically and durably.
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let io = |source| BrokerError::Io { path: path.to_owned(), source };
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp).map_err(io)?;
-    file.write_all(data).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io)?;
-    if let Some(parent) = path.parent() {
-        std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io)?;
-    }
-    Ok(())
+pub fn write_atomic(fs: &dyn FileSystem, path: &Path, data: &[u8]) -> Result<()> {
+    ferry_storage::fs::write_atomic(fs, path, data).map_err(|source| BrokerError::Io { path: path.to_owned(), source })
 }
 
 #[cfg(test)]
@@ -316,7 +306,7 @@ mod tests {
             settings: TopicSettings::default(),
             mirror: None,
         };
-        meta.store(dir.path()).unwrap();
-        assert_eq!(TopicMeta::load(dir.path()).unwrap(), meta);
+        meta.store(&ferry_storage::fs::OsFs, dir.path()).unwrap();
+        assert_eq!(TopicMeta::load(&ferry_storage::fs::OsFs, dir.path()).unwrap(), meta);
     }
 }

@@ -8,9 +8,6 @@
 //! with the stamped base offset and epoch from a small copy, the CRC-covered rest straight from the caller's
 //! buffer. Index entries are collected in memory and written in blocks.
 
-use std::fs::File;
-use std::io::{IoSlice, Write};
-
 use crate::batch::{self, CRC_START};
 use crate::checkpoint;
 use crate::index;
@@ -20,21 +17,6 @@ use crate::{FlushPolicy, Result, StorageError};
 
 /// Index bytes collected before they are written to the index file.
 const INDEX_WRITE_BLOCK: usize = 4096;
-
-/// Writes all of `parts` with as few `writev` calls as the kernel allows.
-fn write_all_vectored(mut file: &File, parts: &[&[u8]]) -> std::io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-    let mut bufs = &mut slices[..];
-    while !bufs.is_empty() {
-        match file.write_vectored(bufs) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
 
 impl Log {
     /// `Log::append`.
@@ -101,7 +83,7 @@ impl Log {
         if let Some(problem) = &w.poisoned {
             return Err(StorageError::Io { path, source: std::io::Error::other(problem.clone()) });
         }
-        let written = write_all_vectored(&file, parts).and_then(|()| match config.flush {
+        let written = file.append(parts).and_then(|()| match config.flush {
             FlushPolicy::Sync => file.sync_data(),
             FlushPolicy::Async { .. } => Ok(()),
         });
@@ -172,7 +154,7 @@ impl Log {
             st.epochs.clone()
         };
         epochs.history.push((epoch, base));
-        epochs.store(&self.dir)?;
+        epochs.store(&*self.fs, &self.dir)?;
         self.state.write().epochs = epochs;
         Ok(())
     }
@@ -184,7 +166,7 @@ impl Log {
         }
         let path = self.state.read().segments.last().map(|s| s.index_path.clone()).unwrap_or_default();
         let file = w.index_file.as_mut().ok_or_else(|| StorageError::Closed { dir: self.dir.clone() })?;
-        file.write_all(&w.index_pending).map_err(Log::io_error(&path))?;
+        file.append(&[&w.index_pending]).map_err(Log::io_error(&path))?;
         w.index_pending.clear();
         Ok(())
     }
@@ -194,7 +176,7 @@ impl Log {
     pub(crate) fn flush_locked(&self, w: &mut Writer) -> Result<()> {
         self.write_pending_index(w)?;
         if w.dir_unsynced {
-            checkpoint::sync_dir(&self.dir)?;
+            checkpoint::sync_dir(&*self.fs, &self.dir)?;
             w.dir_unsynced = false;
         }
         for sealed in &w.sealed_unflushed {
@@ -218,7 +200,7 @@ impl Log {
     /// Persists a new recovery point (every segment based below it is durable) if it changed.
     pub(crate) fn set_recovery_point(&self, w: &mut Writer, offset: u64) -> Result<()> {
         if w.recovery_point != offset {
-            checkpoint::store_recovery_point(&self.dir, offset)?;
+            checkpoint::store_recovery_point(&*self.fs, &self.dir, offset)?;
             w.recovery_point = offset;
         }
         Ok(())
@@ -237,15 +219,15 @@ impl Log {
             let sync = matches!(st.config.flush, FlushPolicy::Sync);
             (active.file.clone(), active.log_path.clone(), active.index_path.clone(), sync)
         };
-        let segment = Segment::create(&self.dir, new_base)?;
+        let segment = Segment::create(&*self.fs, &self.dir, new_base)?;
         // The new file's directory entry needs to be durable no sooner than its first bytes: at once under the
         // sync policy, with the next flush under the async one.
         if sync {
-            checkpoint::sync_dir(&self.dir)?;
+            checkpoint::sync_dir(&*self.fs, &self.dir)?;
         } else {
             w.dir_unsynced = true;
         }
-        let old_index = w.index_file.replace(index::open_append(&segment.index_path)?);
+        let old_index = w.index_file.replace(index::open_append(&*self.fs, &segment.index_path)?);
         w.last_index_pos = 0;
         if !sync || !w.sealed_unflushed.is_empty() {
             w.sealed_unflushed.push(SealedFiles {
@@ -274,9 +256,9 @@ impl Log {
         if active_empty {
             // Create the new segment before removing the old one: a crash in between leaves an empty segment
             // that recovery discards, never a directory without segments.
-            let segment = Segment::create(&self.dir, target)?;
-            checkpoint::sync_dir(&self.dir)?;
-            w.index_file = Some(index::open_append(&segment.index_path)?);
+            let segment = Segment::create(&*self.fs, &self.dir, target)?;
+            checkpoint::sync_dir(&*self.fs, &self.dir)?;
+            w.index_file = Some(index::open_append(&*self.fs, &segment.index_path)?);
             w.index_pending.clear();
             w.last_index_pos = 0;
             let old = {
@@ -286,8 +268,8 @@ impl Log {
                 old
             };
             if let Some(old) = old {
-                old.remove_files()?;
-                checkpoint::sync_dir(&self.dir)?;
+                old.remove_files(&*self.fs)?;
+                checkpoint::sync_dir(&*self.fs, &self.dir)?;
             }
         } else {
             self.roll(w, target)?;
@@ -306,7 +288,7 @@ impl Log {
             }
             gaps
         };
-        checkpoint::store_gaps(&self.dir, &gaps)?;
+        checkpoint::store_gaps(&*self.fs, &self.dir, &gaps)?;
         self.state.write().gaps = gaps;
         Ok(())
     }

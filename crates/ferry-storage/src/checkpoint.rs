@@ -4,10 +4,9 @@
 //! fsynced, renamed over `NAME`, then the directory is fsynced. A reader therefore sees the old or the new file,
 //! never a torn one; a malformed file is a [`StorageError::BadFile`], never guessed at.
 
-use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::fs::FileSystem;
 use crate::log::EpochEnd;
 use crate::{Result, StorageError};
 
@@ -20,7 +19,7 @@ pub(crate) const RECOVERY_FILE: &str = "recovery-point.checkpoint";
 /// Present only between a clean `close()` and the next `open()`.
 pub(crate) const CLEAN_MARKER: &str = "clean-shutdown";
 /// Suffix of files being replaced atomically; leftovers are removed on open.
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
+pub(crate) const TMP_SUFFIX: &str = crate::fs::TMP_SUFFIX;
 
 const EPOCH_MAGIC: &str = "ferry-epochs v1";
 const GAPS_MAGIC: &str = "ferry-gaps v1";
@@ -31,28 +30,22 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
 }
 
 /// fsyncs a directory so that creations, renames and removals inside it are durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
+pub(crate) fn sync_dir(fs: &dyn FileSystem, dir: &Path) -> Result<()> {
+    fs.sync_dir(dir).map_err(io_err(dir))
 }
 
 /// Replaces `dir/name` with `contents` atomically and durably.
-pub(crate) fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+pub(crate) fn write_atomic(fs: &dyn FileSystem, dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
     let path = dir.join(name);
-    let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
-    file.write_all(contents).and_then(|()| file.sync_all()).map_err(io_err(&tmp))?;
-    drop(file);
-    fs::rename(&tmp, &path).map_err(io_err(&path))?;
-    sync_dir(dir)
+    crate::fs::write_atomic(fs, &path, contents).map_err(io_err(&path))
 }
 
-fn read_optional(path: &Path) -> Result<Option<String>> {
-    match fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes)
+fn read_optional(fs: &dyn FileSystem, path: &Path) -> Result<Option<String>> {
+    match crate::fs::read_optional(fs, path).map_err(io_err(path))? {
+        Some(bytes) => String::from_utf8(bytes)
             .map(Some)
             .map_err(|_| StorageError::BadFile { path: path.to_path_buf(), reason: "not UTF-8 text".into() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(StorageError::Io { path: path.to_path_buf(), source }),
+        None => Ok(None),
     }
 }
 
@@ -148,24 +141,24 @@ impl EpochState {
     }
 
     /// Loads the checkpoint from `dir`; a missing file is a fresh log (epoch 0, no history).
-    pub fn load(dir: &Path) -> Result<EpochState> {
+    pub fn load(fs: &dyn FileSystem, dir: &Path) -> Result<EpochState> {
         let path = dir.join(EPOCH_FILE);
-        match read_optional(&path)? {
+        match read_optional(fs, &path)? {
             None => Ok(EpochState::default()),
             Some(text) => EpochState::decode(&path, &text),
         }
     }
 
     /// Persists the checkpoint atomically.
-    pub fn store(&self, dir: &Path) -> Result<()> {
-        write_atomic(dir, EPOCH_FILE, self.encode().as_bytes())
+    pub fn store(&self, fs: &dyn FileSystem, dir: &Path) -> Result<()> {
+        write_atomic(fs, dir, EPOCH_FILE, self.encode().as_bytes())
     }
 }
 
 /// Loads the gaps record, `[start, end)` ranges ascending; a missing file means no gaps.
-pub(crate) fn load_gaps(dir: &Path) -> Result<Vec<(u64, u64)>> {
+pub(crate) fn load_gaps(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<(u64, u64)>> {
     let path = dir.join(GAPS_FILE);
-    let Some(text) = read_optional(&path)? else { return Ok(Vec::new()) };
+    let Some(text) = read_optional(fs, &path)? else { return Ok(Vec::new()) };
     let bad = |reason: String| StorageError::BadFile { path: path.clone(), reason };
     let mut lines = text.lines();
     if lines.next() != Some(GAPS_MAGIC) {
@@ -184,18 +177,18 @@ pub(crate) fn load_gaps(dir: &Path) -> Result<Vec<(u64, u64)>> {
 }
 
 /// Persists the gaps record atomically.
-pub(crate) fn store_gaps(dir: &Path, gaps: &[(u64, u64)]) -> Result<()> {
+pub(crate) fn store_gaps(fs: &dyn FileSystem, dir: &Path, gaps: &[(u64, u64)]) -> Result<()> {
     let mut out = format!("{GAPS_MAGIC}\n");
     for (start, end) in gaps {
         out.push_str(&format!("{start} {end}\n"));
     }
-    write_atomic(dir, GAPS_FILE, out.as_bytes())
+    write_atomic(fs, dir, GAPS_FILE, out.as_bytes())
 }
 
 /// Loads the recovery point; a missing file is 0 (no segment is known to be flushed).
-pub(crate) fn load_recovery_point(dir: &Path) -> Result<u64> {
+pub(crate) fn load_recovery_point(fs: &dyn FileSystem, dir: &Path) -> Result<u64> {
     let path = dir.join(RECOVERY_FILE);
-    let Some(text) = read_optional(&path)? else { return Ok(0) };
+    let Some(text) = read_optional(fs, &path)? else { return Ok(0) };
     let mut lines = text.lines();
     match (lines.next(), lines.next().and_then(|l| l.trim().parse::<u64>().ok()), lines.next()) {
         (Some(RECOVERY_MAGIC), Some(offset), None) => Ok(offset),
@@ -207,8 +200,8 @@ pub(crate) fn load_recovery_point(dir: &Path) -> Result<u64> {
 }
 
 /// Persists the recovery point atomically.
-pub(crate) fn store_recovery_point(dir: &Path, offset: u64) -> Result<()> {
-    write_atomic(dir, RECOVERY_FILE, format!("{RECOVERY_MAGIC}\n{offset}\n").as_bytes())
+pub(crate) fn store_recovery_point(fs: &dyn FileSystem, dir: &Path, offset: u64) -> Result<()> {
+    write_atomic(fs, dir, RECOVERY_FILE, format!("{RECOVERY_MAGIC}\n{offset}\n").as_bytes())
 }
 
 /// Path of the clean-shutdown marker.
@@ -217,17 +210,17 @@ pub(crate) fn marker_path(dir: &Path) -> PathBuf {
 }
 
 /// Writes the clean-shutdown marker durably.
-pub(crate) fn write_marker(dir: &Path) -> Result<()> {
-    write_atomic(dir, CLEAN_MARKER, b"clean\n")
+pub(crate) fn write_marker(fs: &dyn FileSystem, dir: &Path) -> Result<()> {
+    write_atomic(fs, dir, CLEAN_MARKER, b"clean\n")
 }
 
 /// Removes the marker if present (durably), returning whether it was there.
-pub(crate) fn take_marker(dir: &Path) -> Result<bool> {
+pub(crate) fn take_marker(fs: &dyn FileSystem, dir: &Path) -> Result<bool> {
     let path = marker_path(dir);
-    match fs::remove_file(&path) {
+    match fs.remove_file(&path) {
         Ok(()) => {
             // The removal must be on disk before anything new is written, or a crash could pass for clean.
-            sync_dir(dir)?;
+            sync_dir(fs, dir)?;
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -238,13 +231,15 @@ pub(crate) fn take_marker(dir: &Path) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::OsFs;
+    use std::fs;
 
     #[test]
     fn epoch_state_round_trips_and_answers_epoch_end() {
         let dir = tempfile::tempdir().unwrap();
         let state = EpochState { current: 4, history: vec![(0, 0), (2, 10), (3, 25)] };
-        state.store(dir.path()).unwrap();
-        assert_eq!(EpochState::load(dir.path()).unwrap(), state);
+        state.store(&OsFs, dir.path()).unwrap();
+        assert_eq!(EpochState::load(&OsFs, dir.path()).unwrap(), state);
         assert_eq!(state.latest(), 4);
         assert_eq!(state.epoch_end(0, 40), Some(EpochEnd { epoch: 0, end_offset: 10 }));
         assert_eq!(state.epoch_end(1, 40), Some(EpochEnd { epoch: 0, end_offset: 10 }));
@@ -261,26 +256,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for text in ["nope\n", "ferry-epochs v1\ncurrent x\n", "ferry-epochs v1\ncurrent 1\n3 5\n2 9\n"] {
             fs::write(dir.path().join(EPOCH_FILE), text).unwrap();
-            assert!(matches!(EpochState::load(dir.path()), Err(StorageError::BadFile { .. })), "{text:?}");
+            assert!(matches!(EpochState::load(&OsFs, dir.path()), Err(StorageError::BadFile { .. })), "{text:?}");
         }
         fs::write(dir.path().join(GAPS_FILE), "ferry-gaps v1\n9 3\n").unwrap();
-        assert!(matches!(load_gaps(dir.path()), Err(StorageError::BadFile { .. })));
+        assert!(matches!(load_gaps(&OsFs, dir.path()), Err(StorageError::BadFile { .. })));
     }
 
     #[test]
     fn gaps_and_marker_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(load_gaps(dir.path()).unwrap(), vec![]);
-        store_gaps(dir.path(), &[(3, 10), (12, 40)]).unwrap();
-        assert_eq!(load_gaps(dir.path()).unwrap(), vec![(3, 10), (12, 40)]);
-        assert_eq!(load_recovery_point(dir.path()).unwrap(), 0);
-        store_recovery_point(dir.path(), 4711).unwrap();
-        assert_eq!(load_recovery_point(dir.path()).unwrap(), 4711);
+        assert_eq!(load_gaps(&OsFs, dir.path()).unwrap(), vec![]);
+        store_gaps(&OsFs, dir.path(), &[(3, 10), (12, 40)]).unwrap();
+        assert_eq!(load_gaps(&OsFs, dir.path()).unwrap(), vec![(3, 10), (12, 40)]);
+        assert_eq!(load_recovery_point(&OsFs, dir.path()).unwrap(), 0);
+        store_recovery_point(&OsFs, dir.path(), 4711).unwrap();
+        assert_eq!(load_recovery_point(&OsFs, dir.path()).unwrap(), 4711);
         fs::write(dir.path().join(RECOVERY_FILE), "ferry-recovery-point v1\nx\n").unwrap();
-        assert!(matches!(load_recovery_point(dir.path()), Err(StorageError::BadFile { .. })));
-        assert!(!take_marker(dir.path()).unwrap());
-        write_marker(dir.path()).unwrap();
-        assert!(take_marker(dir.path()).unwrap());
+        assert!(matches!(load_recovery_point(&OsFs, dir.path()), Err(StorageError::BadFile { .. })));
+        assert!(!take_marker(&OsFs, dir.path()).unwrap());
+        write_marker(&OsFs, dir.path()).unwrap();
+        assert!(take_marker(&OsFs, dir.path()).unwrap());
         assert!(!marker_path(dir.path()).exists());
     }
 }

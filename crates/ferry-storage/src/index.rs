@@ -9,9 +9,9 @@
 //! the log closed, and on open checked entry by entry against the batches found in the log; a missing, wrongly
 //! sized, unordered or wrong index is rebuilt from the log.
 
-use std::fs::File;
 use std::path::Path;
 
+use crate::fs::{FileRef, FileSystem, OpenMode};
 use crate::segment::BatchMeta;
 use crate::{Result, StorageError};
 
@@ -121,21 +121,13 @@ pub(crate) fn is_valid(entries: &[IndexEntry], segment_base: u64, batches: &[Bat
 }
 
 /// Reads an index file; a missing file reads as `None` (to be rebuilt).
-pub(crate) fn read_file(path: &Path) -> Result<Option<Vec<u8>>> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(StorageError::Io { path: path.to_path_buf(), source }),
-    }
+pub(crate) fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Option<Vec<u8>>> {
+    crate::fs::read_optional(fs, path).map_err(|source| StorageError::Io { path: path.to_path_buf(), source })
 }
 
 /// Opens an index file for appending entries.
-pub(crate) fn open_append(path: &Path) -> Result<File> {
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|source| StorageError::Io { path: path.to_path_buf(), source })
+pub(crate) fn open_append(fs: &dyn FileSystem, path: &Path) -> Result<FileRef> {
+    fs.open(path, OpenMode::Create).map_err(|source| StorageError::Io { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ mod checkpoint;
 mod clock;
 mod config;
 mod error;
+pub mod fs;
 mod index;
 mod log;
 mod maintenance;

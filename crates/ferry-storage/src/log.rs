@@ -6,11 +6,10 @@
 //!
 //! Concurrency: one `writer` mutex serialises every operation that changes the log; the segment list and
 //! positions live in `state` behind a read-write lock that is held only to snapshot or publish, never across file
-//! I/O. Readers pread on `Arc<File>` handles they cloned under the lock, and see bytes only up to the committed
+//! I/O. Readers pread on shared file handles they cloned under the lock, and see bytes only up to the committed
 //! size, published after a batch is completely written. Operations that shrink or delete files (truncation,
 //! retention) bump `generation`, so a reader that raced one retries instead of returning stale bytes.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +20,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::batch::BatchHeader;
 use crate::checkpoint::{self, EpochState};
 use crate::clock::{Clock, SystemClock};
+use crate::fs::{FileRef, FsRef};
 use crate::segment::Segment;
 use crate::{LogConfig, Result, StorageError};
 
@@ -110,6 +110,8 @@ pub struct LogStats {
 /// methods take `&self`.
 pub struct Log {
     pub(crate) dir: PathBuf,
+    /// Every file the log touches is reached through this.
+    pub(crate) fs: FsRef,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) writer: Mutex<Writer>,
     pub(crate) state: RwLock<State>,
@@ -172,7 +174,7 @@ impl State {
 #[derive(Debug)]
 pub(crate) struct Writer {
     /// The active segment's index file, opened for appending; `None` once closed.
-    pub index_file: Option<File>,
+    pub index_file: Option<FileRef>,
     /// Encoded index entries not yet written to `index_file`.
     pub index_pending: Vec<u8>,
     /// Position of the active segment's last index entry (0 when none).
@@ -195,11 +197,11 @@ pub(crate) struct Writer {
 #[derive(Debug)]
 pub(crate) struct SealedFiles {
     /// The `.log` file.
-    pub log: Arc<File>,
+    pub log: FileRef,
     /// Its path.
     pub log_path: PathBuf,
     /// The `.index` file.
-    pub index: Option<File>,
+    pub index: Option<FileRef>,
     /// Its path.
     pub index_path: PathBuf,
 }
@@ -213,7 +215,17 @@ impl Log {
 
     /// [`Log::open`] with a given clock (tests drive segment age and the flush interval with a manual clock).
     pub fn open_with_clock(dir: impl Into<PathBuf>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
-        crate::recovery::open(dir.into(), config, clock)
+        crate::recovery::open(crate::fs::os(), dir.into(), config, clock)
+    }
+
+    /// [`Log::open_with_clock`] on a given file layer (tests use [`crate::fs::SimFs`] to simulate power loss).
+    pub fn open_on(fs: FsRef, dir: impl Into<PathBuf>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
+        crate::recovery::open(fs, dir.into(), config, clock)
+    }
+
+    /// The file layer the log runs on.
+    pub fn file_system(&self) -> &FsRef {
+        &self.fs
     }
 
     /// The partition directory.
@@ -400,7 +412,7 @@ impl Log {
             let path = self.state.read().segments.last().map(|s| s.index_path.clone()).unwrap_or_default();
             index.sync_all().map_err(Log::io_error(&path))?;
         }
-        checkpoint::write_marker(&self.dir)?;
+        checkpoint::write_marker(&*self.fs, &self.dir)?;
         w.index_file = None;
         let mut st = self.state.write();
         st.closed_range = (st.log_start(), st.log_end());
@@ -413,7 +425,7 @@ impl Log {
     pub fn delete(&self) -> Result<()> {
         self.close()?;
         let _w = self.writer.lock();
-        match std::fs::remove_dir_all(&self.dir) {
+        match self.fs.remove_dir_all(&self.dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(StorageError::Io { path: self.dir.clone(), source }),

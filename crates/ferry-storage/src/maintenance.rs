@@ -41,7 +41,7 @@ impl Log {
             epochs.truncate_to(new_end).then_some(epochs)
         };
         if let Some(epochs) = epochs {
-            epochs.store(&self.dir)?;
+            epochs.store(&*self.fs, &self.dir)?;
             self.state.write().epochs = epochs;
         }
         self.refresh_gaps()?;
@@ -51,9 +51,9 @@ impl Log {
 
     /// Empties the log and restarts it at `offset` (below the current log start).
     fn reset_to(&self, w: &mut Writer, offset: u64) -> Result<u64> {
-        let segment = Segment::create(&self.dir, offset)?;
-        checkpoint::sync_dir(&self.dir)?;
-        let index_file = index::open_append(&segment.index_path)?;
+        let segment = Segment::create(&*self.fs, &self.dir, offset)?;
+        checkpoint::sync_dir(&*self.fs, &self.dir)?;
+        let index_file = index::open_append(&*self.fs, &segment.index_path)?;
         let mut st = self.state.write();
         self.bump_generation();
         let old = std::mem::replace(&mut st.segments, vec![segment]);
@@ -62,10 +62,10 @@ impl Log {
         w.last_index_pos = 0;
         w.unflushed = 0;
         for seg in old.iter().rev() {
-            seg.remove_files()?;
+            seg.remove_files(&*self.fs)?;
         }
         drop(st);
-        checkpoint::sync_dir(&self.dir)?;
+        checkpoint::sync_dir(&*self.fs, &self.dir)?;
         Ok(offset)
     }
 
@@ -81,7 +81,7 @@ impl Log {
                 (seg.size, seg.next_offset)
             } else {
                 let mut found = None;
-                scan_headers(&seg.file, &seg.log_path, seg.scan_start(offset), seg.size, &mut |pos, header| {
+                scan_headers(&*seg.file, &seg.log_path, seg.scan_start(offset), seg.size, &mut |pos, header| {
                     if header.last_offset() >= offset {
                         found = Some((pos, header.base_offset));
                         return false;
@@ -92,17 +92,17 @@ impl Log {
             }
         };
         for seg in st.segments.drain(idx + 1..).rev() {
-            seg.remove_files()?;
+            seg.remove_files(&*self.fs)?;
         }
         let seg = st.segments.get_mut(idx).ok_or_else(|| self.closed_error())?;
         seg.file.set_len(cut_pos).and_then(|()| seg.file.sync_all()).map_err(Log::io_error(&seg.log_path))?;
-        let (walked, stop) = walk_headers(&seg.file, &seg.log_path, seg.base, cut_pos)?;
+        let (walked, stop) = walk_headers(&*seg.file, &seg.log_path, seg.base, cut_pos)?;
         if let Some(stop) = stop {
             return Err(stop.into_error(&seg.log_path));
         }
         seg.index.retain(|e| u64::from(e.pos) < cut_pos);
         let index_len = (seg.index.len() * index::ENTRY_LEN) as u64;
-        let index_file = index::open_append(&seg.index_path)?;
+        let index_file = index::open_append(&*self.fs, &seg.index_path)?;
         index_file.set_len(index_len).and_then(|()| index_file.sync_all()).map_err(Log::io_error(&seg.index_path))?;
         seg.size = cut_pos;
         seg.next_offset = new_end;
@@ -115,7 +115,7 @@ impl Log {
         w.index_pending.clear();
         w.unflushed = 0;
         drop(st);
-        checkpoint::sync_dir(&self.dir)?;
+        checkpoint::sync_dir(&*self.fs, &self.dir)?;
         Ok(new_end)
     }
 
@@ -150,11 +150,11 @@ impl Log {
             let mut st = self.state.write();
             self.bump_generation();
             for seg in st.segments.drain(..count) {
-                seg.remove_files()?;
+                seg.remove_files(&*self.fs)?;
             }
             tracing::info!(dir = %self.dir.display(), deleted = count, log_start = st.log_start(), "retention deleted segments");
         }
-        checkpoint::sync_dir(&self.dir)?;
+        checkpoint::sync_dir(&*self.fs, &self.dir)?;
         self.refresh_gaps()?;
         Ok(count)
     }

@@ -1,17 +1,16 @@
 //! The read side: reads of whole batches, timestamp lookup and header scans.
 //!
-//! A reader holds the state lock only to snapshot what it needs (a segment's `Arc<File>`, its committed size and
+//! A reader holds the state lock only to snapshot what it needs (a segment's file handle, its committed size and
 //! the index position to start from); the file I/O runs after the lock is released, with `pread`, so readers never
 //! stall the writer and never see bytes past the committed size. A reader that raced a truncation or a retention
 //! (`generation` moved) retries with a fresh snapshot.
 
-use std::fs::File;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::batch::{self, BatchError, BatchHeader, BatchIter, HEADER_LEN};
+use crate::fs::FileRef;
 use crate::log::{Log, ReadResult};
 use crate::segment::{read_exact_at, scan_headers};
 use crate::{Result, StorageError};
@@ -21,7 +20,7 @@ const MAX_READ_ATTEMPTS: usize = 16;
 
 /// What a read needs from one segment, taken under the lock.
 struct SegmentSnapshot {
-    file: Arc<File>,
+    file: FileRef,
     path: PathBuf,
     /// Position to start scanning headers at (a batch boundary at or before the wanted batch).
     start: u64,
@@ -86,7 +85,8 @@ impl Log {
             });
         }
         let want = max_bytes.min(seg.end - pos).max(first_len) as usize;
-        let mut buf = read_uninit_at(&seg.file, &seg.path, pos, want)?;
+        let mut buf =
+            seg.file.read_vec_at(pos, want).map_err(|source| StorageError::Io { path: seg.path.clone(), source })?;
         let mut used = 0usize;
         let mut next_offset = offset;
         for item in BatchIter::new(&buf) {
@@ -124,7 +124,7 @@ impl Log {
             for seg in &segments {
                 let mut found = None;
                 let mut failure = None;
-                scan_headers(&seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
+                scan_headers(&*seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
                     if header.max_timestamp < timestamp_ms {
                         return true;
                     }
@@ -171,7 +171,7 @@ impl Log {
                 .collect()
         };
         for seg in &segments {
-            scan_headers(&seg.file, &seg.path, seg.start, seg.end, &mut |_, header| {
+            scan_headers(&*seg.file, &seg.path, seg.start, seg.end, &mut |_, header| {
                 if header.last_offset() >= from_offset {
                     f(header);
                 }
@@ -182,33 +182,10 @@ impl Log {
     }
 }
 
-/// Reads exactly `len` bytes at `pos` into a fresh buffer, without zeroing it first (every read's buffer is handed
-/// to the caller, so none can be reused; skipping the memset is worth a tenth of the read's time).
-fn read_uninit_at(file: &File, path: &std::path::Path, pos: u64, len: usize) -> Result<Vec<u8>> {
-    let mut buf: Vec<u8> = Vec::with_capacity(len);
-    while buf.len() < len {
-        let at = pos + buf.len() as u64;
-        let n = rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at)
-            .map_err(|e| StorageError::Io { path: path.to_path_buf(), source: e.into() })?;
-        if n == 0 {
-            return Err(StorageError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("file ends before byte {}", pos + len as u64),
-                ),
-            });
-        }
-    }
-    // The capacity may exceed `len`; bytes past it (not committed) are never returned.
-    buf.truncate(len);
-    Ok(buf)
-}
-
 /// The first batch in `seg` (from its scan start) whose last offset is >= `offset`.
 fn find_batch(seg: &SegmentSnapshot, offset: u64) -> Result<Option<(u64, BatchHeader)>> {
     let mut found = None;
-    scan_headers(&seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
+    scan_headers(&*seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
         if header.last_offset() >= offset {
             found = Some((pos, *header));
             return false;
@@ -226,7 +203,7 @@ fn first_record_at_or_after(
     timestamp_ms: i64,
 ) -> Result<Option<u64>> {
     let mut buf = vec![0u8; header.total_len().max(HEADER_LEN)];
-    read_exact_at(&seg.file, &seg.path, &mut buf, pos)?;
+    read_exact_at(&*seg.file, &seg.path, &mut buf, pos)?;
     let records = batch::decode_records(&buf).map_err(|source| StorageError::CorruptSegment {
         file: seg.path.clone(),
         position: pos,

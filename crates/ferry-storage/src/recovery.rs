@@ -17,7 +17,6 @@
 //!   handed out from here on may repeat offsets of records lost in the crash, and the new epoch tells them apart.
 
 use std::collections::BTreeSet;
-use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -26,26 +25,23 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::checkpoint::{self, EpochState};
 use crate::clock::Clock;
+use crate::fs::{FileSystem, FsRef, OpenMode};
 use crate::index;
 use crate::log::{Log, State, Writer};
 use crate::segment::{self, FileKind, Segment, walk_headers, walk_verified};
 use crate::{LogConfig, Result, StorageError};
 
 /// The segment files present in a partition directory.
-fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
+fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<BTreeSet<u64>> {
     let mut logs = BTreeSet::new();
     let mut indexes = BTreeSet::new();
-    let entries = fs::read_dir(dir).map_err(Log::io_error(dir))?;
-    for entry in entries {
-        let entry = entry.map_err(Log::io_error(dir))?;
-        let path = entry.path();
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            tracing::warn!(path = %path.display(), "ignoring a file with a non-UTF-8 name in a partition directory");
-            continue;
-        };
+    let mut names = fs.read_dir(dir).map_err(Log::io_error(dir))?;
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
         if name.ends_with(checkpoint::TMP_SUFFIX) {
             // An atomic replace that never reached its rename.
-            fs::remove_file(&path).map_err(Log::io_error(&path))?;
+            fs.remove_file(&path).map_err(Log::io_error(&path))?;
             continue;
         }
         match segment::parse_file_name(&name) {
@@ -69,7 +65,7 @@ fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
     for base in indexes.difference(&logs) {
         let path = dir.join(segment::index_file_name(*base));
         tracing::warn!(path = %path.display(), "removing an index without a segment");
-        fs::remove_file(&path).map_err(Log::io_error(&path))?;
+        fs.remove_file(&path).map_err(Log::io_error(&path))?;
     }
     Ok(logs)
 }
@@ -90,12 +86,18 @@ enum Check {
 
 /// Opens one existing segment, checks or recovers it, and loads (or rebuilds) its index. Returns the segment and
 /// whether bytes were cut from it.
-fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms: i64) -> Result<(Segment, bool)> {
+fn open_segment(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    base: u64,
+    check: Check,
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<(Segment, bool)> {
     let log_path = dir.join(segment::log_file_name(base));
     let index_path = dir.join(segment::index_file_name(base));
-    let file = OpenOptions::new().read(true).append(true).open(&log_path).map_err(Log::io_error(&log_path))?;
-    let metadata = file.metadata().map_err(Log::io_error(&log_path))?;
-    let size = metadata.len();
+    let file = fs.open(&log_path, OpenMode::Existing).map_err(Log::io_error(&log_path))?;
+    let size = file.len().map_err(Log::io_error(&log_path))?;
     if size > u64::from(u32::MAX) {
         return Err(StorageError::BadFile {
             path: log_path,
@@ -103,9 +105,9 @@ fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms:
         });
     }
     let (batches, stop) = if check == Check::Suspect {
-        walk_verified(&file, &log_path, base, size)?
+        walk_verified(&*file, &log_path, base, size)?
     } else {
-        walk_headers(&file, &log_path, base, size)?
+        walk_headers(&*file, &log_path, base, size)?
     };
     let (batches, end) = match stop {
         None => (batches, size),
@@ -113,7 +115,7 @@ fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms:
         Some(stop) => {
             // A tail lost in a crash: find the last good batch (with CRCs, if not done yet) and cut there.
             let (batches, stop) = if check == Check::CleanTail {
-                walk_verified(&file, &log_path, base, size)?
+                walk_verified(&*file, &log_path, base, size)?
             } else {
                 (batches, Some(stop))
             };
@@ -131,16 +133,15 @@ fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms:
     };
     let cut = end < size;
 
-    let on_disk = index::read_file(&index_path)?;
+    let on_disk = index::read_file(fs, &index_path)?;
     let loaded = on_disk.as_deref().and_then(index::decode).filter(|e| index::is_valid(e, base, &batches));
     let entries = match loaded {
         Some(valid) => {
             let known = valid.len();
             let entries = index::extend(valid, base, &batches, config.index_interval_bytes);
             if entries.len() > known {
-                use std::io::Write;
-                let mut f = index::open_append(&index_path)?;
-                f.write_all(&index::encode_all(&entries[known..])).map_err(Log::io_error(&index_path))?;
+                let f = index::open_append(fs, &index_path)?;
+                f.append(&[&index::encode_all(&entries[known..])]).map_err(Log::io_error(&index_path))?;
             }
             entries
         }
@@ -149,24 +150,17 @@ fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms:
                 tracing::warn!(file = %index_path.display(), "index does not match its segment; rebuilding it");
             }
             let entries = index::extend(Vec::new(), base, &batches, config.index_interval_bytes);
-            checkpoint::write_atomic(dir, &segment::index_file_name(base), &index::encode_all(&entries))?;
+            checkpoint::write_atomic(fs, dir, &segment::index_file_name(base), &index::encode_all(&entries))?;
             entries
         }
     };
     // Segment age counts from the file's creation where the file system records it.
-    let created_ms = (!batches.is_empty()).then(|| {
-        metadata
-            .created()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_millis()).ok())
-            .map_or(now_ms, |c| c.min(now_ms))
-    });
+    let created_ms = (!batches.is_empty()).then(|| file.created_ms().map_or(now_ms, |c| c.min(now_ms)));
     let segment = Segment {
         base,
         log_path,
         index_path,
-        file: Arc::new(file),
+        file,
         size: end,
         next_offset: batches.last().map_or(base, |b| b.last + 1),
         max_timestamp: batches.iter().map(|b| b.max_timestamp).max().unwrap_or(i64::MIN),
@@ -177,17 +171,19 @@ fn open_segment(dir: &Path, base: u64, check: Check, config: &LogConfig, now_ms:
 }
 
 /// `Log::open_with_clock`.
-pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
-    fs::create_dir_all(&dir).map_err(Log::io_error(&dir))?;
-    let bases = list_segments(&dir)?;
+pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
+    let fs = &*fsr;
+    // The directory's own entry must be durable too, or a power loss could take the whole partition along.
+    crate::fs::sync_new_dirs(fs, &dir).map_err(Log::io_error(&dir))?;
+    let bases = list_segments(fs, &dir)?;
     // A brand-new log (no segments, no checkpoint) starts at epoch 0: there is nothing a crash could have lost.
-    let fresh = bases.is_empty() && !dir.join(checkpoint::EPOCH_FILE).exists();
-    let clean = checkpoint::take_marker(&dir)? || fresh;
-    let mut epochs = EpochState::load(&dir)?;
-    let recorded_gaps = checkpoint::load_gaps(&dir)?;
+    let fresh = bases.is_empty() && !fs.exists(&dir.join(checkpoint::EPOCH_FILE)).map_err(Log::io_error(&dir))?;
+    let clean = checkpoint::take_marker(fs, &dir)? || fresh;
+    let mut epochs = EpochState::load(fs, &dir)?;
+    let recorded_gaps = checkpoint::load_gaps(fs, &dir)?;
     let now_ms = clock.now_ms();
 
-    let recovery_point = checkpoint::load_recovery_point(&dir)?;
+    let recovery_point = checkpoint::load_recovery_point(fs, &dir)?;
     let bases: Vec<u64> = bases.into_iter().collect();
     let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
     let mut cut_any = false;
@@ -199,7 +195,23 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
             (false, false) if base < recovery_point => Check::Trusted,
             (false, _) => Check::Suspect,
         };
-        let (segment, cut) = open_segment(&dir, base, check, &config, now_ms)?;
+        let (segment, mut cut) = open_segment(fs, &dir, base, check, &config, now_ms)?;
+        if let Some(&next) = bases.get(i + 1)
+            && check == Check::Suspect
+            && !cut
+            && segment.next_offset != next
+            && !recorded_gaps.contains(&(segment.next_offset, next))
+        {
+            // A sealed segment that ends below the next one, where no gap was recorded: it lost a tail that never
+            // reached the disk (writeback of the two files came in another order). What follows lies beyond a hole.
+            tracing::warn!(
+                file = %segment.log_path.display(),
+                end = segment.next_offset,
+                next_segment = next,
+                "recovering the log: a sealed segment lost its unsynced tail"
+            );
+            cut = true;
+        }
         if check == Check::Suspect {
             // What was checked is what the log now holds: make it durable before trusting it.
             segment.file.sync_all().map_err(Log::io_error(&segment.log_path))?;
@@ -212,11 +224,8 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
                 let path = dir.join(segment::log_file_name(later));
                 tracing::warn!(file = %path.display(), "removing a segment that follows a segment cut by recovery");
                 for p in [path, dir.join(segment::index_file_name(later))] {
-                    match fs::remove_file(&p) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(source) => return Err(StorageError::Io { path: p, source }),
-                    }
+                    crate::fs::remove_if_exists(fs, &p)
+                        .map_err(|source| StorageError::Io { path: p.clone(), source })?;
                 }
             }
             break;
@@ -228,7 +237,7 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
     for (i, seg) in segments.into_iter().enumerate() {
         if seg.is_empty() && i + 1 < count {
             tracing::warn!(file = %seg.log_path.display(), "removing an empty segment left by an interrupted operation");
-            seg.remove_files()?;
+            seg.remove_files(fs)?;
         } else {
             kept.push(seg);
         }
@@ -247,9 +256,9 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
         }
     }
     if segments.is_empty() {
-        segments.push(Segment::create(&dir, 0)?);
+        segments.push(Segment::create(fs, &dir, 0)?);
     }
-    checkpoint::sync_dir(&dir)?;
+    checkpoint::sync_dir(fs, &dir)?;
 
     let log_end = segments.last().map_or(0, |s| s.next_offset);
     let mut epochs_changed = epochs.truncate_to(log_end);
@@ -265,14 +274,14 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
         );
     }
     if epochs_changed {
-        epochs.store(&dir)?;
+        epochs.store(fs, &dir)?;
     }
 
     let Some(active) = segments.last() else {
         return Err(StorageError::Closed { dir });
     };
     let writer = Writer {
-        index_file: Some(index::open_append(&active.index_path)?),
+        index_file: Some(index::open_append(fs, &active.index_path)?),
         index_pending: Vec::new(),
         last_index_pos: active.index.last().map_or(0, |e| u64::from(e.pos)),
         unflushed: 0,
@@ -284,7 +293,14 @@ pub(crate) fn open(dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Re
     };
     let state = State { closed: false, config, segments, epochs, gaps: recorded_gaps.clone(), closed_range: (0, 0) };
     let layout_gaps = state.layout_gaps();
-    let log = Log { dir, clock, writer: Mutex::new(writer), state: RwLock::new(state), generation: AtomicU64::new(0) };
+    let log = Log {
+        dir,
+        fs: fsr.clone(),
+        clock,
+        writer: Mutex::new(writer),
+        state: RwLock::new(state),
+        generation: AtomicU64::new(0),
+    };
     if layout_gaps != recorded_gaps {
         tracing::info!(dir = %log.dir.display(), ?recorded_gaps, ?layout_gaps, "gaps record updated from the segment layout");
     }

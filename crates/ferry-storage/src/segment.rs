@@ -10,12 +10,10 @@
 //! This module also holds the two scans over a segment: a header walk (one 61-byte pread per batch, no CRC) and a
 //! verifying walk (sequential chunked reads, every CRC checked) used for the tail of an uncleanly closed log.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::batch::{self, BatchError, BatchHeader, HEADER_LEN};
+use crate::fs::{FileRef, FileSystem, FsFile, OpenMode};
 use crate::index::IndexEntry;
 use crate::{Result, StorageError};
 
@@ -104,7 +102,7 @@ pub(crate) struct Segment {
     /// The `.index` file.
     pub index_path: PathBuf,
     /// The `.log` file, opened for reading and appending; readers pread on their own clone of the `Arc`.
-    pub file: Arc<File>,
+    pub file: FileRef,
     /// Committed bytes.
     pub size: u64,
     /// One past the last offset held; `base` when empty.
@@ -119,26 +117,19 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates a new empty segment's files in `dir`.
-    pub fn create(dir: &Path, base: u64) -> Result<Segment> {
+    pub fn create(fs: &dyn FileSystem, dir: &Path, base: u64) -> Result<Segment> {
         let log_path = dir.join(log_file_name(base));
         let index_path = dir.join(index_file_name(base));
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create_new(true)
-            .open(&log_path)
+        let file = fs
+            .open(&log_path, OpenMode::CreateNew)
             .map_err(|source| StorageError::Io { path: log_path.clone(), source })?;
-        OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&index_path)
-            .and_then(|f| f.set_len(0))
+        fs.open(&index_path, OpenMode::CreateTruncate)
             .map_err(|source| StorageError::Io { path: index_path.clone(), source })?;
         Ok(Segment {
             base,
             log_path,
             index_path,
-            file: Arc::new(file),
+            file,
             size: 0,
             next_offset: base,
             max_timestamp: i64::MIN,
@@ -158,20 +149,16 @@ impl Segment {
     }
 
     /// Removes both files (missing files are fine: the goal is that they are gone).
-    pub fn remove_files(&self) -> Result<()> {
+    pub fn remove_files(&self, fs: &dyn FileSystem) -> Result<()> {
         for path in [&self.log_path, &self.index_path] {
-            match std::fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(StorageError::Io { path: path.clone(), source }),
-            }
+            crate::fs::remove_if_exists(fs, path).map_err(|source| StorageError::Io { path: path.clone(), source })?;
         }
         Ok(())
     }
 }
 
 /// Reads exactly `buf.len()` bytes at `pos`.
-pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], pos: u64) -> Result<()> {
+pub(crate) fn read_exact_at(file: &dyn FsFile, path: &Path, buf: &mut [u8], pos: u64) -> Result<()> {
     file.read_exact_at(buf, pos).map_err(|source| StorageError::Io { path: path.to_path_buf(), source })
 }
 
@@ -216,7 +203,7 @@ fn chain_error(header: &BatchHeader, expected: u64, segment_base: u64) -> Option
 /// Walks the chain of batch headers of a segment, one pread per batch, from position 0 to `end`. Checks each
 /// header, that batches are whole and contiguous in offsets, and that the last one ends exactly at `end`; CRCs are
 /// not checked.
-pub(crate) fn walk_headers(file: &File, path: &Path, segment_base: u64, end: u64) -> Result<Walk> {
+pub(crate) fn walk_headers(file: &dyn FsFile, path: &Path, segment_base: u64, end: u64) -> Result<Walk> {
     let mut out = Vec::new();
     let mut pos = 0u64;
     let mut expected = segment_base;
@@ -251,7 +238,7 @@ pub(crate) fn walk_headers(file: &File, path: &Path, segment_base: u64, end: u64
 
 /// Walks every batch of a segment from position 0 to `end` with sequential reads, verifying each fully (header,
 /// whole batch, CRC, record count) and that offsets are contiguous.
-pub(crate) fn walk_verified(file: &File, path: &Path, segment_base: u64, end: u64) -> Result<Walk> {
+pub(crate) fn walk_verified(file: &dyn FsFile, path: &Path, segment_base: u64, end: u64) -> Result<Walk> {
     let mut out = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_start = 0u64;
@@ -303,7 +290,7 @@ pub(crate) fn walk_verified(file: &File, path: &Path, segment_base: u64, end: u6
 /// Calls `f(position, header)` for each batch from `start` (a batch boundary) up to `end`, reading headers only,
 /// until `f` returns `false`. A header that does not parse, or a batch running past `end`, is `CorruptSegment`.
 pub(crate) fn scan_headers(
-    file: &File,
+    file: &dyn FsFile,
     path: &Path,
     start: u64,
     end: u64,

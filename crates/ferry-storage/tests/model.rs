@@ -1,8 +1,16 @@
 //! Model test: random sequences of appends, offset appends (at the end, present, diverged, over a gap, zero-batch
-//! jumps), reads, clean and unclean reopens, truncations and retention, checked after every step against an
-//! in-memory model of what the log must hold: the same batches (offsets, epochs, records with keys, values,
-//! headers and timestamps), log start and end, epoch (bumped exactly on unclean reopens), epoch history,
-//! `EpochEnd` and gaps.
+//! jumps), reads, clean and unclean reopens, power losses, flushes, truncations and retention, checked after every
+//! step against an in-memory model of what the log must hold: the same batches (offsets, epochs, records with
+//! keys, values, headers and timestamps), log start and end, epoch (bumped exactly on unclean reopens), epoch
+//! history, `EpochEnd` and gaps.
+//!
+//! The log runs on the real file system, and on [`SimFs`], whose power loss drops what was never fsynced (all of
+//! it, a torn tail of each file, or random whole pages, and directory entries never synced). After a power loss:
+//! - under the sync flush policy the log holds exactly what the model holds (every append was acknowledged, so
+//!   none may be lost), with the epoch bumped;
+//! - under the async policy it holds exactly the model's state as it was after some step since the last point
+//!   where everything was durable (a flush, a close, a reopen, a truncation): an exact prefix, never a hole,
+//!   never a changed batch.
 //!
 //! `PROPTEST_CASES` raises the case count (the default keeps a debug run to seconds).
 
@@ -14,7 +22,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use common::*;
 use ferry_storage::batch::{self, Record};
-use ferry_storage::{EpochEnd, Log, LogConfig, ManualClock, OffsetAppendOutcome};
+use ferry_storage::fs::{PowerLoss, SimFs};
+use ferry_storage::{EpochEnd, FlushPolicy, Log, LogConfig, ManualClock, OffsetAppendOutcome};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -27,10 +36,26 @@ enum Op {
     ZeroBatchJump { skip: u64 },
     Read { pick: u64, max_bytes: u64 },
     Reopen { clean: bool },
+    PowerLoss { mode: PowerLoss, seed: u64 },
+    Flush,
     Truncate { pick: u64 },
     Retention { bytes: Option<u64>, age: Option<u64> },
 }
 
+fn power_loss() -> impl Strategy<Value = PowerLoss> {
+    prop_oneof![Just(PowerLoss::DropUnsynced), Just(PowerLoss::TornTail), Just(PowerLoss::TornPages)]
+}
+
+/// Operations with power losses and flushes (the simulated file layer only).
+fn op_with_power_loss() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (power_loss(), any::<u64>()).prop_map(|(mode, seed)| Op::PowerLoss { mode, seed }),
+        2 => Just(Op::Flush),
+        20 => op(),
+    ]
+}
+
+/// Operations on any file layer.
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (1u64..5).prop_map(|n| Op::Append { n }),
@@ -63,9 +88,54 @@ struct Model {
     log_end: u64,
     current: u32,
     history: Vec<(u32, u64)>,
+    /// States a power loss may leave, oldest first: (log end, base of the last batch held). The first is the last
+    /// state known durable.
+    since_durable: Vec<(u64, Option<u64>)>,
 }
 
 impl Model {
+    /// The current state, as a power loss would find it.
+    fn state(&self) -> (u64, Option<u64>) {
+        (self.log_end, self.batches.last().map(|b| b.base))
+    }
+
+    /// Records that the current state may be what a power loss leaves.
+    fn mark(&mut self) {
+        let state = self.state();
+        if self.since_durable.last() != Some(&state) {
+            self.since_durable.push(state);
+        }
+    }
+
+    /// Records that everything up to now is durable.
+    fn mark_durable(&mut self) {
+        self.since_durable = vec![self.state()];
+    }
+
+    /// Adopts what a power loss left: `stored` batches and `log_end`, which must be one of the states since the
+    /// last durable one, with exactly that state's batches. The unclean open bumps the epoch.
+    fn adopt_power_loss(&mut self, stored: &[Bytes], log_end: u64) -> Result<(), TestCaseError> {
+        let found = self.since_durable.iter().copied().find(|&(end, last_base)| {
+            let kept: Vec<&Bytes> =
+                self.batches.iter().filter(|b| last_base.is_some_and(|l| b.base <= l)).map(|b| &b.bytes).collect();
+            end == log_end && kept.len() == stored.len() && kept.iter().zip(stored).all(|(a, b)| *a == b)
+        });
+        let Some((end, last_base)) = found else {
+            return Err(TestCaseError::fail(format!(
+                "after a power loss the log ends at {log_end} with {} batches, which is no state since the last \
+                 durable one ({:?})",
+                stored.len(),
+                self.since_durable
+            )));
+        };
+        self.batches.retain(|b| last_base.is_some_and(|l| b.base <= l));
+        self.log_end = end;
+        self.history.retain(|&(_, s)| s < end);
+        self.current = self.latest() + 1;
+        self.mark_durable();
+        Ok(())
+    }
+
     fn latest(&self) -> u32 {
         self.history.last().map_or(self.current, |&(e, _)| e.max(self.current))
     }
@@ -124,8 +194,9 @@ impl Model {
     }
 }
 
-fn config() -> LogConfig {
-    LogConfig { segment_bytes: 700, index_interval_bytes: 200, ..small_config() }
+fn config(sync: bool) -> LogConfig {
+    let base = LogConfig { segment_bytes: 700, index_interval_bytes: 200, ..small_config() };
+    if sync { LogConfig { flush: FlushPolicy::Sync, ..base } } else { base }
 }
 
 fn check(log: &Log, m: &Model) -> Result<(), TestCaseError> {
@@ -147,11 +218,21 @@ fn check(log: &Log, m: &Model) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// Where the log under test lives.
+enum Disk {
+    Real,
+    Sim(SimFs),
+}
+
+fn run(dir: &Path, mut disk: Disk, sync: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let open = || Log::open_with_clock(dir, config(), clock.clone()).unwrap();
-    let mut log = open();
+    let open = |disk: &Disk| match disk {
+        Disk::Real => Log::open_with_clock(dir, config(sync), clock.clone()).unwrap(),
+        Disk::Sim(fs) => Log::open_on(Arc::new(fs.clone()), dir, config(sync), clock.clone()).unwrap(),
+    };
+    let mut log = open(&disk);
     let mut m = Model::default();
+    m.mark_durable();
     let mut counter = 0u64;
     let next_records = |base: u64, n: u64, counter: &mut u64| {
         *counter += 1;
@@ -210,6 +291,7 @@ fn run(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     OffsetAppendOutcome::Appended { written: 1, present: 0, log_end_offset: base + n }
                 );
                 m.jump(base);
+                m.mark();
                 m.push(b);
             }
             Op::ZeroBatchJump { skip } => {
@@ -242,12 +324,32 @@ fn run(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     m.current = m.latest() + 1;
                 }
                 drop(log);
-                log = open();
+                log = open(&disk);
+                // A clean close flushed everything; an unclean open fsynced what it checked.
+                m.mark_durable();
+            }
+            Op::PowerLoss { mode, seed } => {
+                let Disk::Sim(fs) = &disk else { unreachable!("power losses run on the simulated disk only") };
+                let rebooted = fs.power_loss(mode, seed);
+                drop(log);
+                disk = Disk::Sim(rebooted);
+                log = open(&disk);
+                let stored: Vec<Bytes> = read_all_batches(&log, 1500).into_iter().map(|(_, b)| b).collect();
+                m.adopt_power_loss(&stored, log.log_end_offset())?;
+            }
+            Op::Flush => {
+                log.flush().unwrap();
+                m.mark_durable();
             }
             Op::Truncate { pick } => {
                 let offset = pick % (m.log_end + 10);
+                let cuts = offset < m.log_end;
                 let want = m.truncate(offset);
                 prop_assert_eq!(log.truncate_to(offset).unwrap(), want);
+                if cuts {
+                    // A truncation that cuts flushes first and leaves its cut durable.
+                    m.mark_durable();
+                }
             }
             Op::Retention { bytes, age } => {
                 let bases = log.segment_base_offsets();
@@ -268,15 +370,21 @@ fn run(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     total -= sizes[deleted];
                     deleted += 1;
                 }
-                log.set_config(LogConfig { retention_bytes: bytes, retention_ms: age, ..config() });
+                log.set_config(LogConfig { retention_bytes: bytes, retention_ms: age, ..config(sync) });
                 prop_assert_eq!(log.apply_retention(now).unwrap(), deleted);
-                log.set_config(config());
+                log.set_config(config(sync));
                 if deleted > 0 {
                     m.log_start = bases[deleted];
                     m.batches.retain(|b| b.base >= bases[deleted]);
                 }
             }
             _ => {}
+        }
+        if sync {
+            // Every append returned after its fsync: all of it is durable.
+            m.mark_durable();
+        } else {
+            m.mark();
         }
         check(&log, &m)?;
     }
@@ -293,6 +401,18 @@ proptest! {
     #[test]
     fn log_matches_the_model(ops in proptest::collection::vec(op(), 1..60)) {
         let dir = tempfile::tempdir().unwrap();
-        run(dir.path(), ops)?;
+        run(dir.path(), Disk::Real, false, ops)?;
+    }
+
+    #[test]
+    fn power_loss_under_sync_flush_loses_nothing(ops in proptest::collection::vec(op_with_power_loss(), 1..60)) {
+        run(Path::new("/data/t/0"), Disk::Sim(SimFs::new()), true, ops)?;
+    }
+
+    #[test]
+    fn power_loss_under_async_flush_leaves_an_exact_earlier_state(
+        ops in proptest::collection::vec(op_with_power_loss(), 1..60)
+    ) {
+        run(Path::new("/data/t/0"), Disk::Sim(SimFs::new()), false, ops)?;
     }
 }
