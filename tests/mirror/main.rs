@@ -13,6 +13,7 @@ mod active_active;
 mod config;
 mod discovery;
 mod divergence;
+mod env;
 mod groups;
 mod identical;
 mod kill9;
