@@ -22,5 +22,6 @@ mod ratelimit;
 mod restarts;
 mod retention;
 mod scaleout;
+mod secure;
 mod sigterm;
 mod split;
