@@ -19,6 +19,7 @@ mod identical;
 mod kill9;
 mod memory;
 mod ratelimit;
+mod reload;
 mod restarts;
 mod retention;
 mod scaleout;

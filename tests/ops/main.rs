@@ -19,6 +19,7 @@ mod support;
 mod api_errors;
 mod failover;
 mod lag;
+mod rules_reload;
 mod smtp_down;
 mod target_cut;
 mod totals;
