@@ -21,6 +21,7 @@ mod failover;
 mod lag;
 mod rules_reload;
 mod smtp_down;
+mod switch_back;
 mod target_cut;
 mod totals;
 mod wrong_cluster;
