@@ -15,6 +15,7 @@ mod config;
 mod discovery;
 mod divergence;
 mod env;
+mod group_edges;
 mod groups;
 mod identical;
 mod kill9;
