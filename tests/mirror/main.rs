@@ -20,6 +20,7 @@ mod groups;
 mod identical;
 mod kill9;
 mod memory;
+mod promote;
 mod ratelimit;
 mod reload;
 mod restarts;
