@@ -29,3 +29,4 @@ mod scaleout;
 mod secure;
 mod sigterm;
 mod split;
+mod target_diverged;
