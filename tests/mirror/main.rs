@@ -28,5 +28,6 @@ mod retention;
 mod scaleout;
 mod secure;
 mod sigterm;
+mod source_changes;
 mod split;
 mod target_diverged;
