@@ -6,6 +6,7 @@
 
 mod auth;
 mod common;
+mod config_env;
 mod ferryctl;
 mod groups;
 mod idempotence;

@@ -10,16 +10,24 @@
 mod common;
 
 mod active_active;
+mod commits;
 mod config;
 mod discovery;
 mod divergence;
+mod env;
+mod group_edges;
 mod groups;
 mod identical;
 mod kill9;
 mod memory;
+mod promote;
 mod ratelimit;
+mod reload;
 mod restarts;
 mod retention;
 mod scaleout;
+mod secure;
 mod sigterm;
+mod source_changes;
 mod split;
+mod target_diverged;
