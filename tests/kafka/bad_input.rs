@@ -1,10 +1,13 @@
-//! Bad input never crash-loops the mirror: a route whose endpoint is not Kafka, and a mirrored Kafka topic that
-//! disappears, each give one clear error and a `sync_error` alarm while the process keeps serving.
+//! Bad input never crash-loops the mirror: a route whose endpoint is not Kafka gives one clear error and a
+//! `sync_error` alarm while the process keeps serving; a mirrored Kafka topic that disappears gives `remove_topic`
+//! (docs/alarms.md) and the target keeps what was copied.
 
 use std::time::Duration;
 
-use crate::common::{Ferry, SideConf, events, io_deadline, mirror_toml, monitor_get, start_mirror, wait_ferry_leo};
-use crate::kafka_support::{Tansu, create_topic, delete_topic, produce};
+use crate::common::{
+    Ferry, SideConf, events, io_deadline, mirror_toml, monitor_get, read_ferry, start_mirror, wait_ferry_leo,
+};
+use crate::kafka_support::{Tansu, consume, create_topic, delete_topic, digest, produce};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_that_is_not_kafka_gives_a_clear_error_and_an_alarm_not_a_crash_loop() -> anyhow::Result<()> {
@@ -37,70 +40,79 @@ async fn a_route_that_is_not_kafka_gives_a_clear_error_and_an_alarm_not_a_crash_
     Ok(())
 }
 
+/// The strict form of the next test: a mirrored Kafka topic deleted on tansu is reported with `remove_topic` by the
+/// process that mirrored it, which keeps running (no restart at all) and keeps what was copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "librdkafka 2.12.1 (rdkafka 0.38) segfaults on tansu's fetch response for a deleted topic (KIP-951 leader-discovery tags without a topic id, see librdkafka issue #5280), and the integration raises no sync_error for a vanished source topic"]
-async fn a_mirrored_kafka_topic_that_disappears_gives_a_clear_error_and_an_alarm() -> anyhow::Result<()> {
+#[ignore = "librdkafka 2.12.1 (bundled by rdkafka-sys 4.10) segfaults in rd_kafka_metadata_cache_find on tansu's fetch response for the deleted topic (docs/kafka.md, Known issues), so the process does not keep running; a_deleted_kafka_topic_raises_remove_topic_and_never_crash_loops_the_mirror tolerates that one crash"]
+async fn a_deleted_kafka_topic_raises_remove_topic_and_the_mirror_keeps_running() -> anyhow::Result<()> {
     let k = Tansu::start("kafka-a").await;
     let dst = Ferry::start("dc-b").await?;
     create_topic(&k, "orders", 1).await;
-    produce(&k, "orders", 0, 50, 1, &[]).await;
+    let orders = produce(&k, "orders", 0, 50, 1, &[]).await;
     let source = SideConf::new("kafka-a", "kafka", &k.bootstrap());
     let target = SideConf::new("dc-b", "ferry", &dst.addr());
     let mut mirror =
         start_mirror(&mirror_toml("kafka-a_to_dc-b", &source, &target, "identity", "^orders$", "")).await?;
     wait_ferry_leo(&dst, "orders", 0, 50).await?;
+    let pid = mirror.pid();
     delete_topic(&k, "orders").await;
-    let alarm = ferry_testkit::wait_for("a sync_error naming the topic", io_deadline(), async || {
-        let found = events(&mirror, "sync_error").await?;
-        Ok::<_, anyhow::Error>(found.into_iter().find(|e| e.to_string().contains("orders")))
+    let event = ferry_testkit::wait_for("remove_topic for orders, or an exit", io_deadline(), async || {
+        if !mirror.is_running() {
+            return Ok::<_, anyhow::Error>(Some(None));
+        }
+        Ok(events(&mirror, "remove_topic").await?.into_iter().find(|e| e["topic"] == "orders").map(Some))
     })
     .await?;
-    assert!(alarm.to_string().contains("orders"), "{alarm}");
-    assert!(mirror.is_running(), "the mirror must keep running");
-    // The target keeps what was copied.
-    assert_eq!(dst.leos("orders").await, vec![50]);
+    let Some(event) = event else {
+        anyhow::bail!("the mirror exited ({:?}):\n{}", mirror.process().exit_status(), mirror.logs());
+    };
+    assert!(event["message"].as_str().is_some_and(|m| m.contains("orders")), "{event}");
+    assert!(mirror.is_running() && mirror.pid() == pid, "the same process goes on: {}", mirror.logs());
+    assert_eq!(read_ferry(&dst, "orders", 0).await?, orders, "the target keeps what was copied");
     mirror.terminate(Duration::from_secs(20)).await?;
     Ok(())
 }
 
-/// What happens today when a mirrored topic is deleted on tansu: librdkafka may crash the process once, right away
-/// or a few fetches later (see the ignored test above); a supervisor's restart then does not crash again (the topic
-/// is no longer discovered), the target keeps what was copied and mirroring of the other topic goes on: never a
-/// crash loop.
+/// A mirrored Kafka topic deleted on tansu: the mirror raises `remove_topic` for it, the target keeps what was
+/// copied, and mirroring of the other topic goes on: never a crash loop.
+///
+/// While rdkafka bundles librdkafka 2.12, the deletion may crash the process once: the segfault in
+/// `rd_kafka_metadata_cache_find` documented in docs/kafka.md ("Known issues"), right away or a fetch or so after
+/// `remove_topic`. The test then restarts the process once, as its supervisor would; a process restarted before it
+/// raised `remove_topic` raises it at start (the topic is a mirror topic of this source whose source is gone).
+/// Any other exit, a second crash, or a crash with another librdkafka fails the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_kafka_topic_never_crash_loops_the_mirror() -> anyhow::Result<()> {
+async fn a_deleted_kafka_topic_raises_remove_topic_and_never_crash_loops_the_mirror() -> anyhow::Result<()> {
     let k = Tansu::start("kafka-a").await;
     let dst = Ferry::start("dc-b").await?;
     create_topic(&k, "orders", 1).await;
     create_topic(&k, "payments", 1).await;
-    produce(&k, "orders", 0, 50, 1, &[]).await;
-    produce(&k, "payments", 0, 20, 2, &[]).await;
+    let orders = produce(&k, "orders", 0, 50, 1, &[]).await;
+    let mut payments = produce(&k, "payments", 0, 20, 2, &[]).await;
     let source = SideConf::new("kafka-a", "kafka", &k.bootstrap());
     let target = SideConf::new("dc-b", "ferry", &dst.addr());
     let mut mirror = start_mirror(&mirror_toml("kafka-a_to_dc-b", &source, &target, "identity", ".*", "")).await?;
     wait_ferry_leo(&dst, "orders", 0, 50).await?;
     wait_ferry_leo(&dst, "payments", 0, 20).await?;
     delete_topic(&k, "orders").await;
-    // Either the mirror notices the topic is gone, or librdkafka takes the process down.
     let mut restarts = 0;
-    let mut noticed = false;
-    while !noticed {
-        ferry_testkit::wait_until("remove_topic or an exit", io_deadline(), async || {
+    // remove_topic, from the first process or from the one restarted after the documented crash.
+    let event = loop {
+        let found = ferry_testkit::wait_for("remove_topic for orders, or an exit", io_deadline(), async || {
             if !mirror.is_running() {
-                return Ok::<_, anyhow::Error>(true);
+                return Ok::<_, anyhow::Error>(Some(None));
             }
-            noticed = events(&mirror, "remove_topic").await.is_ok_and(|e| !e.is_empty());
-            Ok(noticed)
+            Ok(events(&mirror, "remove_topic").await?.into_iter().find(|e| e["topic"] == "orders").map(Some))
         })
         .await?;
-        if !mirror.is_running() {
-            restart_once(&mut mirror, &mut restarts).await?;
-            // A fresh process does not discover the deleted topic: nothing more to notice.
-            noticed = true;
+        match found {
+            Some(event) => break event,
+            None => restart_after_the_documented_crash(&mut mirror, &mut restarts).await?,
         }
-    }
-    // Mirroring of the other topic goes on, across at most one crash (which may also come a few fetches later).
-    produce(&k, "payments", 0, 30, 3, &[]).await;
+    };
+    assert!(event["message"].as_str().is_some_and(|m| m.contains("orders")), "{event}");
+    // Mirroring of the other topic goes on (the documented crash may also come a fetch or so after remove_topic).
+    payments.extend(produce(&k, "payments", 0, 30, 3, &[]).await);
     loop {
         ferry_testkit::wait_until("payments/0 on dc-b to reach 50, or an exit", io_deadline(), async || {
             Ok::<_, anyhow::Error>(!mirror.is_running() || dst.leos("payments").await.first().is_some_and(|&l| l >= 50))
@@ -109,30 +121,90 @@ async fn a_deleted_kafka_topic_never_crash_loops_the_mirror() -> anyhow::Result<
         if mirror.is_running() {
             break;
         }
-        restart_once(&mut mirror, &mut restarts).await?;
+        restart_after_the_documented_crash(&mut mirror, &mut restarts).await?;
     }
-    // Ten discovery rounds (1 s each) of the same process, with no further crash.
-    let pid = mirror.pid();
-    ferry_testkit::wait_until("ten discovery rounds, or an exit", Duration::from_secs(60), async || {
-        if !mirror.is_running() {
-            return Ok::<_, anyhow::Error>(true);
+    // Let ten discovery rounds (the configured 1 s each) pass in one process: a crash loop would show within them.
+    let rounds = 10 * DISCOVERY_INTERVAL;
+    loop {
+        ferry_testkit::wait_until("ten discovery rounds, or an exit", ferry_testkit::deadline(&[rounds]), async || {
+            if !mirror.is_running() {
+                return Ok::<_, anyhow::Error>(true);
+            }
+            let status = monitor_get(&mirror, "/api/v1/status").await?;
+            Ok(status["uptime_seconds"].as_u64().is_some_and(|s| s >= rounds.as_secs()))
+        })
+        .await?;
+        if mirror.is_running() {
+            break;
         }
-        let status = monitor_get(&mirror, "/api/v1/status").await?;
-        Ok(status["uptime_seconds"].as_u64().is_some_and(|s| s >= 10))
+        restart_after_the_documented_crash(&mut mirror, &mut restarts).await?;
+    }
+    assert_eq!(read_ferry(&dst, "orders", 0).await?, orders, "the target keeps what was copied");
+    assert_eq!(consume(&k, "payments", 0, 0).await, payments);
+    let got = read_ferry(&dst, "payments", 0).await?;
+    assert_eq!(got.len(), 50);
+    assert_eq!(digest(&got), digest(&payments), "every payments record copied once");
+    assert_eq!(got, payments);
+
+    // Any later start reports the topic as gone too: a mirror topic of this source whose source topic is gone.
+    mirror.terminate(Duration::from_secs(20)).await?;
+    mirror.restart().await?;
+    let event = ferry_testkit::wait_for("remove_topic for orders after a restart", io_deadline(), async || {
+        Ok::<_, anyhow::Error>(events(&mirror, "remove_topic").await?.into_iter().find(|e| e["topic"] == "orders"))
     })
     .await?;
-    assert!(mirror.is_running(), "no second crash: {}", mirror.logs());
-    assert_eq!(mirror.pid(), pid, "the same process ran through the ten rounds");
-    assert_eq!(dst.leos("orders").await, vec![50], "the target keeps what was copied");
-    assert_eq!(dst.leos("payments").await, vec![50], "every payments record was copied once");
+    assert_eq!(event["details"]["target_topic"], "orders", "{event}");
+    assert!(event["message"].as_str().is_some_and(|m| m.contains("the source topic is gone")), "{event}");
+    assert_eq!(events(&mirror, "remove_topic").await?.len(), 1, "only orders is gone");
     mirror.terminate(Duration::from_secs(20)).await?;
     Ok(())
 }
 
-/// Restarts a mirror that died, as a supervisor would, but only once: a second death is a crash loop.
-async fn restart_once(mirror: &mut ferry_testkit::MirrorProcess, restarts: &mut u32) -> anyhow::Result<()> {
+/// `[topics] discovery_interval` of [`mirror_toml`].
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The librdkafka version rdkafka-sys bundles, as Cargo.lock pins it (`4.10.0+2.12.1` gives `2.12.1`).
+fn bundled_librdkafka() -> String {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).expect("read Cargo.lock");
+    let package = lock.split("[[package]]").find(|p| p.contains("name = \"rdkafka-sys\"")).expect("rdkafka-sys");
+    let version = package.lines().find_map(|l| l.strip_prefix("version = ")).expect("its version");
+    version.trim_matches('"').split_once('+').expect("rdkafka-sys versions carry librdkafka's").1.to_owned()
+}
+
+/// Restarts a mirror that died of the crash docs/kafka.md documents, as a supervisor would, once. Fails on a second
+/// death, on an exit other than SIGSEGV, and on a SIGSEGV when the bundled librdkafka is no longer 2.12.
+async fn restart_after_the_documented_crash(
+    mirror: &mut ferry_testkit::MirrorProcess,
+    restarts: &mut u32,
+) -> anyhow::Result<()> {
+    use std::os::unix::process::ExitStatusExt;
+    let status = mirror.process().exit_status();
+    let librdkafka = bundled_librdkafka();
+    anyhow::ensure!(
+        *restarts == 0,
+        "the mirror exited again ({status:?}) after its restart for the documented librdkafka 2.12 segfault in \
+         rd_kafka_metadata_cache_find (docs/kafka.md, Known issues): a crash loop:\n{}",
+        mirror.logs()
+    );
+    anyhow::ensure!(
+        status.and_then(|s| s.signal()) == Some(ferry_testkit::Signal::SEGV.as_raw()),
+        "the mirror exited ({status:?}), which is not the documented librdkafka 2.12 segfault in \
+         rd_kafka_metadata_cache_find (docs/kafka.md, Known issues):\n{}",
+        mirror.logs()
+    );
+    anyhow::ensure!(
+        librdkafka.starts_with("2.12."),
+        "the mirror died of a SIGSEGV with librdkafka {librdkafka}: docs/kafka.md documents the segfault in \
+         rd_kafka_metadata_cache_find for librdkafka 2.12 only; check whether it remains, then update the docs and \
+         this test:\n{}",
+        mirror.logs()
+    );
     *restarts += 1;
-    anyhow::ensure!(*restarts == 1, "the mirror died again after its restart (a crash loop):\n{}", mirror.logs());
-    tracing::warn!(status = ?mirror.process().exit_status(), "the mirror died on the deleted topic; restarting it once");
+    tracing::warn!(
+        ?status,
+        librdkafka,
+        "the mirror died of the documented librdkafka 2.12 segfault in rd_kafka_metadata_cache_find on the deleted \
+         topic; restarting it once"
+    );
     Ok(mirror.restart().await?)
 }

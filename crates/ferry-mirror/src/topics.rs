@@ -5,7 +5,9 @@
 //! starts with `{target.cluster}.` — that is what keeps active-active pairs from looping. Target topics are created
 //! as mirror topics (same partition count, the source's config, the source cluster id and topic id recorded),
 //! grown when the source grows (`modify_partition_num`), and kept in step with later config changes. A source
-//! topic that disappears or stops matching raises `remove_topic`; its target topic is kept.
+//! topic that disappears or stops matching raises `remove_topic`; its target topic is kept. A process's first round
+//! also raises it once for each mirror topic of this source whose source topic is gone (deleted while no mirror
+//! process ran).
 //!
 //! **Resume rule** ([`resume_position`]): the target is the truth. A target partition with data or a recorded log
 //! start resumes at its log end. An empty one starts at `start_position` on the mirror's very first run and at the
@@ -62,6 +64,28 @@ pub fn selected(cfg: &TopicsConfig, target_cluster: &str, topic: &str) -> bool {
     cfg.include.iter().any(|r| r.is_match(topic))
         && !cfg.exclude.iter().any(|r| r.is_match(topic))
         && !topic.starts_with(&format!("{target_cluster}."))
+}
+
+/// Target mirror topics of this source whose source topic is gone: marked with this source cluster, named by the
+/// rename policy after a source topic the rules select, and that source topic absent from `source_names` (the
+/// listing of every source topic). Returns (source topic, target topic) pairs.
+pub fn gone_from_source<'a>(
+    rules: &TopicsConfig,
+    naming: &Naming,
+    source_names: &BTreeSet<&str>,
+    target_topics: impl IntoIterator<Item = &'a pb::TopicInfo>,
+) -> Vec<(String, String)> {
+    target_topics
+        .into_iter()
+        .filter_map(|t| {
+            let mark = t.mirror.as_ref()?;
+            let ours = mark.source_cluster == naming.source_cluster
+                && target_name(rules.rename, &naming.source_cluster, &mark.source_topic) == t.name
+                && selected(rules, &naming.target_cluster, &mark.source_topic);
+            (ours && !source_names.contains(mark.source_topic.as_str()))
+                .then(|| (mark.source_topic.clone(), t.name.clone()))
+        })
+        .collect()
 }
 
 /// The parts of a topic config the mirror keeps in step.
@@ -175,20 +199,20 @@ impl TopicAndOffsetManager {
         };
         let previous = self.tx.borrow().clone();
         let mut next = TopicSet { topics: BTreeMap::new(), discovered: true };
-        for t in source_topics {
+        for t in &source_topics {
             if t.mirror.is_some() || !selected(&rules, &self.naming.target_cluster, &t.name) {
                 continue;
             }
             let target = target_name(rules.rename, &self.naming.source_cluster, &t.name);
             let mirrored = match target_topics.get(&target) {
-                None => match self.create(&t, &target, &cluster_id).await {
+                None => match self.create(t, &target, &cluster_id).await {
                     Ok(m) => m,
                     Err(e) => {
                         tracing::warn!(topic = %t.name, target = %target, error = %e, "cannot create the target topic");
                         continue;
                     }
                 },
-                Some(existing) => match self.reconcile(&t, existing).await {
+                Some(existing) => match self.reconcile(t, existing).await {
                     Some(m) => m,
                     None => continue,
                 },
@@ -205,6 +229,23 @@ impl TopicAndOffsetManager {
                     .topic(name)
                     .detail("target_topic", m.target.clone())
                     .detail("partitions", m.partitions),
+                );
+            }
+        }
+        if !previous.discovered {
+            // A new process does not know what an earlier one mirrored, so a source topic deleted while no mirror
+            // process ran (or whose deletion made librdkafka crash the last one, docs/kafka.md) would never be
+            // reported: the first round reports each such mirror topic of this source once, as it reports every
+            // mirrored topic with add_topic.
+            let source_names: BTreeSet<&str> = source_topics.iter().map(|t| t.name.as_str()).collect();
+            for (source, target) in gone_from_source(&rules, &self.naming, &source_names, target_topics.values()) {
+                self.events.emit(
+                    Event::new(
+                        EventKind::RemoveTopic,
+                        format!("not mirroring {source}: the source topic is gone (deleted on the source); the target topic {target} is kept"),
+                    )
+                    .topic(&source)
+                    .detail("target_topic", target),
                 );
             }
         }
@@ -432,6 +473,34 @@ mod tests {
         );
         assert!(must_copy_config(Some(&config(128 << 10)), Some(&target), Some(&source)), "the source changed since");
         assert!(!must_copy_config(Some(&target), Some(&target), None), "equal: nothing to copy");
+    }
+
+    #[test]
+    fn a_mirror_topic_whose_source_topic_is_gone_is_found_and_nothing_else() {
+        let naming = Naming { source_cluster: "dc-a".into(), target_cluster: "dc-b".into() };
+        let topic = |name: &str, source: Option<(&str, &str)>| pb::TopicInfo {
+            name: name.into(),
+            mirror: source.map(|(cluster, topic)| pb::MirrorSource {
+                source_cluster: cluster.into(),
+                source_topic: topic.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let target = [
+            topic("dc-a.orders", Some(("dc-a", "orders"))),     // gone from the source
+            topic("dc-a.payments", Some(("dc-a", "payments"))), // still there
+            topic("dc-c.orders", Some(("dc-c", "orders"))),     // another source cluster's
+            topic("dc-a.internal", Some(("dc-a", "internal"))), // excluded by the rules
+            topic("orders", Some(("dc-a", "orders"))),          // not named by the prefix policy
+            topic("dc-a.local", None),                          // not a mirror topic
+        ];
+        let source: BTreeSet<&str> = ["payments"].into();
+        let r = rules(&[".*"], &["internal$"]);
+        assert_eq!(
+            gone_from_source(&r, &naming, &source, &target),
+            vec![("orders".to_owned(), "dc-a.orders".to_owned())]
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@ Every record is printed as one JSON line: {"p", "o", "ts", "k", "v", "h"} with k
 base64 (null kept) and headers as an ordered list of [key, value]. Subcommands:
 
   produce BOOTSTRAP TOPIC PARTITION COUNT SEED [--txn ID] [--abort-every N] [--size N]
-      deterministic keyed records with headers (repeated keys, null values) and timestamps; prints what was
-      delivered (aborted transactions are not printed: they are not in the log for read_committed readers)
+      deterministic keyed records with headers (repeated keys, null values) and timestamps; prints every record
+      as produced, at the offset its delivery report gave, in offset order; a record of an aborted transaction
+      carries "aborted": true (the producer's own account, so that tests need not trust the broker to hide them)
   consume BOOTSTRAP TOPIC PARTITION FROM [--max N] [--uncommitted]
       every visible record from FROM to the end (read_committed unless --uncommitted)
   hold BOOTSTRAP TOPIC PARTITION TXN_ID HEADERS_JSON COUNT BASE
@@ -52,12 +53,17 @@ def produce(bootstrap, topic, partition, count, seed, txn=None, abort_every=0, s
     if txn:
         conf["transactional.id"] = txn
     p = Producer(conf)
+    # (offset, record index) of every delivered record, and the indexes of the aborted ones. A delivery report
+    # carries no headers, so what is printed is the record as produced, at the offset its report gave.
     delivered = []
+    aborted = set()
 
-    def on_delivery(err, msg):
-        if err is not None:
-            raise SystemExit(f"delivery failed: {err}")
-        delivered.append(msg)
+    def on_delivery(j):
+        def done(err, msg):
+            if err is not None:
+                raise SystemExit(f"delivery failed: {err}")
+            delivered.append((msg.offset(), j))
+        return done
 
     if txn:
         p.init_transactions(30)
@@ -67,22 +73,29 @@ def produce(bootstrap, topic, partition, count, seed, txn=None, abort_every=0, s
         n = min(chunk, count - i)
         if txn:
             p.begin_transaction()
-        start = len(delivered)
         for j in range(i, i + n):
             key, value, headers, ts = record(seed, j, size)
             p.produce(topic, value=value, key=key, headers=headers, partition=partition, timestamp=ts,
-                      on_delivery=on_delivery)
-        p.flush(30)
+                      on_delivery=on_delivery(j))
+        if p.flush(30) != 0:
+            raise SystemExit("produce: records left undelivered")
         abort = txn and abort_every and (i // chunk) % abort_every == abort_every - 1
         if txn:
             if abort:
                 p.abort_transaction(30)
-                del delivered[start:]
+                aborted.update(range(i, i + n))
             else:
                 p.commit_transaction(30)
         i += n
-    for m in delivered:
-        print(line(m))
+    if len(delivered) != count:
+        raise SystemExit(f"produce: {len(delivered)} of {count} records delivered")
+    for offset, j in sorted(delivered):
+        key, value, headers, ts = record(seed, j, size)
+        out = {"p": partition, "o": offset, "ts": ts, "k": b64(key), "v": b64(value),
+               "h": [[k, b64(v)] for k, v in headers]}
+        if j in aborted:
+            out["aborted"] = True
+        print(json.dumps(out))
 
 
 def load(bootstrap, topic, partitions, count, size):

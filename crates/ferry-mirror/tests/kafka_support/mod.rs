@@ -142,12 +142,48 @@ pub async fn create_topic(k: &Tansu, topic: &str, partitions: u32) {
 }
 
 /// Produces `count` deterministic records (keys, headers with repeats and nulls, timestamps) to one partition;
-/// `extra` adds `--txn ID`, `--abort-every N`, `--size N`. Returns what was delivered.
+/// `extra` adds `--txn ID`, `--abort-every N`, `--size N`. Returns what was delivered and committed (records of
+/// aborted transactions are left out; [`produce_transactions`] returns them too).
 pub async fn produce(k: &Tansu, topic: &str, partition: u32, count: usize, seed: u32, extra: &[&str]) -> Vec<Record> {
+    produce_transactions(k, topic, partition, count, seed, extra).await.committed
+}
+
+/// What a producer wrote, as its own delivery reports and transaction outcomes tell it.
+#[derive(Debug, Clone)]
+pub struct Produced {
+    /// Records delivered outside transactions or in committed ones, in offset order.
+    pub committed: Vec<Record>,
+    /// Records delivered in transactions the producer aborted, in offset order.
+    pub aborted: Vec<Record>,
+}
+
+impl Produced {
+    /// Committed and aborted records together, in offset order: every data record in the log.
+    pub fn all(&self) -> Vec<Record> {
+        let mut all: Vec<Record> = self.committed.iter().chain(&self.aborted).cloned().collect();
+        all.sort_by_key(|r| r.offset);
+        all
+    }
+}
+
+/// As [`produce`], also returning the records of the transactions the producer aborted (`--abort-every N`).
+pub async fn produce_transactions(
+    k: &Tansu,
+    topic: &str,
+    partition: u32,
+    count: usize,
+    seed: u32,
+    extra: &[&str],
+) -> Produced {
     let (b, p, c, s) = (k.bootstrap(), partition.to_string(), count.to_string(), seed.to_string());
     let mut args = vec!["produce", &b, topic, &p, &c, &s];
     args.extend_from_slice(extra);
-    parse_records(&tool(&args).await)
+    let lines = json_lines(&tool(&args).await);
+    let (aborted, committed): (Vec<_>, Vec<_>) = lines.iter().partition(|v| v["aborted"] == true);
+    Produced {
+        committed: committed.into_iter().map(parse_record).collect(),
+        aborted: aborted.into_iter().map(parse_record).collect(),
+    }
 }
 
 /// Every record of a partition from `from`, as a read_committed confluent-kafka consumer sees it.
@@ -159,26 +195,30 @@ fn b64(v: &serde_json::Value) -> Option<Bytes> {
     v.as_str().map(|s| Bytes::from(base64::engine::general_purpose::STANDARD.decode(s).expect("base64")))
 }
 
+/// The tool's JSON lines.
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// One record of the tool's output.
+fn parse_record(v: &serde_json::Value) -> Record {
+    Record {
+        offset: v["o"].as_u64().unwrap(),
+        timestamp: v["ts"].as_i64().unwrap(),
+        key: b64(&v["k"]),
+        value: b64(&v["v"]),
+        headers: v["h"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| Header { key: h[0].as_str().unwrap().to_owned(), value: b64(&h[1]) })
+            .collect(),
+    }
+}
+
 /// Records from the tool's JSON lines.
 pub fn parse_records(out: &str) -> Vec<Record> {
-    out.lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            Record {
-                offset: v["o"].as_u64().unwrap(),
-                timestamp: v["ts"].as_i64().unwrap(),
-                key: b64(&v["k"]),
-                value: b64(&v["v"]),
-                headers: v["h"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|h| Header { key: h[0].as_str().unwrap().to_owned(), value: b64(&h[1]) })
-                    .collect(),
-            }
-        })
-        .collect()
+    json_lines(out).iter().map(parse_record).collect()
 }
 
 /// SHA-256 over every record (offset, timestamp, key, value, ordered headers), nulls told apart from empties.
