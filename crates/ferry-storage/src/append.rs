@@ -8,12 +8,12 @@
 //! with the stamped base offset and epoch from a small copy, the CRC-covered rest straight from the caller's
 //! buffer. Index entries are collected in memory and written in blocks.
 
-use crate::batch::{self, CRC_START};
 use crate::checkpoint;
 use crate::index;
 use crate::log::{AppendInfo, Log, SealedFiles, Writer};
 use crate::segment::{BatchMeta, Segment};
 use crate::{FlushPolicy, Result, StorageError};
+use ferry_batch::{self as batch, CRC_START};
 
 /// Index bytes collected before they are written to the index file.
 const INDEX_WRITE_BLOCK: usize = 4096;

@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
-use crate::batch::BatchHeader;
 use crate::checkpoint::{self, EpochState};
 use crate::clock::{Clock, SystemClock};
 use crate::fs::{FileRef, FsRef};
 use crate::segment::Segment;
 use crate::{LogConfig, Result, StorageError};
+use ferry_batch::BatchHeader;
 
 /// What a plain append wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,10 +10,10 @@
 //! Divergence can only be found before the first write of a call: once a batch has been written at the log end,
 //! every later batch starts above it.
 
-use crate::batch::{self, BatchHeader, BatchIter, Record};
 use crate::log::{Log, OffsetAppendOutcome};
 use crate::segment::BatchMeta;
 use crate::{Result, StorageError};
+use ferry_batch::{self as batch, BatchHeader, BatchIter, Record};
 
 /// Read size used when collecting stored records to compare.
 const COMPARE_READ_BYTES: u64 = 1024 * 1024;

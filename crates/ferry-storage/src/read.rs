@@ -9,11 +9,11 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 
-use crate::batch::{self, BatchError, BatchHeader, BatchIter, HEADER_LEN};
 use crate::fs::FileRef;
 use crate::log::{Log, ReadResult};
 use crate::segment::{read_exact_at, scan_headers};
 use crate::{Result, StorageError};
+use ferry_batch::{self as batch, BatchError, BatchHeader, BatchIter, HEADER_LEN};
 
 /// Attempts before a reader that keeps racing truncations gives up and returns what it got.
 const MAX_READ_ATTEMPTS: usize = 16;

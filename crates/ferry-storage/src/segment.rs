@@ -12,10 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::batch::{self, BatchError, BatchHeader, HEADER_LEN};
 use crate::fs::{FileRef, FileSystem, FsFile, OpenMode};
 use crate::index::IndexEntry;
 use crate::{Result, StorageError};
+use ferry_batch::{self as batch, BatchError, BatchHeader, HEADER_LEN};
 
 /// Suffix of segment data files.
 pub(crate) const LOG_SUFFIX: &str = ".log";

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_storage::batch::Header;
+use ferry_batch::Header;
 
 use crate::config::config_err;
 use crate::error::Result;
