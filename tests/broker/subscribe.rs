@@ -31,6 +31,7 @@ fn start(partitions: &[(u32, u64)]) -> pb::SubscribeRequest {
                     partition,
                     offset: 0,
                     credit_bytes,
+                    seat: 0,
                 })
                 .collect(),
             max_response_bytes: 0,

@@ -66,6 +66,7 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
         topic_id,
         next_offset: 0,
         error_offset,
+        seat: 0,
     }
 }
 
@@ -97,6 +98,7 @@ fn read_partition(p: &Partition, offset: u64, max_bytes: u64, topic_id: String) 
             topic_id,
             next_offset: r.next_offset,
             error_offset: None,
+            seat: 0,
         },
         Err(e) => {
             let mut d = error_data(p.topic(), p.index(), &e, topic_id);
@@ -179,6 +181,8 @@ pub async fn fetch(
 struct Sub {
     offset: u64,
     credit: u64,
+    /// The client's tag of this start, echoed in every message for the partition.
+    seat: u64,
     /// Set once an error was reported, so it is not repeated on every loop.
     errored: bool,
 }
@@ -205,8 +209,13 @@ pub async fn subscribe(
         // Positions of every partition on a fixed beat, busy or not, so the client always knows each log end.
         if tokio::time::Instant::now() >= next_heartbeat {
             next_heartbeat = tokio::time::Instant::now() + heartbeat;
-            let positions: Vec<pb::PartitionData> =
-                subs.iter().map(|((topic, partition), sub)| position(&core, topic, *partition, sub.offset)).collect();
+            let positions: Vec<pb::PartitionData> = subs
+                .iter()
+                .map(|((topic, partition), sub)| pb::PartitionData {
+                    seat: sub.seat,
+                    ..position(&core, topic, *partition, sub.offset)
+                })
+                .collect();
             if !positions.is_empty() && tx.send(Ok(pb::SubscribeResponse { partitions: positions })).await.is_err() {
                 return;
             }
@@ -231,14 +240,20 @@ pub async fn subscribe(
             let Ok((topic_id, p)) = core.topic(topic).and_then(|t| Ok((t.id(), t.partition(*partition)?))) else {
                 if !sub.errored {
                     sub.errored = true;
-                    batch_out.push(read_one(&core, topic, *partition, sub.offset, 1));
+                    batch_out.push(pb::PartitionData {
+                        seat: sub.seat,
+                        ..read_one(&core, topic, *partition, sub.offset, 1)
+                    });
                 }
                 continue;
             };
             if p.log().log_end_offset() <= sub.offset && !sub.errored {
                 continue;
             }
-            let data = read_partition(&p, sub.offset, sub.credit.min(max_response - size), topic_id);
+            let data = pb::PartitionData {
+                seat: sub.seat,
+                ..read_partition(&p, sub.offset, sub.credit.min(max_response - size), topic_id)
+            };
             if data.error != pb::ErrorCode::None as i32 {
                 if !sub.errored {
                     sub.errored = true;
@@ -329,6 +344,7 @@ fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::
                 topic_id,
                 next_offset: offset,
                 error_offset: None,
+                seat: 0,
             }
         }
         Err(e) => error_data(topic, partition, &e, String::new()),
@@ -351,7 +367,10 @@ fn apply(
                 *heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(50));
             }
             for p in start.partitions {
-                subs.insert((p.topic, p.partition), Sub { offset: p.offset, credit: p.credit_bytes, errored: false });
+                subs.insert(
+                    (p.topic, p.partition),
+                    Sub { offset: p.offset, credit: p.credit_bytes, seat: p.seat, errored: false },
+                );
             }
         }
         Some(pb::subscribe_request::Kind::Credit(credit)) => {

@@ -43,11 +43,13 @@ pub enum EventKind {
     PartitionDiverged,
     /// Something failed that needs an operator (a promoted target, lost target data, an auth failure...).
     SyncError,
+    /// Source records were removed (by source retention) before they were mirrored; the target records the gap.
+    DataLostBeforeMirroring,
 }
 
 impl EventKind {
     /// All kinds, in declaration order.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::AddTopic,
         EventKind::RemoveTopic,
         EventKind::ModifyPartitionNum,
@@ -60,6 +62,7 @@ impl EventKind {
         EventKind::PartitionStalled,
         EventKind::PartitionDiverged,
         EventKind::SyncError,
+        EventKind::DataLostBeforeMirroring,
     ];
 
     /// The snake_case name used in rules, webhooks, logs and metrics.
@@ -77,6 +80,7 @@ impl EventKind {
             EventKind::PartitionStalled => "partition_stalled",
             EventKind::PartitionDiverged => "partition_diverged",
             EventKind::SyncError => "sync_error",
+            EventKind::DataLostBeforeMirroring => "data_lost_before_mirroring",
         }
     }
 
@@ -96,7 +100,8 @@ impl EventKind {
             EventKind::SourceNetNotAvailable
             | EventKind::TargetNetNotAvailable
             | EventKind::PartitionDiverged
-            | EventKind::SyncError => Severity::Critical,
+            | EventKind::SyncError
+            | EventKind::DataLostBeforeMirroring => Severity::Critical,
         }
     }
 
@@ -313,7 +318,8 @@ mod tests {
                 "lag_above_threshold",
                 "partition_stalled",
                 "partition_diverged",
-                "sync_error"
+                "sync_error",
+                "data_lost_before_mirroring"
             ]
         );
         for k in EventKind::ALL {

@@ -96,7 +96,7 @@ impl GroupSync {
                     if leos.contains_key(&key) {
                         continue;
                     }
-                    match self.target.partition(&m.target_topic, m.partition).await {
+                    match self.target.partition(&crate::tp::TargetTp::new(m.target_topic.as_str(), m.partition)).await {
                         Ok(p) => {
                             leos.insert(key, p.log_end);
                         }

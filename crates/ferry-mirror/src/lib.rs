@@ -3,10 +3,14 @@
 //! append-with-offsets.
 //!
 //! Components (the seed's modules, each a struct with a `run(.., shutdown)` task):
-//! - [`sync::SyncManager`]: the arranger; owns the partition tasks, the scale-out share, commits.
-//! - [`source::SourceDcConsumer`]: one credit-based fetch stream over the active route.
-//! - [`target::TargetDcProducer`]: one task per partition; appends with offsets, guards the history.
-//! - [`topics::TopicAndOffsetManager`]: discovery, target topics, the resume rule.
+//! - [`sync::SyncManager`]: the arranger; owns the lanes, the fetcher's partition sets, the scale-out share and
+//!   commits, and reconciles on the events it listens to.
+//! - [`fetch`]: the SourceDcConsumer's part: one credit-based fetch session per source broker (Ferry `Subscribe`,
+//!   or a Kafka consumer), with one restart protocol.
+//! - [`lane`]: the TargetDcProducer's part: one lane per partition, a decision core with no I/O
+//!   ([`lane::core`]) and a thin driver that appends with offsets and owns the partition's flow control.
+//! - [`topics::TopicAndOffsetManager`]: discovery and target topics.
+//! - [`target_watch::TargetWatch`]: the target's health and log ends, probed whether or not data flows.
 //! - [`events::EventBus`]: typed events with the seed's snake_case names.
 //! - [`egress::EgressHandle`]: source routes, probes, failover.
 //! - [`group_sync::GroupSync`]: consumer-group offsets copied to the target for failover.
@@ -23,20 +27,24 @@ pub mod cluster;
 pub mod config;
 pub mod egress;
 pub mod events;
+pub mod fetch;
 pub mod group_sync;
+pub mod handle;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod lane;
 pub mod metrics;
 pub mod monitor;
 pub mod ratelimit;
 pub mod reshape;
 pub mod run;
 pub mod sides;
-pub mod source;
 pub mod state;
 pub mod sync;
-pub mod target;
+pub mod target_watch;
 pub mod topics;
+pub mod tp;
 
 pub use config::MirrorConfig;
-pub use run::{MirrorHandle, RunOptions, run};
+pub use handle::MirrorHandle;
+pub use run::{RunOptions, run};

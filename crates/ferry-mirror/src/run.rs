@@ -1,25 +1,35 @@
-//! Bootstrap: config, then validation (already done by [`MirrorConfig::load`]), then the components in order —
-//! metrics and events, the target connection, egress, topic discovery, the consumer, the SyncManager, group sync —
-//! and on shutdown the same in reverse: stop fetching, drain in-flight appends, commit, leave.
+//! Bootstrap: the components in order — metrics and events, the target, egress, alarms, the monitor, the target
+//! watch, topic discovery, the fetcher and the SyncManager with its lanes, group sync — and on shutdown the same
+//! in reverse: stop fetching, drain in-flight appends, commit, leave, then the rest.
+//!
+//! Every task hangs off one tree of cancellation tokens and is owned by a `JoinSet` (or a handle that aborts on
+//! drop), so no task outlives `run()`: not on an early return, and not after the shutdown grace, when whatever is
+//! left is aborted.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use ferry_client::RetryPolicy;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::alarm::{AlarmIdentity, Alarmer};
-use crate::config::{MirrorConfig, StartPosition};
+use crate::config::{ClusterKind, MirrorConfig, StartPosition};
 use crate::egress::EgressHandle;
 use crate::events::EventBus;
+use crate::fetch::Fetcher;
 use crate::group_sync::GroupSync;
+pub use crate::handle::{MirrorHandle, UnknownTopic};
+use crate::lane::core::SourceKind;
+use crate::lane::{LaneCtx, LaneIo};
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimits;
 use crate::state::Shared;
-use crate::sync::{Controls, SyncManager, SyncSettings};
-use crate::target::{PartitionCtl, PipelineCtx, TargetHealth};
+use crate::sync::{Links, SyncManager, SyncSettings};
+use crate::target_watch::{TargetHealth, TargetProbe, TargetWatch};
 use crate::topics::{Naming, TopicAndOffsetManager, TopicSet};
 
 /// Why the mirror could not run.
@@ -47,69 +57,25 @@ pub struct RunOptions {
     pub on_started: Option<tokio::sync::oneshot::Sender<MirrorHandle>>,
 }
 
-/// A topic name that is not mirrored.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("topic {0:?} is not mirrored by this process")]
-pub struct UnknownTopic(pub String);
-
-/// What the monitor and embedders can see and do.
-#[derive(Debug, Clone)]
-pub struct MirrorHandle {
-    /// `mirror.name`.
-    pub name: String,
-    /// Source alias.
-    pub source_cluster: String,
-    /// Target alias.
-    pub target_cluster: String,
-    /// Shared pipeline state.
-    pub shared: Arc<Shared>,
-    /// Egress.
-    pub egress: EgressHandle,
-    /// Events.
-    pub events: EventBus,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Per-partition controls.
-    pub controls: Controls,
-    /// Target reachability.
-    pub target_health: Arc<TargetHealth>,
-}
-
-impl MirrorHandle {
-    fn control(&self, topic: &str, ctl: fn() -> PartitionCtl) -> Result<(), UnknownTopic> {
-        if !self.shared.topics.lock().contains_key(topic) {
-            return Err(UnknownTopic(topic.to_owned()));
-        }
-        for e in self.controls.iter() {
-            if e.key().0 == topic {
-                let _ = e.value().send(ctl());
-            }
-        }
-        Ok(())
-    }
-
-    /// Pauses a source topic (its partitions stop appending; positions stay visible).
-    pub fn pause(&self, topic: &str) -> Result<(), UnknownTopic> {
-        self.control(topic, || PartitionCtl::Pause)?;
-        self.shared.paused.lock().insert(topic.to_owned());
-        Ok(())
-    }
-
-    /// Resumes a paused (or halted) source topic.
-    pub fn resume(&self, topic: &str) -> Result<(), UnknownTopic> {
-        self.control(topic, || PartitionCtl::Resume)?;
-        self.shared.paused.lock().remove(topic);
-        Ok(())
+/// The mirror's one retry policy for calls that may pass: 200 ms doubling to 5 s, with jitter.
+pub fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        initial_backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(5),
+        multiplier: 2.0,
+        jitter: 0.2,
+        max_attempts: u32::MAX,
     }
 }
 
-/// Retries `f` until it succeeds or `shutdown`, logging each failure once per `what`.
-async fn retry<T, F, Fut>(what: &str, shutdown: &CancellationToken, mut f: F) -> Option<T>
+/// Calls `f` under the retry policy until it succeeds or `shutdown`, logging each failure.
+async fn until_ok<T, F, Fut>(what: &str, shutdown: &CancellationToken, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, ferry_client::ClientError>>,
+    Fut: Future<Output = Result<T, ferry_client::ClientError>>,
 {
-    let mut backoff = Duration::from_millis(200);
+    let policy = retry_policy();
+    let mut attempt = 0u32;
     loop {
         match f().await {
             Ok(v) => return Some(v),
@@ -117,9 +83,9 @@ where
         }
         tokio::select! {
             _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(policy.delay(attempt)) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        attempt = attempt.saturating_add(1);
     }
 }
 
@@ -129,11 +95,16 @@ pub async fn run(
     mut options: RunOptions,
     shutdown: CancellationToken,
 ) -> Result<(), MirrorError> {
+    // The token tree: `root` stops everything (dropped on any return); the pipeline and the components stop in turn.
+    let root = CancellationToken::new();
+    let _root_guard = root.clone().drop_guard();
+    let components = root.child_token();
+    let pipeline = root.child_token();
+    let mut tasks: JoinSet<()> = JoinSet::new();
+
     let metrics = Metrics::new();
     let events = EventBus::new(metrics.clone());
     let shared = Arc::new(Shared::default());
-    let tasks = TaskTracker::new();
-    let components = CancellationToken::new();
 
     let target = crate::sides::target(&config)?;
     // Learn the source cluster id recorded on existing mirror topics, so a route into another cluster is refused
@@ -160,14 +131,12 @@ pub async fn run(
         source_cluster: config.source.cluster.clone(),
         target_cluster: config.target.cluster.clone(),
     };
-    let alarmer = Alarmer::new(&config.alarms, identity, events.clone(), metrics.clone()).map_err(|e| {
-        components.cancel();
-        MirrorError::Alarms(e)
-    })?;
+    let alarmer = Alarmer::new(&config.alarms, identity, events.clone(), metrics.clone())?;
     tasks.spawn(alarmer.run(Arc::clone(&shared), config.sync.stall_check_interval, alarms_rx, components.clone()));
 
-    let controls: Controls = Arc::new(dashmap::DashMap::new());
-    let target_health = Arc::new(TargetHealth::default());
+    let links: Links = Arc::new(dashmap::DashMap::new());
+    let health = &config.source.health;
+    let target_health = Arc::new(TargetHealth::new(health.failure_threshold));
     let handle = MirrorHandle {
         name: config.name.clone(),
         source_cluster: config.source.cluster.clone(),
@@ -176,17 +145,15 @@ pub async fn run(
         egress: egress.clone(),
         events: events.clone(),
         metrics: metrics.clone(),
-        controls: Arc::clone(&controls),
+        links: Arc::clone(&links),
         target_health: Arc::clone(&target_health),
     };
-    // The monitor serves from here on, also while the pipeline drains; it stops when run() returns, on any path.
-    let monitor_stop = CancellationToken::new();
-    let _monitor_guard = monitor_stop.clone().drop_guard();
-    let (monitor_addr, monitor_task) =
-        crate::monitor::start(handle.clone(), &config.monitor, monitor_stop.clone()).await.map_err(|e| {
-            components.cancel();
-            MirrorError::Monitor(e.to_string())
-        })?;
+    // The monitor serves from here on, also while the target is down and while the pipeline drains; it stops last.
+    let monitor_stop = root.child_token();
+    let (monitor_addr, monitor_task) = crate::monitor::start(handle.clone(), &config.monitor, monitor_stop.clone())
+        .await
+        .map_err(|e| MirrorError::Monitor(e.to_string()))?;
+    let monitor_task = AbortOnDropHandle::new(monitor_task);
     if let Some(path) = &options.addr_file {
         // Write then rename, so a reader never sees a partial address.
         let tmp = path.with_extension("tmp");
@@ -197,13 +164,23 @@ pub async fn run(
     if let Some(tx) = options.on_started.take() {
         let _ = tx.send(handle.clone());
     }
+    let probe = TargetProbe { check_interval: health.check_interval, timeout: health.timeout };
+    let watch = TargetWatch::new(
+        Arc::clone(&target),
+        Arc::clone(&links),
+        Arc::clone(&shared),
+        Arc::clone(&target_health),
+        events.clone(),
+        probe,
+    );
+    tasks.spawn(watch.run(components.clone()));
 
-    let Some(limits) = retry("reading the target's limits", &shutdown, || target.limits()).await else {
+    let Some(limits) = until_ok("reading the target's limits", &shutdown, || target.limits()).await else {
         return Ok(());
     };
     let source_group = format!("ferry-mirror.{}", config.name);
     let first_run_latest = if config.topics.start_position == StartPosition::Latest {
-        let committed = retry("reading the mirror's source group", &shutdown, || {
+        let committed = until_ok("reading the mirror's source group", &shutdown, || {
             let source = Arc::clone(&egress.active().cluster);
             let group = source_group.clone();
             async move { source.committed(&group, &[]).await }
@@ -232,30 +209,26 @@ pub async fn run(
     );
     tasks.spawn(manager.run(components.clone()));
 
-    let (consumer_tx, consumer_rx) = mpsc::unbounded_channel();
-    let consumer_stop = CancellationToken::new();
-    let consumer_task = crate::sides::spawn_consumer(
-        &config,
-        consumer_rx,
-        egress.clone(),
-        metrics.clone(),
-        Arc::clone(&shared),
-        consumer_stop.clone(),
-    );
-
-    let ctx = PipelineCtx {
+    let io = Arc::new(LaneIo {
         target: Arc::clone(&target),
         egress: egress.clone(),
-        consumer: consumer_tx.clone(),
-        on_divergence: config.on_divergence,
-        max_request_bytes: config.sync.max_request_bytes.min(limits.max_message_bytes / 2).max(64 * 1024),
-        target_max_batch: limits.max_batch_bytes,
         limits: Arc::new(RateLimits::new(config.sync.max_bytes_per_sec, config.sync.max_records_per_sec)),
-        events: events.clone(),
-        metrics: metrics.clone(),
-        shared: Arc::clone(&shared),
         target_health: Arc::clone(&target_health),
+        events: events.clone(),
         source_group: source_group.clone(),
+        retry: retry_policy(),
+    });
+    let ctx = LaneCtx { io, metrics: metrics.clone(), shared: Arc::clone(&shared) };
+    let fetch_stop = pipeline.child_token();
+    let fetcher = Fetcher::new(
+        egress.clone(),
+        retry_policy(),
+        crate::sides::session_factory(&config, egress.clone(), metrics.clone(), Arc::clone(&shared)),
+        fetch_stop,
+    );
+    let source_kind = match config.source.kind {
+        ClusterKind::Ferry => SourceKind::Ferry,
+        ClusterKind::Kafka => SourceKind::Kafka,
     };
     let sync = SyncManager::new(
         SyncSettings {
@@ -263,17 +236,24 @@ pub async fn run(
             commit_interval: config.sync.commit_interval,
             queue_bytes: config.sync.queue_bytes,
             max_memory: config.sync.max_memory,
+            max_request_bytes: config.sync.max_request_bytes.min(limits.max_message_bytes / 2).max(64 * 1024),
             session_timeout: config.sync.group_session_timeout,
             shutdown_timeout: config.sync.shutdown_timeout,
             first_run_latest,
+            on_divergence: config.on_divergence,
+            target_max_batch: limits.max_batch_bytes,
+            source_kind,
         },
         ctx,
+        Arc::clone(&target),
         topics_rx.clone(),
-        consumer_tx,
-        Arc::clone(&controls),
+        events.subscribe(),
+        fetcher,
+        Arc::clone(&links),
+        pipeline.child_token(),
     );
-    let sync_stop = CancellationToken::new();
-    let sync_task = tokio::spawn(sync.run(sync_stop.clone()));
+    let sync_stop = pipeline.child_token();
+    let sync_task = AbortOnDropHandle::new(tokio::spawn(sync.run(sync_stop.clone())));
     tasks.spawn(GroupSync::new(groups_rx, topics_rx, Arc::clone(&target), egress.clone()).run(components.clone()));
 
     tracing::info!(mirror = %config.name, source = %config.source.cluster, target = %config.target.cluster, "ferry-mirror running");
@@ -301,19 +281,22 @@ pub async fn run(
         }
     }
 
-    // Reverse order: stop the SyncManager (its tasks drain in-flight appends, then it commits and leaves), then
-    // the consumer, then everything else.
+    // Reverse order: the SyncManager (its lanes drain in-flight appends, then it commits, leaves, and stops the
+    // fetcher), then everything else, then the monitor. Whatever outlives its grace is aborted.
     tracing::info!("shutting down: draining in-flight appends and committing offsets");
     sync_stop.cancel();
     let budget = config.sync.shutdown_timeout + Duration::from_secs(1);
     if tokio::time::timeout(budget, sync_task).await.is_err() {
-        tracing::warn!("the SyncManager did not stop within shutdown_timeout");
+        tracing::warn!("the SyncManager did not stop within shutdown_timeout; stopping it");
     }
-    consumer_stop.cancel();
-    let _ = consumer_task.await;
+    pipeline.cancel();
     components.cancel();
-    tasks.close();
-    let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+    let drained =
+        tokio::time::timeout(Duration::from_secs(5), async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!("some components did not stop within 5 s; stopping them");
+        tasks.abort_all();
+    }
     monitor_stop.cancel();
     let _ = tokio::time::timeout(crate::monitor::SHUTDOWN_GRACE + Duration::from_secs(1), monitor_task).await;
     tracing::info!("ferry-mirror stopped");

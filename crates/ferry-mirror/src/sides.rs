@@ -1,18 +1,17 @@
 //! Builds the two sides of the mirror for the configured kinds: the target cluster, the factory of source
-//! routes, and the fetch component that feeds the producers.
+//! routes, and the fetch sessions that feed the lanes.
 
 use std::sync::Arc;
 
 use ferry_client::{BrokerClient, ClientConfig, ClientError};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::cluster::TargetCluster;
 use crate::cluster::ferry::FerryTarget;
 use crate::config::{ClusterKind, MirrorConfig, Route};
 use crate::egress::{EgressHandle, RouteEndpoint};
+use crate::fetch::SessionFactory;
+use crate::fetch::ferry::{FerrySession, FerrySessionSettings};
 use crate::metrics::Metrics;
-use crate::source::{ConsumerCmd, ConsumerSettings, SourceDcConsumer};
 use crate::state::Shared;
 
 /// The client settings of a Ferry target.
@@ -49,21 +48,23 @@ pub fn source_route(config: &MirrorConfig, route: &Route) -> Result<RouteEndpoin
     }
 }
 
-/// Spawns the fetch component of the configured source kind; it runs until `stop`.
-pub fn spawn_consumer(
+/// The fetch sessions of the configured source kind.
+pub fn session_factory(
     config: &MirrorConfig,
-    commands: mpsc::UnboundedReceiver<ConsumerCmd>,
     egress: EgressHandle,
     metrics: Metrics,
     shared: Arc<Shared>,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> SessionFactory {
     match config.source.kind {
-        ClusterKind::Ferry => {
-            let consumer = SourceDcConsumer::new(commands, egress, ConsumerSettings::default(), metrics, shared);
-            tokio::spawn(consumer.run(stop))
-        }
-        ClusterKind::Kafka => spawn_kafka_consumer(config, commands, egress, metrics, shared, stop),
+        ClusterKind::Ferry => Box::new(move || {
+            Box::new(FerrySession::new(
+                FerrySessionSettings::default(),
+                egress.clone(),
+                metrics.clone(),
+                Arc::clone(&shared),
+            ))
+        }),
+        ClusterKind::Kafka => kafka_sessions(config, egress, metrics, shared),
     }
 }
 
@@ -86,15 +87,8 @@ fn kafka_route(_: &MirrorConfig, _: &Route) -> Result<RouteEndpoint, ClientError
 }
 
 #[cfg(not(feature = "kafka"))]
-fn spawn_kafka_consumer(
-    _: &MirrorConfig,
-    _: mpsc::UnboundedReceiver<ConsumerCmd>,
-    _: EgressHandle,
-    _: Metrics,
-    _: Arc<Shared>,
-    _: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async {})
+fn kafka_sessions(_: &MirrorConfig, _: EgressHandle, _: Metrics, _: Arc<Shared>) -> SessionFactory {
+    unreachable!("a Kafka source is refused when the source route is built, before any session")
 }
 
 #[cfg(feature = "kafka")]
@@ -116,39 +110,19 @@ fn kafka_route(config: &MirrorConfig, route: &Route) -> Result<RouteEndpoint, Cl
 }
 
 #[cfg(feature = "kafka")]
-fn spawn_kafka_consumer(
+fn kafka_sessions(
     config: &MirrorConfig,
-    commands: mpsc::UnboundedReceiver<ConsumerCmd>,
     egress: EgressHandle,
     metrics: Metrics,
     shared: Arc<Shared>,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    use crate::kafka::{KafkaConsumerSettings, KafkaRoute, KafkaSourceConsumer};
-    let kafka_route = |a: &crate::egress::ActiveRoute| KafkaRoute {
-        name: a.name.clone(),
-        generation: a.generation,
-        brokers: a.brokers.clone(),
-    };
-    // The consumer follows the Egress's active route: map its route watch onto the consumer's.
-    let mut active = egress.subscribe();
-    let (tx, rx) = tokio::sync::watch::channel(kafka_route(&active.borrow_and_update()));
-    let follow_stop = stop.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = follow_stop.cancelled() => return,
-                changed = active.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    let route = kafka_route(&active.borrow_and_update());
-                    tx.send_replace(route);
-                }
-            }
-        }
-    });
-    let settings = KafkaConsumerSettings::new(&config.name, config.source.kafka.clone());
-    let consumer = KafkaSourceConsumer::new(commands, rx, Arc::new(egress), settings, metrics, shared);
-    tokio::spawn(consumer.run(stop))
+) -> SessionFactory {
+    let settings = crate::kafka::KafkaConsumerSettings::new(&config.name, config.source.kafka.clone());
+    Box::new(move || {
+        Box::new(crate::kafka::KafkaSession::new(
+            settings.clone(),
+            Arc::new(egress.clone()),
+            metrics.clone(),
+            Arc::clone(&shared),
+        ))
+    })
 }

@@ -14,14 +14,20 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-/// The life of one partition in this process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+use crate::lane::core::{CoreView, Phase};
+use crate::tp::SourceTp;
+
+/// The life of one partition in this process, as the monitor shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum PartitionState {
-    /// Resolving where to resume.
+    /// Resolving where to resume (also while re-reading the target after a truncation or a resync).
+    #[default]
     Starting,
     /// Copying (or caught up).
     Mirroring,
+    /// Mirroring, but no progress although the source has data (see the Alarmer's stall check).
+    Stalled,
     /// Paused by an operator.
     Paused,
     /// Stopped after divergence or an error that needs an operator.
@@ -34,8 +40,33 @@ impl PartitionState {
         match self {
             PartitionState::Starting => "starting",
             PartitionState::Mirroring => "mirroring",
+            PartitionState::Stalled => "stalled",
             PartitionState::Paused => "paused",
             PartitionState::Halted => "halted",
+        }
+    }
+
+    /// Every state, in the order documents list them.
+    pub const ALL: [PartitionState; 5] = [
+        PartitionState::Starting,
+        PartitionState::Mirroring,
+        PartitionState::Stalled,
+        PartitionState::Paused,
+        PartitionState::Halted,
+    ];
+
+    /// Parses a snake_case name.
+    pub fn from_name(name: &str) -> Option<PartitionState> {
+        PartitionState::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The state a lane's core snapshot shows.
+    pub fn of(view: &CoreView) -> PartitionState {
+        match (&view.phase, view.paused) {
+            (Phase::Halted(_), _) => PartitionState::Halted,
+            (_, true) => PartitionState::Paused,
+            (Phase::Mirroring, false) => PartitionState::Mirroring,
+            _ => PartitionState::Starting,
         }
     }
 }
@@ -89,8 +120,8 @@ pub struct PartitionView {
     pub target_offset: u64,
     /// `source_offset - cache_offset`.
     pub lag: u64,
-    /// State name; "stalled" while mirroring without progress.
-    pub state: String,
+    /// The state; `stalled` while mirroring without progress.
+    pub state: PartitionState,
     /// The last error, if any.
     pub last_error: Option<String>,
     /// Replication latency of the last appended batch, ms.
@@ -117,6 +148,25 @@ impl PartitionStatus {
                 last_progress: Instant::now(),
             }),
         }
+    }
+
+    /// Publishes a lane's snapshot: offsets (the target's as last read from the target, never the cache offset),
+    /// state and last error (or the failure being retried).
+    pub fn publish(&self, view: &CoreView, retrying: Option<String>) {
+        if view.source.log_end > 0 || view.source.log_start > 0 {
+            self.set_source(view.source.log_start, view.source.log_end);
+        }
+        self.set_cache(view.cache);
+        if let Some(t) = view.target_log_end {
+            self.set_target(t);
+        }
+        let state = PartitionState::of(view);
+        let mut i = self.inner.lock();
+        if i.state != state {
+            i.state = state;
+            i.last_progress = Instant::now();
+        }
+        i.last_error = view.last_error.clone().or(retrying);
     }
 
     /// Records the source log start and end.
@@ -230,7 +280,7 @@ impl PartitionStatus {
     /// A snapshot.
     pub fn view(&self) -> PartitionView {
         let i = self.inner.lock();
-        let state = if i.stalled && i.state == PartitionState::Mirroring { "stalled" } else { i.state.name() };
+        let state = if i.stalled && i.state == PartitionState::Mirroring { PartitionState::Stalled } else { i.state };
         PartitionView {
             topic: self.topic.clone(),
             partition: self.partition,
@@ -241,7 +291,7 @@ impl PartitionStatus {
             commit_offset: self.commit_offset(),
             target_offset: self.target_offset(),
             lag: self.lag(),
-            state: state.to_owned(),
+            state,
             last_error: i.last_error.clone(),
             latency_ms: self.latency_ms(),
         }
@@ -327,8 +377,8 @@ impl SideRates {
 pub struct Shared {
     /// When the process started.
     pub started: Instant,
-    /// Partitions owned by this process, by (source topic, partition).
-    pub partitions: DashMap<(String, u32), Arc<PartitionStatus>>,
+    /// Partitions owned by this process, by source partition.
+    pub partitions: DashMap<SourceTp, Arc<PartitionStatus>>,
     /// Source topics an operator paused.
     pub paused: Mutex<BTreeSet<String>>,
     /// Records and bytes received from the source.
@@ -355,8 +405,12 @@ impl Default for Shared {
 impl Shared {
     /// Snapshots of all partitions, sorted by topic and partition, optionally for one source topic.
     pub fn partition_views(&self, topic: Option<&str>) -> Vec<PartitionView> {
-        let mut out: Vec<PartitionView> =
-            self.partitions.iter().filter(|e| topic.is_none_or(|t| e.key().0 == t)).map(|e| e.value().view()).collect();
+        let mut out: Vec<PartitionView> = self
+            .partitions
+            .iter()
+            .filter(|e| topic.is_none_or(|t| e.key().topic() == t))
+            .map(|e| e.value().view())
+            .collect();
         out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         out
     }
@@ -378,7 +432,7 @@ mod tests {
         s.set_cache(60);
         assert_eq!(s.view().lag, 40);
         s.halt("diverged at 5");
-        assert_eq!(s.view().state, "halted");
+        assert_eq!(s.view().state, PartitionState::Halted);
         assert_eq!(s.view().last_error.as_deref(), Some("diverged at 5"));
     }
 

@@ -9,10 +9,9 @@
 //! also raises it once for each mirror topic of this source whose source topic is gone (deleted while no mirror
 //! process ran).
 //!
-//! **Resume rule** ([`resume_position`]): the target is the truth. A target partition with data or a recorded log
-//! start resumes at its log end. An empty one starts at `start_position` on the mirror's very first run and at the
-//! earliest source offset otherwise; if the source group shows progress although the target is empty, the target
-//! lost data: `sync_error`, and the partition is copied again from the earliest source offset.
+//! The set is published before the events that announce a change (`add_topic`, `remove_topic`,
+//! `modify_partition_num`), so the SyncManager, which reconciles on them, always reads the new set. Where each
+//! partition resumes is the lane's resume rule (`lane::core`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use std::sync::Arc;
 use ferry_client::ClientError;
 use ferry_client::proto as pb;
 
-use crate::cluster::{SourceCluster, TargetCluster};
+use crate::cluster::TargetCluster;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -142,6 +141,8 @@ pub struct TopicAndOffsetManager {
     refused: BTreeSet<String>,
     /// The source config last given to each target topic (at creation or by a copy).
     copied_config: BTreeMap<String, pb::TopicConfig>,
+    /// Events of the current round, raised once its topic set is published.
+    deferred: Vec<Event>,
 }
 
 impl TopicAndOffsetManager {
@@ -165,6 +166,7 @@ impl TopicAndOffsetManager {
             tx,
             refused: BTreeSet::new(),
             copied_config: BTreeMap::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -221,7 +223,7 @@ impl TopicAndOffsetManager {
         }
         for (name, m) in &next.topics {
             if !previous.topics.contains_key(name) {
-                self.events.emit(
+                self.deferred.push(
                     Event::new(
                         EventKind::AddTopic,
                         format!("mirroring {name} -> {} ({} partitions)", m.target, m.partitions),
@@ -239,7 +241,7 @@ impl TopicAndOffsetManager {
             // mirrored topic with add_topic.
             let source_names: BTreeSet<&str> = source_topics.iter().map(|t| t.name.as_str()).collect();
             for (source, target) in gone_from_source(&rules, &self.naming, &source_names, target_topics.values()) {
-                self.events.emit(
+                self.deferred.push(
                     Event::new(
                         EventKind::RemoveTopic,
                         format!("not mirroring {source}: the source topic is gone (deleted on the source); the target topic {target} is kept"),
@@ -251,7 +253,7 @@ impl TopicAndOffsetManager {
         }
         for name in previous.topics.keys() {
             if !next.topics.contains_key(name) {
-                self.events.emit(
+                self.deferred.push(
                     Event::new(EventKind::RemoveTopic, format!("stopped mirroring {name} (deleted on the source or no longer selected); the target topic is kept"))
                         .topic(name),
                 );
@@ -260,6 +262,10 @@ impl TopicAndOffsetManager {
         *self.shared.topics.lock() = next.topics.iter().map(|(s, m)| (s.clone(), m.target.clone())).collect();
         if *previous != next {
             self.tx.send_replace(Arc::new(next));
+        }
+        // The events of the round go out once the new set is published: whoever reacts to them reads it.
+        for event in self.deferred.drain(..) {
+            self.events.emit(event);
         }
         Ok(())
     }
@@ -299,7 +305,7 @@ impl TopicAndOffsetManager {
     async fn reconcile(&mut self, t: &pb::TopicInfo, existing: &pb::TopicInfo) -> Option<MirroredTopic> {
         let Some(mark) = &existing.mirror else {
             if self.refused.insert(existing.name.clone()) {
-                self.events.emit(
+                self.deferred.push(
                     Event::new(
                         EventKind::SyncError,
                         format!(
@@ -319,7 +325,7 @@ impl TopicAndOffsetManager {
             match self.target.alter_partitions(&existing.name, t.partitions).await {
                 Ok(_) => {
                     partitions = t.partitions;
-                    self.events.emit(
+                    self.deferred.push(
                         Event::new(
                             EventKind::ModifyPartitionNum,
                             format!(
@@ -356,83 +362,6 @@ impl TopicAndOffsetManager {
             target: existing.name.clone(),
         })
     }
-}
-
-/// What [`resume_position`] needs.
-pub struct ResumeInput<'a> {
-    /// The target.
-    pub target: &'a dyn TargetCluster,
-    /// The source (active route).
-    pub source: Arc<dyn SourceCluster>,
-    /// The mirror's source group.
-    pub source_group: &'a str,
-    /// Source topic.
-    pub topic: &'a str,
-    /// Target topic.
-    pub target_topic: &'a str,
-    /// Partition.
-    pub partition: u32,
-    /// Whether an empty partition starts at the source's log end (start_position = latest on the first run).
-    pub first_run_latest: bool,
-}
-
-/// Where a partition resumes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resume {
-    /// Next offset to copy.
-    pub cache_offset: u64,
-    /// Target log end.
-    pub target_leo: u64,
-    /// Epoch of the target's last batch.
-    pub copied_epoch: Option<u32>,
-    /// The source group's committed offset.
-    pub committed: Option<u64>,
-    /// Position an empty target here first (an empty append with this source log start).
-    pub jump_to: Option<u64>,
-    /// A `sync_error` to raise (target lost data).
-    pub sync_error: Option<String>,
-}
-
-/// The resume rule (see the module docs).
-pub async fn resume_position(input: ResumeInput<'_>) -> Result<Resume, ClientError> {
-    let part = input.target.partition(input.target_topic, input.partition).await?;
-    let source = input.source;
-    let committed = source
-        .committed(input.source_group, &[(input.topic.to_owned(), input.partition)])
-        .await?
-        .first()
-        .map(|c| c.offset);
-    if part.has_position() {
-        return Ok(Resume {
-            cache_offset: part.log_end,
-            target_leo: part.log_end,
-            copied_epoch: part.last_epoch,
-            committed,
-            jump_to: None,
-            sync_error: None,
-        });
-    }
-    let (earliest, latest) = source.log_offsets(input.topic, input.partition).await?;
-    let (start, sync_error) = match committed {
-        Some(c) if c > 0 => (
-            earliest,
-            Some(format!(
-                "target partition {}/{} is empty although the mirror had committed offset {c} for {}/{}: the target lost \
-                 data; copying it again from the earliest source offset {earliest}",
-                input.target_topic, input.partition, input.topic, input.partition
-            )),
-        ),
-        _ if input.first_run_latest => (latest, None),
-        _ => (earliest, None),
-    };
-    Ok(Resume {
-        cache_offset: start,
-        target_leo: 0,
-        copied_epoch: None,
-        committed,
-        jump_to: (start > 0).then_some(start),
-        sync_error,
-    })
 }
 
 #[cfg(test)]

@@ -401,7 +401,7 @@ async fn lag_and_stall_conditions_from_shared_state_alarm_and_recover_through_th
     status.set_state(PartitionState::Mirroring);
     status.set_source(0, 100);
     status.set_cache(40);
-    r.shared.partitions.insert(("orders".into(), 5), Arc::clone(&status));
+    r.shared.partitions.insert(ferry_mirror::tp::SourceTp::new("orders", 5), Arc::clone(&status));
     r.wait_count("ops", "sent", 2).await;
     assert!(status.stalled());
     let notices = |from: usize| -> Vec<(String, String, bool, serde_json::Value)> {

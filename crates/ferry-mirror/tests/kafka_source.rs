@@ -5,6 +5,8 @@
 
 mod kafka_support;
 
+use ferry_mirror::lane::core::EpochAnswer;
+use ferry_mirror::tp::SourceTp;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -40,9 +42,9 @@ async fn kafka_source_probes_lists_topics_and_reads_watermarks() {
             ("payments".into(), "kafka:payments".into(), 1, false)
         ]
     );
-    assert_eq!(s.log_offsets("orders", 1).await.unwrap(), (0, 20));
-    assert_eq!(s.log_offsets("orders", 0).await.unwrap(), (0, 0));
-    assert_eq!(s.epoch_end("orders", 1, 0).await.unwrap(), None);
+    assert_eq!(s.log_offsets(&SourceTp::new("orders", 1)).await.unwrap(), (0, 20));
+    assert_eq!(s.log_offsets(&SourceTp::new("orders", 0)).await.unwrap(), (0, 0));
+    assert_eq!(s.epoch_end(&SourceTp::new("orders", 1), 0).await.unwrap(), EpochAnswer::Unknown);
 
     // After a reconnect the next call dials again.
     s.reconnect();
@@ -62,7 +64,7 @@ async fn kafka_source_commits_and_reads_group_offsets() {
     )
     .await
     .unwrap();
-    let got = s.committed(group, &[("orders".into(), 0), ("orders".into(), 1)]).await.unwrap();
+    let got = s.committed(group, &[SourceTp::new("orders", 0), SourceTp::new("orders", 1)]).await.unwrap();
     // tansu 0.6 does not keep commit metadata: only the offset is compared.
     assert_eq!(
         got.iter().map(|c| (c.topic.as_str(), c.partition, c.offset)).collect::<Vec<_>>(),

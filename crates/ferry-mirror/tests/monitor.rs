@@ -16,7 +16,7 @@ use ferry_mirror::egress::EgressHandle;
 use ferry_mirror::events::{Event, EventBus, EventKind};
 use ferry_mirror::metrics::Metrics;
 use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
-use ferry_mirror::target::TargetHealth;
+use ferry_mirror::target_watch::TargetHealth;
 use ferry_mirror::{MirrorConfig, MirrorHandle, RunOptions, monitor};
 use ferry_testkit::{deadline, reserve_port, wait_until};
 use openapi::OpenApi;
@@ -72,7 +72,7 @@ fn build_handle(source: &SourceConfig) -> MirrorHandle {
         egress,
         events,
         metrics,
-        controls: Arc::new(dashmap::DashMap::new()),
+        links: Arc::new(dashmap::DashMap::new()),
         target_health: Arc::new(TargetHealth::default()),
     }
 }
@@ -94,7 +94,7 @@ fn add_partition(
     s.set_commit(commit);
     s.set_target(target);
     s.set_state(state);
-    h.shared.partitions.insert((topic.to_owned(), partition), Arc::clone(&s));
+    h.shared.partitions.insert(ferry_mirror::tp::SourceTp::new(topic, partition), Arc::clone(&s));
     s
 }
 

@@ -197,7 +197,7 @@ pub fn partitions_text(parts: &[PartitionDoc]) -> String {
             p.commit_offset.to_string(),
             p.target_offset.to_string(),
             p.lag.to_string(),
-            p.state.clone(),
+            p.state.name().to_owned(),
             or_dash(p.last_error.as_deref()),
         ]);
         table.row(row);

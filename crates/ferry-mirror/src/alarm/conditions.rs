@@ -63,7 +63,7 @@ impl ConditionChecker {
         }
         // Partitions no longer here.
         self.tracks.retain(|(topic, partition), t| {
-            if shared.partitions.contains_key(&(topic.clone(), *partition)) {
+            if shared.partitions.contains_key(&crate::tp::SourceTp::new(topic.as_str(), *partition)) {
                 return true;
             }
             let gone = "is no longer mirrored by this process";
@@ -203,7 +203,7 @@ mod tests {
         let shared = Shared::default();
         let s = Arc::new(PartitionStatus::new(topic, topic, p));
         s.set_state(PartitionState::Mirroring);
-        shared.partitions.insert((topic.to_owned(), p), Arc::clone(&s));
+        shared.partitions.insert(crate::tp::SourceTp::new(topic, p), Arc::clone(&s));
         (shared, s)
     }
 
@@ -283,7 +283,7 @@ mod tests {
         assert_eq!(kinds(&ev), [(EventKind::PartitionStalled, false)]);
         assert_eq!((ev[0].details["lag"].clone(), ev[0].details["cache_offset"].clone()), (5.into(), 5.into()));
         assert!(s.stalled());
-        assert_eq!(s.view().state, "stalled");
+        assert_eq!(s.view().state, crate::state::PartitionState::Stalled);
         assert!(c.check(&shared, &th(), t0 + 90 * SEC).is_empty(), "raised once");
         s.set_cache(6);
         let ev = c.check(&shared, &th(), t0 + 91 * SEC);

@@ -2,11 +2,44 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
+use ferry_client::batch::{self, Batch, BatchIter};
 use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient, ClientError, OffsetSpec};
 
-use super::{GroupState, Membership, Result, SourceCluster, TargetCluster, TargetLimits, TargetPartition};
+use super::{
+    AppendOutcome, GroupState, Membership, Result, SourceCluster, TargetCluster, TargetLimits, TargetPartition,
+};
+use crate::lane::core::{EpochAnswer, TailBatch};
+use crate::tp::{SourceTp, TargetTp};
+
+/// The first stored batch at or after `offset` of a partition: its base offset, the topic id, and the batch
+/// itself (one fetch of at most one batch).
+async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) -> Result<Option<(Batch, String)>> {
+    let request = pb::FetchRequest {
+        partitions: vec![pb::PartitionFetch { topic: topic.to_owned(), partition, offset, max_bytes: 1 }],
+        max_wait_ms: 0,
+        max_bytes: 1,
+    };
+    let response = admin.client().fetch(request).await?;
+    let Some(data) = response.partitions.into_iter().next() else { return Ok(None) };
+    if data.error != pb::ErrorCode::None as i32 {
+        return Ok(None);
+    }
+    let first = BatchIter::new(&data.batches).next().and_then(|r| r.ok()).map(|(h, _)| h.total_len());
+    let Some(len) = first else { return Ok(None) };
+    Ok(Batch::parse(data.batches.slice(..len)).ok().map(|b| (b, data.topic_id)))
+}
+
+/// The batch holding `offset`, decoded, for the resume rule's tail check.
+async fn batch_holding(admin: &Admin, topic: &str, partition: u32, offset: u64) -> Result<Option<TailBatch>> {
+    let Some((b, _)) = first_batch(admin, topic, partition, offset).await? else { return Ok(None) };
+    if b.base_offset() > offset {
+        return Ok(None);
+    }
+    let Ok(records) = batch::decode_records(b.bytes()) else { return Ok(None) };
+    Ok(Some(TailBatch { base: b.base_offset(), last: b.last_offset(), epoch: b.epoch(), crc: b.header().crc, records }))
+}
 
 /// A Ferry broker as the source (one route's client).
 #[derive(Debug, Clone)]
@@ -36,18 +69,25 @@ impl SourceCluster for FerrySource {
         self.admin.list_topics().await
     }
 
-    async fn log_offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64)> {
-        let o = self.admin.list_offset(topic, partition, OffsetSpec::Latest).await?;
+    async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)> {
+        let o = self.admin.list_offset(tp.topic(), tp.partition, OffsetSpec::Latest).await?;
         Ok((o.log_start_offset, o.log_end_offset))
     }
 
-    async fn epoch_end(&self, topic: &str, partition: u32, epoch: u32) -> Result<Option<(u32, u64)>> {
-        let r = self.admin.epoch_end(topic, partition, epoch).await?;
-        Ok(r.found.then_some((r.epoch, r.end_offset)))
+    async fn epoch_end(&self, tp: &SourceTp, epoch: u32) -> Result<EpochAnswer> {
+        let r = self.admin.epoch_end(tp.topic(), tp.partition, epoch).await?;
+        Ok(if r.found {
+            EpochAnswer::Found { epoch: r.epoch, end: r.end_offset }
+        } else {
+            // The broker answers with where its known history starts.
+            EpochAnswer::Before { first: r.end_offset }
+        })
     }
 
-    async fn committed(&self, group: &str, partitions: &[(String, u32)]) -> Result<Vec<pb::CommittedOffset>> {
-        self.admin.fetch_committed_offsets(group, partitions).await
+    async fn committed(&self, group: &str, partitions: &[SourceTp]) -> Result<Vec<pb::CommittedOffset>> {
+        let partitions: Vec<(String, u32)> =
+            partitions.iter().map(|tp| (tp.topic().to_owned(), tp.partition)).collect();
+        self.admin.fetch_committed_offsets(group, &partitions).await
     }
 
     async fn commit(&self, group: &str, offsets: Vec<pb::CommittedOffset>) -> Result<()> {
@@ -58,20 +98,13 @@ impl SourceCluster for FerrySource {
         Ok(self.admin.list_groups().await?.into_iter().map(|g| g.group).collect())
     }
 
-    async fn first_batch_at(&self, topic: &str, partition: u32, offset: u64) -> Result<Option<(u64, String)>> {
-        let request = pb::FetchRequest {
-            partitions: vec![pb::PartitionFetch { topic: topic.to_owned(), partition, offset, max_bytes: 1 }],
-            max_wait_ms: 0,
-            max_bytes: 1,
-        };
-        let response = self.admin.client().fetch(request).await?;
-        let Some(data) = response.partitions.into_iter().next() else { return Ok(None) };
-        if data.error != pb::ErrorCode::None as i32 {
-            return Ok(None);
-        }
-        let base =
-            ferry_client::batch::BatchIter::new(&data.batches).next().and_then(|r| r.ok()).map(|(h, _)| h.base_offset);
-        Ok(base.map(|b| (b, data.topic_id)))
+    async fn first_batch_at(&self, tp: &SourceTp, offset: u64) -> Result<Option<(u64, String)>> {
+        let first = first_batch(&self.admin, tp.topic(), tp.partition, offset).await?;
+        Ok(first.map(|(b, topic_id)| (b.base_offset(), topic_id)))
+    }
+
+    async fn batch_at(&self, tp: &SourceTp, offset: u64) -> Result<Option<TailBatch>> {
+        batch_holding(&self.admin, tp.topic(), tp.partition, offset).await
     }
 
     fn reconnect(&self) {
@@ -89,6 +122,25 @@ impl FerryTarget {
     /// Wraps a client.
     pub fn new(client: BrokerClient) -> FerryTarget {
         FerryTarget { admin: Admin::new(client) }
+    }
+}
+
+/// The typed outcome of a Ferry broker's answer.
+fn outcome(r: pb::AppendWithOffsetsResponse) -> AppendOutcome {
+    let code = pb::ErrorCode::try_from(r.error).unwrap_or(pb::ErrorCode::StorageError);
+    match code {
+        pb::ErrorCode::None => AppendOutcome::Appended {
+            log_end: r.log_end_offset,
+            written: r.written_batches,
+            present: r.present_batches,
+        },
+        pb::ErrorCode::Diverged => AppendOutcome::Diverged { at: r.diverged_at.unwrap_or(0), message: r.message },
+        pb::ErrorCode::TopicIdMismatch => AppendOutcome::TopicIdMismatch(r.message),
+        pb::ErrorCode::EpochRegressed => AppendOutcome::EpochRegressed(r.message),
+        pb::ErrorCode::NotAMirrorTopic => AppendOutcome::NotAMirrorTopic(r.message),
+        pb::ErrorCode::GapRefused => AppendOutcome::GapRefused(r.message),
+        pb::ErrorCode::StraddlesEnd => AppendOutcome::StraddlesEnd(r.message),
+        other => AppendOutcome::Refused { code: other.as_str_name().to_owned(), message: r.message },
     }
 }
 
@@ -130,7 +182,8 @@ impl TargetCluster for FerryTarget {
         self.admin.alter_topic_config(name, config).await.map(drop)
     }
 
-    async fn partition(&self, topic: &str, partition: u32) -> Result<TargetPartition> {
+    async fn partition(&self, tp: &TargetTp) -> Result<TargetPartition> {
+        let (topic, partition) = (tp.topic(), tp.partition);
         let desc = self.admin.describe_topic(topic).await?;
         let p = desc.partitions.iter().find(|p| p.partition == partition).ok_or_else(|| ClientError::Protocol {
             rpc: "DescribeTopic",
@@ -150,17 +203,34 @@ impl TargetCluster for FerryTarget {
 
     async fn append(
         &self,
-        topic: &str,
-        partition: u32,
+        tp: &TargetTp,
         source_topic_id: &str,
         source_log_start: u64,
-        batches: Bytes,
-    ) -> Result<pb::AppendWithOffsetsResponse> {
-        self.admin.append_with_offsets(topic, partition, source_topic_id, source_log_start, batches).await
+        batches: &[Batch],
+    ) -> Result<AppendOutcome> {
+        // The one copy on the mirror's path: the batches, back to back, into the request.
+        let mut body = BytesMut::with_capacity(batches.iter().map(Batch::len).sum());
+        for b in batches {
+            body.extend_from_slice(b.bytes());
+        }
+        let r = self
+            .admin
+            .append_with_offsets(tp.topic(), tp.partition, source_topic_id, source_log_start, body.freeze())
+            .await?;
+        Ok(outcome(r))
     }
 
-    async fn truncate(&self, topic: &str, partition: u32, offset: u64) -> Result<u64> {
-        self.admin.truncate_partition(topic, partition, offset).await
+    async fn truncate(&self, tp: &TargetTp, offset: u64) -> Result<u64> {
+        self.admin.truncate_partition(tp.topic(), tp.partition, offset).await
+    }
+
+    async fn batch_at(&self, tp: &TargetTp, offset: u64) -> Result<Option<TailBatch>> {
+        batch_holding(&self.admin, tp.topic(), tp.partition, offset).await
+    }
+
+    async fn log_ends(&self, topic: &str) -> Result<Vec<(u32, u64)>> {
+        let desc = self.admin.describe_topic(topic).await?;
+        Ok(desc.partitions.iter().map(|p| (p.partition, p.log_end_offset)).collect())
     }
 
     async fn group_state(&self, group: &str) -> Result<GroupState> {

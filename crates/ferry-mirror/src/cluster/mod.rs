@@ -9,17 +9,76 @@
 //!
 //! Errors are [`ferry_client::ClientError`]s: adapters map their native errors to the gRPC code that says the same
 //! thing (NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, ...), so the pipeline classifies every side's failures alike.
+//! What an append did is an [`AppendOutcome`], whatever the target's wire format.
 //!
-//! The fetch path is not here: it is a component of its own per kind (`source::SourceDcConsumer` for Ferry,
-//! `kafka::KafkaSourceConsumer` for Kafka), both speaking the same `ConsumerCmd` / `SourceMsg` protocol.
+//! The fetch path is not here: it is a [`crate::fetch::FetchSession`] per kind.
 
 pub mod ferry;
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use ferry_client::ClientError;
+use ferry_client::batch::Batch;
 use ferry_client::proto as pb;
+
+use crate::lane::core::{EpochAnswer, TailBatch};
+use crate::tp::{SourceTp, TargetTp};
+
+/// What an append with offsets did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// Every offered batch is on the target now.
+    Appended {
+        /// The target's log end after the call (in source offsets).
+        log_end: u64,
+        /// Batches written.
+        written: u32,
+        /// Batches found already present.
+        present: u32,
+    },
+    /// A batch below the target's log end differs from what the target holds.
+    Diverged {
+        /// The first differing offset.
+        at: u64,
+        /// The target's words.
+        message: String,
+    },
+    /// The target mirror topic records another source topic id.
+    TopicIdMismatch(String),
+    /// A batch's epoch is below the latest in the target's history.
+    EpochRegressed(String),
+    /// The target topic is not (or no longer) a mirror topic.
+    NotAMirrorTopic(String),
+    /// A batch above the target's log end that is not a gap left by source retention.
+    GapRefused(String),
+    /// A batch that straddles the target's log end.
+    StraddlesEnd(String),
+    /// Any other refusal, by its code name.
+    Refused {
+        /// The code name.
+        code: String,
+        /// The target's words.
+        message: String,
+    },
+}
+
+impl AppendOutcome {
+    /// One line for logs and errors.
+    pub fn describe(&self) -> String {
+        match self {
+            AppendOutcome::Appended { log_end, written, present } => {
+                format!("appended (log end {log_end}, {written} written, {present} present)")
+            }
+            AppendOutcome::Diverged { at, message } => format!("diverged at offset {at}: {message}"),
+            AppendOutcome::TopicIdMismatch(m)
+            | AppendOutcome::EpochRegressed(m)
+            | AppendOutcome::NotAMirrorTopic(m)
+            | AppendOutcome::GapRefused(m)
+            | AppendOutcome::StraddlesEnd(m) => m.clone(),
+            AppendOutcome::Refused { code, message } => format!("{code}: {message}"),
+        }
+    }
+}
 
 /// Result of a cluster call.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
@@ -32,12 +91,11 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     /// Every topic, with its id, partition count, config and mirror mark.
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
     /// A partition's (log start, log end).
-    async fn log_offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64)>;
-    /// `EpochEnd(epoch)`: `Some((largest epoch <= epoch, first offset after it))`, or `None` when the cluster has
-    /// no such epoch or keeps no epoch history the mirror can read.
-    async fn epoch_end(&self, topic: &str, partition: u32, epoch: u32) -> Result<Option<(u32, u64)>>;
+    async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
+    /// `EpochEnd(epoch)`.
+    async fn epoch_end(&self, tp: &SourceTp, epoch: u32) -> Result<EpochAnswer>;
     /// Committed offsets of a group (all of them when `partitions` is empty).
-    async fn committed(&self, group: &str, partitions: &[(String, u32)]) -> Result<Vec<pb::CommittedOffset>>;
+    async fn committed(&self, group: &str, partitions: &[SourceTp]) -> Result<Vec<pb::CommittedOffset>>;
     /// Commits offsets for a group, without membership.
     async fn commit(&self, group: &str, offsets: Vec<pb::CommittedOffset>) -> Result<()>;
     /// Every group name.
@@ -46,8 +104,14 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     /// none. The producers use it to tell a real gap inside the source log from batches fetched before a reseat.
     /// Sources whose fetch path builds batches starting at the requested offset (Kafka) never show such gaps and
     /// answer `None`.
-    async fn first_batch_at(&self, topic: &str, partition: u32, offset: u64) -> Result<Option<(u64, String)>> {
-        let _ = (topic, partition, offset);
+    async fn first_batch_at(&self, tp: &SourceTp, offset: u64) -> Result<Option<(u64, String)>> {
+        let _ = (tp, offset);
+        Ok(None)
+    }
+    /// The batch holding `offset`, with its records (the resume rule compares it with the target's last batch), or
+    /// `None` when the source no longer holds it or cannot say.
+    async fn batch_at(&self, tp: &SourceTp, offset: u64) -> Result<Option<TailBatch>> {
+        let _ = (tp, offset);
         Ok(None)
     }
     /// Drops the connection after a failure, so the next call dials again.
@@ -123,19 +187,29 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     /// Copies topic config.
     async fn alter_topic_config(&self, name: &str, config: pb::TopicConfig) -> Result<()>;
     /// Where a partition stands, in source offsets.
-    async fn partition(&self, topic: &str, partition: u32) -> Result<TargetPartition>;
-    /// Appends whole source batches (with source offsets and epochs). Outcomes such as DIVERGED are in the
-    /// response's `error`; `log_end_offset` is in source offsets.
+    async fn partition(&self, tp: &TargetTp) -> Result<TargetPartition>;
+    /// Appends whole source batches (with source offsets and epochs), in order; no batches moves an empty stretch
+    /// of the target to `source_log_start`.
     async fn append(
         &self,
-        topic: &str,
-        partition: u32,
+        tp: &TargetTp,
         source_topic_id: &str,
         source_log_start: u64,
-        batches: Bytes,
-    ) -> Result<pb::AppendWithOffsetsResponse>;
+        batches: &[Batch],
+    ) -> Result<AppendOutcome>;
     /// Truncates to the batch boundary at or below `offset` (source offsets); returns the new log end.
-    async fn truncate(&self, topic: &str, partition: u32, offset: u64) -> Result<u64>;
+    async fn truncate(&self, tp: &TargetTp, offset: u64) -> Result<u64>;
+    /// The batch holding `offset`, with its records, or `None` when the target cannot say.
+    async fn batch_at(&self, tp: &TargetTp, offset: u64) -> Result<Option<TailBatch>> {
+        let _ = (tp, offset);
+        Ok(None)
+    }
+    /// Every partition's log end (source offsets) of a topic, for the target probe; empty when the target cannot
+    /// tell cheaply (then only appends show a lost tail).
+    async fn log_ends(&self, topic: &str) -> Result<Vec<(u32, u64)>> {
+        let _ = topic;
+        Ok(Vec::new())
+    }
     /// A consumer group's members and offsets (source offsets).
     async fn group_state(&self, group: &str) -> Result<GroupState>;
     /// Commits a consumer group's offsets given in source offsets (without membership).

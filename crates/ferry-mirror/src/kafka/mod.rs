@@ -2,9 +2,9 @@
 //!
 //! - [`KafkaSource`] implements [`crate::cluster::SourceCluster`] for one source route (its bootstrap servers):
 //!   probes, topic listing, watermarks, committed offsets of groups.
-//! - [`KafkaSourceConsumer`] is the fetch path of a Kafka source: the same `ConsumerCmd` in / `SourceMsg` out
-//!   protocol, byte credits and Reset protocol as `source::SourceDcConsumer`. It turns Kafka messages into Ferry
-//!   record batches that keep every record's source offset, so a Ferry target preserves offsets exactly.
+//! - [`KafkaSession`] is the fetch session of a Kafka source, behind the same [`crate::fetch::FetchSession`] trait
+//!   and restart protocol as the Ferry session. It turns Kafka messages into Ferry record batches that keep every
+//!   record's source offset, so a Ferry target preserves offsets exactly.
 //! - [`KafkaTarget`] implements [`crate::cluster::TargetCluster`]. Kafka assigns its own offsets, so every record
 //!   written carries provenance headers (source cluster, topic, partition, offset); a partition's "log end" is one
 //!   past the last source offset found at its tail, which makes a restart after kill -9 resume without duplicates
@@ -29,7 +29,7 @@ mod target;
 mod topic_config;
 mod watermarks;
 
-pub use consumer::{KafkaConsumerSettings, KafkaRoute, KafkaSourceConsumer, RouteReports};
+pub use consumer::{KafkaConsumerSettings, KafkaSession, RouteReports};
 pub use convert::{PartitionBatcher, Pushed};
 pub use error::KafkaSetupError;
 pub use props::redacted;

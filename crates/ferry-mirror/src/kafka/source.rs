@@ -22,6 +22,8 @@ use super::client::KafkaClients;
 use super::error::{KafkaSetupError, map_error, status};
 use super::props::{Side, blocking};
 use crate::cluster::{Result, SourceCluster};
+use crate::lane::core::EpochAnswer;
+use crate::tp::SourceTp;
 
 /// Timeout of admin and offset calls (probes use their own).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,15 +114,20 @@ impl SourceCluster for KafkaSource {
             .collect())
     }
 
-    async fn log_offsets(&self, topic: &str, partition: u32) -> Result<(u64, u64)> {
+    async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)> {
+        let (topic, partition) = (tp.topic(), tp.partition);
         self.clients.watermarks(topic, partition).await
     }
 
-    async fn epoch_end(&self, _topic: &str, _partition: u32, _epoch: u32) -> Result<Option<(u32, u64)>> {
-        Ok(None)
+    async fn epoch_end(&self, _tp: &SourceTp, _epoch: u32) -> Result<EpochAnswer> {
+        // librdkafka exposes no leader epochs: every batch the mirror builds carries epoch 0.
+        Ok(EpochAnswer::Unknown)
     }
 
-    async fn committed(&self, group: &str, partitions: &[(String, u32)]) -> Result<Vec<pb::CommittedOffset>> {
+    async fn committed(&self, group: &str, partitions: &[SourceTp]) -> Result<Vec<pb::CommittedOffset>> {
+        let partitions: Vec<(String, u32)> =
+            partitions.iter().map(|tp| (tp.topic().to_owned(), tp.partition)).collect();
+        let partitions = partitions.as_slice();
         self.clients.committed(group, partitions).await
     }
 

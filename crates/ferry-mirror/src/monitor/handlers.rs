@@ -99,7 +99,7 @@ pub async fn partitions(
     let Query(q) = query?;
     let shared = &s.handle.shared;
     if let Some(t) = &q.topic {
-        let known = shared.topics.lock().contains_key(t) || shared.partitions.iter().any(|e| &e.key().0 == t);
+        let known = shared.topics.lock().contains_key(t) || shared.partitions.iter().any(|e| e.key().topic() == t);
         if !known {
             return Err(ApiError::UnknownTopic { topic: t.clone() });
         }

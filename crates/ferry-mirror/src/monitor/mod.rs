@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 pub use error::{ApiError, MonitorError};
 
 use crate::config::MonitorConfig;
-use crate::run::MirrorHandle;
+use crate::handle::MirrorHandle;
 
 /// Largest request body accepted (413 `payload_too_large` beyond it).
 pub const BODY_LIMIT: usize = 16 * 1024;

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::egress::EgressView;
 use crate::events::{Event, Severity};
-use crate::run::MirrorHandle;
-use crate::state::{PartitionView, SideRates};
+use crate::handle::MirrorHandle;
+use crate::state::{PartitionState, PartitionView, SideRates};
 
 /// Partition state names, in the order documents list them (`stalled` is `mirroring` without progress).
 pub const STATES: [&str; 5] = ["starting", "mirroring", "stalled", "paused", "halted"];
@@ -21,7 +21,7 @@ pub const STATES: [&str; 5] = ["starting", "mirroring", "stalled", "paused", "ha
 pub fn count_states<'a>(views: impl IntoIterator<Item = &'a PartitionView>) -> BTreeMap<String, u64> {
     let mut out: BTreeMap<String, u64> = STATES.iter().map(|s| ((*s).to_owned(), 0)).collect();
     for v in views {
-        *out.entry(v.state.clone()).or_default() += 1;
+        *out.entry(v.state.name().to_owned()).or_default() += 1;
     }
     out
 }
@@ -293,9 +293,9 @@ pub fn readiness(
         details.push(NotReady::new("target_down", "the target cluster cannot be reached".into()));
     }
     for p in partitions {
-        let (reason, what) = match p.state.as_str() {
-            "halted" => ("partition_halted", "halted"),
-            "stalled" => ("partition_stalled", "stalled"),
+        let (reason, what) = match p.state {
+            PartitionState::Halted => ("partition_halted", "halted"),
+            PartitionState::Stalled => ("partition_stalled", "stalled"),
             _ => continue,
         };
         let why = p.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
@@ -305,7 +305,7 @@ pub fn readiness(
             ..NotReady::new(reason, format!("partition {}/{} is {what}{why}", p.topic, p.partition))
         });
     }
-    if topics_known > 0 && partitions.iter().all(|p| p.state == "starting") {
+    if topics_known > 0 && partitions.iter().all(|p| p.state == PartitionState::Starting) {
         details.push(NotReady::new(
             "starting",
             format!("{topics_known} topic(s) known but no partition is mirroring yet ({} starting)", partitions.len()),
@@ -358,7 +358,7 @@ mod tests {
             commit_offset: 5,
             target_offset: 7,
             lag: 3,
-            state: state.into(),
+            state: PartitionState::from_name(state).expect("a state name"),
             last_error: (state == "halted").then(|| "diverged at 4".to_owned()),
             latency_ms: 1,
         }

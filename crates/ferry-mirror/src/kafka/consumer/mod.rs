@@ -1,7 +1,7 @@
-//! KafkaSourceConsumer: the fetch path of a Kafka source. It speaks the same protocol as
-//! `source::SourceDcConsumer`: [`ConsumerCmd`]s in (Add / Remove / Reseat), [`SourceMsg`]s out per partition through
-//! its [`PartitionSink`], byte credits through [`crate::source::PartitionFlow`], and the Reset protocol on every
-//! (re)start.
+//! KafkaSession: the fetch session of a Kafka source, behind the same [`FetchSession`] trait and restart protocol
+//! as the Ferry session: partitions come from the SyncManager's [`PartitionSet`], each is fetched from its lane's
+//! fetch position under the lane's seat, within the lane's budget, and data, positions and errors go into the
+//! lane's link.
 //!
 //! - One librdkafka consumer per session over the active route's bootstrap servers, in `assign()` mode at each
 //!   partition's fetch position: no group rebalancing, no auto commit, `auto.offset.reset = error` (a position
@@ -9,72 +9,56 @@
 //! - Messages become Ferry record batches keeping every record's offset ([`super::PartitionBatcher`]): base offset
 //!   = the next offset the partition expects, so Kafka's offset gaps are absorbed. Timestamps, keys, values and
 //!   ordered headers (null values kept) are copied; the epoch is 0 (librdkafka does not expose leader epochs).
-//! - Credits: a partition whose queued bytes (plus its open batch) reach its window is taken out of the librdkafka
-//!   assignment, which also drops what librdkafka prefetched for it; once its queue is back below half the window
-//!   it is assigned again at the next offset it expects. Prefetched data therefore never exceeds the caps.
-//! - Positions: watermarks are refreshed every `position_interval` and sent as `Position` heartbeats. The log end
-//!   sent is never below what was already read: a watermark asked before the newest records arrived, a broker
-//!   whose `ListOffsets` answers less than its fetches deliver (tansu 0.6 does), or a new leader still catching up
-//!   would all look like lost records. Only when librdkafka reports log truncation (KIP-320) does a lower log end
-//!   go out, and the producer acts on the divergence.
-//! - Route changes rebuild the consumer on the new bootstrap servers (Kafka clients then follow the cluster's
-//!   advertised listeners). Failures (no answer for `failure_limit` refreshes, authentication) are reported to the
-//!   Egress, and the consumer backs off before it tries again: never a tight crash loop.
+//! - Credits: a partition whose held bytes (plus its open batch) reach its window is taken out of the librdkafka
+//!   assignment, which also drops what librdkafka prefetched for it; once its lane holds less than half the window
+//!   it is assigned again at the next offset it expects. Prefetched data therefore never exceeds the budgets.
+//! - A re-seat assigns the partition again at the new fetch position (librdkafka drops what it fetched from the old
+//!   one); a lane that wants no data is unassigned.
+//! - Positions: watermarks are refreshed every `position_interval` and sent as positions. The log end sent is never
+//!   below what was already read: a watermark asked before the newest records arrived, a broker whose `ListOffsets`
+//!   answers less than its fetches deliver (tansu 0.6 does), or a new leader still catching up would all look like
+//!   lost records. Only when librdkafka reports log truncation (KIP-320) does a lower log end go out, and the lane
+//!   acts on the divergence.
+//! - Failures (no answer for `failure_limit` refreshes, authentication) end the session; the fetcher reports them
+//!   to the Egress and backs off before the next one: never a tight crash loop. A route switch drops the session,
+//!   whose consumer is then closed on the blocking pool.
 
 mod partitions;
 mod refresh;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferry_batch::Compression;
+use ferry_client::batch::Compression;
 use futures::FutureExt;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::partitions::{Part, PartState, tpl_of};
+use self::partitions::{Part, PartState};
 use self::refresh::Refresh;
 use super::props::{Ctx, Side, client_config};
 use super::watermarks::Tp;
+use crate::egress::ActiveRoute;
+use crate::fetch::{FetchSession, PartitionSet, SessionEnd};
 use crate::metrics::Metrics;
-use crate::source::{ConsumerCmd, apply_offline, reset_sinks};
 use crate::state::Shared;
 
-/// The active route as the Kafka consumer needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaRoute {
-    /// Route name.
-    pub name: String,
-    /// Bumped on every switch (a manual switch to the same route restarts the consumer too).
-    pub generation: u64,
-    /// Bootstrap servers.
-    pub brokers: Vec<String>,
-}
-
-/// Where the consumer reports the health of the route it fetches over (the Egress).
+/// Where the session reports the health of the route it fetches over (the Egress).
 pub trait RouteReports: Send + Sync {
-    /// The route failed (it counts toward `failure_threshold`).
-    fn report_failure(&self, route: &str, reason: &str);
     /// The route delivered.
     fn report_success(&self, route: &str);
 }
 
 impl RouteReports for crate::egress::EgressHandle {
-    fn report_failure(&self, route: &str, reason: &str) {
-        crate::egress::EgressHandle::report_failure(self, route, reason);
-    }
-
     fn report_success(&self, route: &str) {
         crate::egress::EgressHandle::report_success(self, route);
     }
 }
 
-/// Tuning of the Kafka consumer.
+/// Tuning of the Kafka session.
 #[derive(Debug, Clone)]
 pub struct KafkaConsumerSettings {
     /// `[source.kafka]` librdkafka properties.
@@ -111,94 +95,41 @@ impl KafkaConsumerSettings {
     }
 }
 
-enum End {
-    Shutdown,
-    RouteChanged,
-    Failed(String),
+type Kc = StreamConsumer<Ctx>;
+
+/// Closes a librdkafka consumer on the blocking pool (closing blocks until its threads stop), whenever the session
+/// ends, also when its future is dropped on a route switch.
+struct Closing(Option<Arc<Kc>>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            tokio::task::spawn_blocking(move || drop(c));
+        }
+    }
 }
 
-/// The Kafka fetch path (see the module docs).
-pub struct KafkaSourceConsumer {
-    cmds: mpsc::UnboundedReceiver<ConsumerCmd>,
-    routes: watch::Receiver<KafkaRoute>,
+/// The Kafka fetch session (see the module docs).
+pub struct KafkaSession {
     reports: Arc<dyn RouteReports>,
     settings: KafkaConsumerSettings,
     metrics: Metrics,
     shared: Arc<Shared>,
     parts: BTreeMap<Tp, Part>,
-    generation: u64,
 }
 
-type Kc = StreamConsumer<Ctx>;
-
-impl KafkaSourceConsumer {
-    /// A consumer fed by `cmds`, fetching over the route `routes` names, reporting its health to `reports`.
+impl KafkaSession {
+    /// A session reporting its route's health to `reports`.
     pub fn new(
-        cmds: mpsc::UnboundedReceiver<ConsumerCmd>,
-        routes: watch::Receiver<KafkaRoute>,
-        reports: Arc<dyn RouteReports>,
         settings: KafkaConsumerSettings,
+        reports: Arc<dyn RouteReports>,
         metrics: Metrics,
         shared: Arc<Shared>,
-    ) -> KafkaSourceConsumer {
-        KafkaSourceConsumer { cmds, routes, reports, settings, metrics, shared, parts: BTreeMap::new(), generation: 0 }
+    ) -> KafkaSession {
+        KafkaSession { reports, settings, metrics, shared, parts: BTreeMap::new() }
     }
 
-    /// Runs until `shutdown`.
-    pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            if shutdown.is_cancelled() {
-                return;
-            }
-            if self.parts.is_empty() {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    cmd = self.cmds.recv() => match cmd {
-                        Some(cmd) => {
-                            let settings = &self.settings;
-                            apply_offline(&mut self.parts, cmd, |tp, sink| Part::new(&tp.0, sink, settings));
-                            continue;
-                        }
-                        None => return,
-                    },
-                }
-            }
-            let route = self.routes.borrow_and_update().clone();
-            self.reset_partitions(&shutdown).await;
-            match self.session(&route, &shutdown).await {
-                End::Shutdown => return,
-                End::RouteChanged => backoff = Duration::from_millis(100),
-                End::Failed(reason) => {
-                    tracing::warn!(route = %route.name, brokers = ?route.brokers, %reason, "Kafka source consumer failed");
-                    self.reports.report_failure(&route.name, &reason);
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.routes.changed() => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-
-    /// The restart protocol: every partition drops what it queued and reports its fetch position.
-    async fn reset_partitions(&mut self, shutdown: &CancellationToken) {
-        self.generation += 1;
-        let generation = self.generation;
-        let alive = reset_sinks(self.parts.values().map(|p| &p.sink), generation, shutdown).await;
-        // `retain` visits the map in key order, as `values` did.
-        let mut alive = alive.into_iter();
-        self.parts.retain(|_, _| alive.next().unwrap_or(false));
-        for p in self.parts.values_mut() {
-            p.batcher.reset(p.sink.flow.fetch_position.load(Ordering::Acquire));
-            p.state = PartState::Fetching;
-            p.paused = false;
-        }
-    }
-
-    fn build(&self, route: &KafkaRoute) -> Result<Arc<Kc>, String> {
+    fn build(&self, route: &ActiveRoute) -> Result<Arc<Kc>, String> {
         let s = &self.settings;
         let owned = [
             ("client.id", format!("ferry-mirror.{}", s.mirror)),
@@ -218,48 +149,32 @@ impl KafkaSourceConsumer {
             .map_err(|e| format!("cannot create the Kafka consumer: {e}"))
     }
 
-    /// One consumer over one route, until it fails, the route changes or shutdown.
-    async fn session(&mut self, route: &KafkaRoute, shutdown: &CancellationToken) -> End {
-        let consumer = match self.build(route) {
-            Ok(c) => c,
-            Err(reason) => return End::Failed(reason),
-        };
-        let end = self.fetch_loop(route, &consumer, shutdown).await;
-        // Closing a librdkafka consumer blocks until its threads stop.
-        tokio::task::spawn_blocking(move || drop(consumer));
-        end
-    }
-
-    async fn fetch_loop(&mut self, route: &KafkaRoute, consumer: &Arc<Kc>, shutdown: &CancellationToken) -> End {
+    async fn fetch_loop(
+        &mut self,
+        route: &ActiveRoute,
+        consumer: &Arc<Kc>,
+        set: &PartitionSet,
+        stop: &CancellationToken,
+    ) -> SessionEnd {
         let started = Instant::now();
         // Which topics exist decides what is assigned: ask first.
         let first = self.spawn_refresh(consumer, true, false, false);
         let refresh = tokio::select! {
-            _ = shutdown.cancelled() => return End::Shutdown,
+            _ = stop.cancelled() => return SessionEnd::Shutdown,
             r = first => r,
         };
-        let Ok(refresh) = refresh else { return End::Failed("the metadata task failed".into()) };
-        let topics = match refresh.topics {
+        let Ok(refresh) = refresh else { return SessionEnd::Failed("the metadata task failed".into()) };
+        let mut topics_known = match refresh.topics {
             Some(Ok(t)) => t,
-            Some(Err(e)) => return End::Failed(format!("cannot read the source's metadata: {e}")),
+            Some(Err(e)) => return SessionEnd::Failed(format!("cannot read the source's metadata: {e}")),
             None => BTreeMap::new(),
         };
         self.reports.report_success(&route.name);
-        let mut assign = Vec::new();
-        for (tp, p) in self.parts.iter_mut() {
-            if topics.get(&tp.0).is_some_and(|&n| tp.1 < n) {
-                p.state = PartState::Fetching;
-                assign.push((tp, Some(p.batcher.expected())));
-            } else {
-                p.state = PartState::Missing;
-            }
-        }
-        if let Err(e) = consumer.assign(&tpl_of(assign)) {
-            return End::Failed(format!("cannot assign the partitions: {e}"));
-        }
-        self.report_missing();
+        // Every partition starts afresh at its lane's fetch position.
+        self.parts.clear();
+        self.reconcile(consumer, set, &topics_known);
         tracing::info!(route = %route.name, partitions = self.parts.len(), "Kafka source consumer assigned");
-        let mut topics_known = topics;
+        let changed = set.changed();
         let mut credit_tick = tokio::time::interval(self.settings.credit_tick);
         credit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut position_tick = tokio::time::interval(self.settings.position_interval);
@@ -271,27 +186,19 @@ impl KafkaSourceConsumer {
         loop {
             tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => return End::Shutdown,
-                changed = self.routes.changed() => {
-                    if changed.is_err() { return End::Shutdown; }
-                    let now = self.routes.borrow().clone();
-                    if now.name != route.name || now.generation != route.generation || now.brokers != route.brokers {
-                        tracing::info!(from = %route.name, to = %now.name, "route changed; rebuilding the Kafka consumer");
-                        return End::RouteChanged;
-                    }
-                }
+                _ = stop.cancelled() => return SessionEnd::Shutdown,
                 done = async { match refresh.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
                     refresh = None;
-                    let Ok(r) = done else { return End::Failed("the watermark task failed".into()) };
+                    let Ok(r) = done else { return SessionEnd::Failed("the watermark task failed".into()) };
                     match self.on_refresh(consumer, r, &mut topics_known) {
                         Ok(()) => failures = 0,
                         Err(e) if e.is_unauthenticated() || e.code() == Some(ferry_client::Code::PermissionDenied) => {
-                            return End::Failed(format!("the source refused the mirror's credentials: {e}"));
+                            return SessionEnd::Failed(format!("the source refused the mirror's credentials: {e}"));
                         }
                         Err(e) => {
                             failures += 1;
                             if failures >= self.settings.failure_limit {
-                                return End::Failed(format!("no answer from the source for {failures} position refreshes: {e}"));
+                                return SessionEnd::Failed(format!("no answer from the source for {failures} position refreshes: {e}"));
                             }
                         }
                     }
@@ -324,12 +231,9 @@ impl KafkaSourceConsumer {
                     }
                     self.flush_all(consumer);
                 }
-                cmd = self.cmds.recv() => match cmd {
-                    None => return End::Shutdown,
-                    Some(cmd) => {
-                        if self.on_command(cmd, consumer, &topics_known) { check_topics = true; }
-                    }
-                },
+                _ = changed.notified() => {
+                    if self.reconcile(consumer, set, &topics_known) { check_topics = true; }
+                }
                 _ = credit_tick.tick() => self.credits(consumer),
                 _ = position_tick.tick() => {
                     if refresh.is_none() {
@@ -345,7 +249,7 @@ impl KafkaSourceConsumer {
     }
 
     /// A consumption error: `Some` when the session must end.
-    fn on_consume_error(&self, e: &KafkaError, started: Instant, consumer: &Kc) -> Option<End> {
+    fn on_consume_error(&self, e: &KafkaError, started: Instant, consumer: &Kc) -> Option<SessionEnd> {
         let cause =
             consumer.context().last_error_since(started).map(|l| format!(" ({})", l.reason)).unwrap_or_default();
         match e.rdkafka_error_code() {
@@ -355,9 +259,9 @@ impl KafkaSourceConsumer {
                 | RDKafkaErrorCode::SSL
                 | RDKafkaErrorCode::TopicAuthorizationFailed
                 | RDKafkaErrorCode::GroupAuthorizationFailed,
-            ) => Some(End::Failed(format!("the source refused the mirror: {e}{cause}"))),
+            ) => Some(SessionEnd::Failed(format!("the source refused the mirror: {e}{cause}"))),
             _ if matches!(e, KafkaError::MessageConsumptionFatal(_)) => {
-                Some(End::Failed(format!("fatal Kafka consumer error: {e}{cause}")))
+                Some(SessionEnd::Failed(format!("fatal Kafka consumer error: {e}{cause}")))
             }
             Some(RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::LogTruncation) => {
                 tracing::warn!(error = %e, "Kafka source: a fetch position is outside the log; checking the watermarks");
@@ -368,5 +272,17 @@ impl KafkaSourceConsumer {
                 None
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl FetchSession for KafkaSession {
+    async fn run(&mut self, route: Arc<ActiveRoute>, set: &PartitionSet, stop: &CancellationToken) -> SessionEnd {
+        let closing = match self.build(&route) {
+            Ok(c) => Closing(Some(c)),
+            Err(reason) => return SessionEnd::Failed(reason),
+        };
+        let Some(consumer) = closing.0.as_ref() else { return SessionEnd::Failed("no consumer".into()) };
+        self.fetch_loop(&route, consumer, set, stop).await
     }
 }

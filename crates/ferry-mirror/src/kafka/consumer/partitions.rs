@@ -1,22 +1,25 @@
-//! The consumer's partitions: their state, batching of received records, credits (pausing), and the commands
-//! that add, remove and re-seat them.
+//! The session's partitions: their state, batching of received records, credits (pausing), and following the
+//! partition set and the lanes' seats.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use ferry_batch::Header;
-use ferry_client::proto as pb;
+use ferry_client::batch::{Batch, Header};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{KafkaConsumerSettings, KafkaSourceConsumer, Kc};
+use super::{KafkaConsumerSettings, KafkaSession, Kc};
+use crate::fetch::PartitionSet;
 use crate::kafka::convert::{PartitionBatcher, Pushed};
 use crate::kafka::watermarks::Tp;
-use crate::source::{ConsumerCmd, PartitionSink, SourceMsg, SourcePos};
+use crate::lane::core::{SourceFault, SourcePos};
+use crate::lane::link::LaneLink;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PartState {
+    /// Its lane wants no data now: not assigned.
+    Idle,
     /// Assigned in librdkafka and fetching.
     Fetching,
     /// Its topic or partition does not exist (reported; checked again).
@@ -26,7 +29,10 @@ pub(super) enum PartState {
 }
 
 pub(super) struct Part {
-    pub(super) sink: PartitionSink,
+    pub(super) link: Arc<LaneLink>,
+    /// The link's seat version this partition follows, and the seat its data carries.
+    pub(super) version: u64,
+    pub(super) seat: Option<u64>,
     pub(super) batcher: PartitionBatcher,
     pub(super) state: PartState,
     pub(super) paused: bool,
@@ -36,16 +42,18 @@ pub(super) struct Part {
 }
 
 impl Part {
-    pub(super) fn new(topic: &str, sink: PartitionSink, settings: &KafkaConsumerSettings) -> Part {
-        let at = sink.flow.fetch_position.load(Ordering::Acquire);
+    fn new(link: Arc<LaneLink>, settings: &KafkaConsumerSettings) -> Part {
+        let topic_id = crate::kafka::kafka_topic_id(link.tp.topic());
         Part {
-            sink,
-            batcher: PartitionBatcher::new(at, settings.max_batch_bytes, settings.compression),
-            state: PartState::Fetching,
+            batcher: PartitionBatcher::new(link.fetch_from(), settings.max_batch_bytes, settings.compression),
+            link,
+            version: u64::MAX,
+            seat: None,
+            state: PartState::Idle,
             paused: false,
             lo: 0,
             hi: 0,
-            topic_id: crate::kafka::kafka_topic_id(topic),
+            topic_id,
         }
     }
 
@@ -54,10 +62,11 @@ impl Part {
         self.state == PartState::Fetching && !self.paused
     }
 
-    /// Whether its queue (with the open batch) reached its window.
+    /// Whether its lane holds (with the open batch) its whole window.
     pub(super) fn full(&self) -> bool {
-        let window = self.sink.flow.window();
-        window > 0 && self.sink.flow.queued.load(Ordering::Relaxed) + self.batcher.pending_bytes() >= window
+        let budget = &self.link.budget;
+        let window = budget.window();
+        window > 0 && budget.held() + self.batcher.pending_bytes() >= window
     }
 
     pub(super) fn pos(&self) -> SourcePos {
@@ -90,7 +99,7 @@ fn headers_of(m: &BorrowedMessage<'_>) -> Vec<Header> {
     hs.iter().map(|h| Header { key: h.key.to_owned(), value: h.value.map(bytes::Bytes::copy_from_slice) }).collect()
 }
 
-impl KafkaSourceConsumer {
+impl KafkaSession {
     pub(super) fn on_message(&mut self, consumer: &Kc, m: &BorrowedMessage<'_>) {
         let Ok(partition) = u32::try_from(m.partition()) else { return };
         let tp = (m.topic().to_owned(), partition);
@@ -114,7 +123,7 @@ impl KafkaSourceConsumer {
         }
     }
 
-    /// Takes a partition out of the assignment until its queue drains.
+    /// Takes a partition out of the assignment until its lane drains.
     pub(super) fn pause(&mut self, consumer: &Kc, tp: Tp) {
         if let Some(p) = self.parts.get_mut(&tp)
             && p.assigned()
@@ -124,18 +133,19 @@ impl KafkaSourceConsumer {
         }
     }
 
-    /// Sends one batch to its producer.
+    /// Hands one batch to its lane.
     pub(super) fn deliver(&mut self, tp: &Tp, bytes: bytes::Bytes, records: u64) {
         let Some(part) = self.parts.get_mut(tp) else { return };
+        let Some(seat) = part.seat else { return };
         let n = bytes.len() as u64;
-        part.sink.flow.queued.fetch_add(n, Ordering::Relaxed);
+        let Ok(batch) = Batch::parse(bytes) else {
+            tracing::error!(topic = %tp.0, partition = tp.1, "a batch built from Kafka records does not parse");
+            return;
+        };
         self.metrics.received(records, n);
         self.shared.source_rates.add(records, n);
-        let pos = part.pos();
-        if part.sink.tx.send(SourceMsg::Data { batches: bytes, records, pos }).is_err() {
-            // The producer stopped: stop fetching the partition.
-            self.parts.remove(tp);
-        }
+        let held = part.link.budget.hold(n);
+        part.link.deliver(seat, vec![batch], held, part.pos());
     }
 
     pub(super) fn flush_all(&mut self, consumer: &Kc) {
@@ -149,19 +159,19 @@ impl KafkaSourceConsumer {
         self.credits(consumer);
     }
 
-    /// Pauses partitions whose queue reached their window; assigns paused ones again once below half of it.
+    /// Pauses partitions whose lane reached its window; assigns paused ones again once below half of it.
     pub(super) fn credits(&mut self, consumer: &Kc) {
         let (mut pause, mut resume) = (Vec::new(), Vec::new());
         for (tp, p) in self.parts.iter_mut() {
             if p.state != PartState::Fetching {
                 continue;
             }
-            let window = p.sink.flow.window();
-            let queued = p.sink.flow.queued.load(Ordering::Relaxed);
+            let budget = &p.link.budget;
+            let window = budget.window();
             if !p.paused && p.full() {
                 p.paused = true;
                 pause.push(tp.clone());
-            } else if p.paused && (window == 0 || queued <= window / 2) {
+            } else if p.paused && (window == 0 || budget.held() <= window / 2) {
                 p.paused = false;
                 resume.push((tp.clone(), p.batcher.expected()));
             }
@@ -170,54 +180,53 @@ impl KafkaSourceConsumer {
         self.assign(consumer, &resume);
     }
 
-    /// Applies a command; true when topic metadata should be checked.
-    pub(super) fn on_command(&mut self, cmd: ConsumerCmd, consumer: &Kc, topics: &BTreeMap<String, u32>) -> bool {
-        let mut check = false;
-        match cmd {
-            ConsumerCmd::Add(list) => {
-                let mut assign = Vec::new();
-                let mut unassign = Vec::new();
-                for (tp, sink) in list {
-                    if self.parts.get(&tp).is_some_and(Part::assigned) {
-                        unassign.push(tp.clone());
-                    }
-                    let mut part = Part::new(&tp.0, sink, &self.settings);
+    /// Follows the partition set and the lanes' seats; true when topic metadata should be checked.
+    pub(super) fn reconcile(&mut self, consumer: &Kc, set: &PartitionSet, topics: &BTreeMap<String, u32>) -> bool {
+        let (_, lanes) = set.snapshot();
+        let wanted: BTreeMap<Tp, Arc<LaneLink>> =
+            lanes.into_iter().map(|l| ((l.tp.topic().to_owned(), l.tp.partition), l)).collect();
+        let gone: Vec<Tp> = self.parts.keys().filter(|tp| !wanted.contains_key(*tp)).cloned().collect();
+        let fetching: Vec<Tp> =
+            gone.iter().filter(|tp| self.parts.get(*tp).is_some_and(Part::assigned)).cloned().collect();
+        self.unassign(consumer, &fetching);
+        for tp in gone {
+            self.parts.remove(&tp);
+        }
+        let (mut assign, mut unassign, mut check) = (Vec::new(), Vec::new(), false);
+        for (tp, link) in wanted {
+            let settings = &self.settings;
+            let part = self.parts.entry(tp.clone()).or_insert_with(|| Part::new(Arc::clone(&link), settings));
+            let (version, wish) = link.seat();
+            if part.version == version {
+                continue;
+            }
+            part.version = version;
+            if part.assigned() {
+                unassign.push(tp.clone());
+            }
+            part.paused = false;
+            match wish {
+                None => {
+                    part.seat = None;
+                    part.state = PartState::Idle;
+                }
+                Some((seat, _)) => {
+                    part.seat = Some(seat);
+                    let at = link.fetch_from();
+                    part.batcher.reset(at);
                     if topics.get(&tp.0).is_some_and(|&n| tp.1 < n) {
-                        assign.push((tp.clone(), part.batcher.expected()));
+                        part.state = PartState::Fetching;
+                        assign.push((tp, at));
                     } else {
                         part.state = PartState::Missing;
                         check = true;
                     }
-                    self.parts.insert(tp, part);
                 }
-                self.unassign(consumer, &unassign);
-                self.assign(consumer, &assign);
-                self.report_missing();
-            }
-            ConsumerCmd::Remove(list) => {
-                let fetching: Vec<Tp> =
-                    list.iter().filter(|tp| self.parts.get(*tp).is_some_and(Part::assigned)).cloned().collect();
-                self.unassign(consumer, &fetching);
-                for tp in list {
-                    self.parts.remove(&tp);
-                }
-            }
-            ConsumerCmd::Reseat(tp) => {
-                let Some(p) = self.parts.get_mut(&tp) else { return false };
-                let was_fetching = p.assigned();
-                let at = p.sink.flow.fetch_position.load(Ordering::Acquire);
-                p.batcher.reset(at);
-                p.paused = false;
-                if p.state == PartState::Missing {
-                    return true;
-                }
-                p.state = PartState::Fetching;
-                if was_fetching {
-                    self.unassign(consumer, std::slice::from_ref(&tp));
-                }
-                self.assign(consumer, &[(tp, at)]);
             }
         }
+        self.unassign(consumer, &unassign);
+        self.assign(consumer, &assign);
+        self.report_missing();
         check
     }
 
@@ -239,18 +248,15 @@ impl KafkaSourceConsumer {
         }
     }
 
-    /// Tells the producers of missing partitions that their topic or partition does not exist.
+    /// Tells the lanes of missing partitions that their topic or partition does not exist.
     pub(super) fn report_missing(&mut self) {
         for ((topic, partition), p) in &self.parts {
             if p.state == PartState::Missing {
                 let message = format!(
                     "Kafka topic {topic} has no partition {partition} (the topic does not exist or has fewer partitions)"
                 );
-                let _ = p.sink.tx.send(SourceMsg::Error {
-                    code: pb::ErrorCode::UnknownTopicOrPartition,
-                    message,
-                    pos: SourcePos { topic_id: p.topic_id.clone(), ..Default::default() },
-                });
+                let pos = SourcePos { topic_id: p.topic_id.clone(), ..Default::default() };
+                p.link.error(SourceFault::Missing, message, pos);
             }
         }
     }

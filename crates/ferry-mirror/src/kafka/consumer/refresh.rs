@@ -7,14 +7,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferry_client::ClientError;
-use ferry_client::proto as pb;
 use rdkafka::consumer::Consumer;
 use tokio::task::JoinHandle;
 
 use super::partitions::PartState;
-use super::{KafkaSourceConsumer, Kc};
+use super::{KafkaSession, Kc};
 use crate::kafka::watermarks::{Tp, watermarks};
-use crate::source::{SourceMsg, SourcePos};
+use crate::lane::core::{SourceFault, SourcePos};
 
 /// What one background refresh found.
 pub(super) struct Refresh {
@@ -27,7 +26,7 @@ pub(super) struct Refresh {
     pub(super) truncation: bool,
 }
 
-impl KafkaSourceConsumer {
+impl KafkaSession {
     pub(super) fn spawn_refresh(
         &self,
         consumer: &Arc<Kc>,
@@ -116,11 +115,11 @@ impl KafkaSourceConsumer {
             p.hi = hi;
             let expected = p.batcher.expected();
             if r.out_of_range && expected < lo && !p.paused {
-                let _ = p.sink.tx.send(SourceMsg::Error {
-                    code: pb::ErrorCode::OffsetOutOfRange,
-                    message: format!("{}/{}: offset {expected} is below the log start {lo}", tp.0, tp.1),
-                    pos: SourcePos { log_start: lo, log_end: hi, epoch: 0, topic_id: p.topic_id.clone() },
-                });
+                p.link.error(
+                    SourceFault::OutOfRange,
+                    format!("{}/{}: offset {expected} is below the log start {lo}", tp.0, tp.1),
+                    SourcePos { log_start: lo, log_end: hi, epoch: 0, topic_id: p.topic_id.clone() },
+                );
                 p.state = PartState::Stopped;
                 stop.push(tp.clone());
                 continue;
@@ -130,12 +129,9 @@ impl KafkaSourceConsumer {
                 // The source holds less than was read from it: the producer halts the partition (divergence).
                 pos.log_end = hi;
             }
-            if p.sink.tx.send(SourceMsg::Position(pos)).is_err() && p.assigned() {
-                stop.push(tp.clone());
-            }
+            p.link.position(pos);
         }
         self.unassign(consumer, &stop);
-        self.parts.retain(|_, p| !p.sink.tx.is_closed());
         Ok(())
     }
 }

@@ -15,6 +15,7 @@
 //!   headers (or the one given at creation; empty when the topic is empty and the process restarted), its source
 //!   cluster id the one given at creation (empty after a restart).
 
+mod append;
 mod members;
 mod offset_map;
 mod provenance;
@@ -25,8 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-use ferry_batch::{BatchIter, Record, decode_records};
+use ferry_batch::Batch;
 use ferry_client::proto as pb;
 use ferry_client::{ClientError, Code};
 use parking_lot::Mutex;
@@ -42,8 +42,9 @@ use super::error::{KafkaSetupError, map_error, status};
 use super::props::{Side, blocking};
 use super::reader::Reader;
 use super::topic_config;
-use crate::cluster::{GroupState, Membership, Result, TargetCluster, TargetLimits, TargetPartition};
+use crate::cluster::{AppendOutcome, GroupState, Membership, Result, TargetCluster, TargetLimits, TargetPartition};
 use crate::config::Rename;
+use crate::tp::TargetTp;
 
 /// Whether a Kafka target's appends are transactions (zombie fencing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,84 +312,6 @@ impl KafkaTarget {
         let cause = self.inner.clients.admin().map(|a| a.inner().context().cause()).unwrap_or_default();
         map_error(e, op, subject, self.inner.clients.brokers_text(), &cause)
     }
-
-    /// Writes the records of `batches` not yet in the partition.
-    async fn append_locked(
-        &self,
-        writer: &mut Writer,
-        topic: &str,
-        origin: &Origin,
-        source_topic_id: &str,
-        source_log_start: u64,
-        batches: &Bytes,
-    ) -> Result<pb::AppendWithOffsetsResponse> {
-        let tp = (topic.to_owned(), origin.partition);
-        let brokers = self.inner.clients.brokers_text();
-        let mut resp = pb::AppendWithOffsetsResponse::default();
-        if batches.is_empty() {
-            if source_log_start > writer.log_end {
-                // An empty target positioned at a start point, or a source retention gap carried over.
-                if writer.log_end == 0 {
-                    self.inner.starts.lock().insert(tp.clone(), source_log_start);
-                }
-                writer.log_end = source_log_start;
-            }
-            resp.log_end_offset = writer.log_end;
-            resp.log_start_offset = self.inner.starts.lock().get(&tp).copied().unwrap_or(0);
-            return Ok(resp);
-        }
-        let mut records: Vec<Record> = Vec::new();
-        let mut cursor = writer.log_end;
-        for (i, item) in BatchIter::new(batches).enumerate() {
-            let (header, bytes) = item.map_err(|e| {
-                status(Code::InvalidArgument, format!("{topic}/{}: malformed batch: {e}", origin.partition), brokers)
-            })?;
-            if i == 0 && header.base_offset > writer.log_end && source_log_start <= writer.log_end {
-                resp.error = pb::ErrorCode::GapRefused as i32;
-                resp.message = format!(
-                    "batch at offset {} is above the Kafka target's log end {} (source offsets) and the source log \
-                     start {source_log_start} does not explain the gap",
-                    header.base_offset, writer.log_end
-                );
-                resp.log_end_offset = writer.log_end;
-                return Ok(resp);
-            }
-            if header.last_offset() < writer.log_end {
-                resp.present_batches += 1;
-                continue;
-            }
-            let decoded = decode_records(bytes).map_err(|e| {
-                status(
-                    Code::InvalidArgument,
-                    format!(
-                        "{topic}/{}: batch at offset {} cannot be decoded: {e}",
-                        origin.partition, header.base_offset
-                    ),
-                    brokers,
-                )
-            })?;
-            resp.written_batches += 1;
-            for r in decoded {
-                if r.offset >= cursor {
-                    cursor = r.offset + 1;
-                    records.push(r);
-                }
-            }
-        }
-        if !records.is_empty() {
-            let pairs = writer.write(&records, origin, source_topic_id).await?;
-            let mut maps = self.inner.maps.lock();
-            let map = maps.entry(tp.clone()).or_default();
-            for (src, tgt) in pairs {
-                map.record(src, tgt);
-            }
-            writer.log_end = cursor;
-            self.remember_topic_id(topic, Some(source_topic_id));
-        }
-        resp.log_end_offset = writer.log_end;
-        resp.log_start_offset = self.inner.starts.lock().get(&tp).copied().unwrap_or(0);
-        Ok(resp)
-    }
 }
 
 #[async_trait::async_trait]
@@ -534,7 +457,8 @@ impl TargetCluster for KafkaTarget {
         }
     }
 
-    async fn partition(&self, topic: &str, partition: u32) -> Result<TargetPartition> {
+    async fn partition(&self, tp: &TargetTp) -> Result<TargetPartition> {
+        let (topic, partition) = (tp.topic(), tp.partition);
         let origin = self.origin(topic, partition)?;
         let slot = self.slot(topic, partition);
         let mut guard = slot.lock().await;
@@ -559,12 +483,12 @@ impl TargetCluster for KafkaTarget {
 
     async fn append(
         &self,
-        topic: &str,
-        partition: u32,
+        tp: &TargetTp,
         source_topic_id: &str,
         source_log_start: u64,
-        batches: Bytes,
-    ) -> Result<pb::AppendWithOffsetsResponse> {
+        batches: &[Batch],
+    ) -> Result<AppendOutcome> {
+        let (topic, partition) = (tp.topic(), tp.partition);
         let origin = self.origin(topic, partition)?;
         let slot = self.slot(topic, partition);
         let mut guard = slot.lock().await;
@@ -590,7 +514,7 @@ impl TargetCluster for KafkaTarget {
             *guard = Some(w);
         }
         let writer = guard.as_mut().expect("opened above");
-        let result = self.append_locked(writer, topic, &origin, source_topic_id, source_log_start, &batches).await;
+        let result = self.append_locked(writer, topic, &origin, source_topic_id, source_log_start, batches).await;
         if result.is_err()
             && let Some(w) = guard.take()
         {
@@ -600,7 +524,8 @@ impl TargetCluster for KafkaTarget {
         result
     }
 
-    async fn truncate(&self, topic: &str, partition: u32, _offset: u64) -> Result<u64> {
+    async fn truncate(&self, tp: &TargetTp, _offset: u64) -> Result<u64> {
+        let (topic, partition) = (tp.topic(), tp.partition);
         Err(status(
             Code::FailedPrecondition,
             format!("truncation is not possible on a Kafka target ({topic}/{partition}): set on_divergence = \"halt\""),

@@ -1,0 +1,169 @@
+//! The lane's I/O: performs one core [`Request`] against the target and the source's active route, and returns
+//! its [`Answer`]. Failures that may pass (transport, timeouts, UNAVAILABLE) are retried here under the mirror's
+//! one retry policy, and never reach the core; reads are retried on any failure (the partition cannot decide
+//! anything without them); a target that refuses a write for good answers [`Failure`].
+
+use std::sync::Arc;
+
+use ferry_client::{ClientError, RetryPolicy};
+use parking_lot::Mutex;
+
+use super::core::{Answer, AppendPlan, CoreConfig, EpochAnswer, Failure, Request, ResumeFacts, TailFacts};
+use crate::cluster::{AppendOutcome, SourceCluster, TargetCluster};
+use crate::egress::EgressHandle;
+use crate::events::EventBus;
+use crate::ratelimit::RateLimits;
+use crate::target_watch::TargetHealth;
+
+/// What the lane's requests need.
+pub struct LaneIo {
+    /// The target.
+    pub target: Arc<dyn TargetCluster>,
+    /// The source routes (requests go over the active one).
+    pub egress: EgressHandle,
+    /// `sync.max_bytes_per_sec` and `sync.max_records_per_sec`.
+    pub limits: Arc<RateLimits>,
+    /// Target reachability (`target_net_not_available`).
+    pub target_health: Arc<TargetHealth>,
+    /// Events.
+    pub events: EventBus,
+    /// The mirror's source group.
+    pub source_group: String,
+    /// Backoff of retried calls.
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for LaneIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneIo").field("source_group", &self.source_group).finish_non_exhaustive()
+    }
+}
+
+/// A failure worth retrying.
+fn passing(e: &ClientError) -> bool {
+    e.is_transport() || e.is_timeout() || e.is_retriable()
+}
+
+/// One request of one partition.
+pub(super) struct Call {
+    pub io: Arc<LaneIo>,
+    pub config: Arc<CoreConfig>,
+    /// The last retried failure, for the partition's status.
+    pub note: Arc<Mutex<Option<String>>>,
+}
+
+impl Call {
+    fn source(&self) -> Arc<dyn SourceCluster> {
+        Arc::clone(&self.io.egress.active().cluster)
+    }
+
+    /// Runs `op` until it succeeds, or until it fails in a way `give_up` accepts; every other failure is noted
+    /// and retried after the policy's delay.
+    async fn retrying<T, F, Fut>(
+        &self,
+        target: bool,
+        mut op: F,
+        give_up: impl Fn(&ClientError) -> bool,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            let result = op().await;
+            match &result {
+                Ok(_) if target => {
+                    self.io.target_health.success(&self.io.events);
+                }
+                Err(e) if target && passing(e) => self.io.target_health.failure(&self.io.events, &e.to_string()),
+                _ => {}
+            }
+            match result {
+                Ok(v) => {
+                    *self.note.lock() = None;
+                    return Ok(v);
+                }
+                Err(e) if give_up(&e) => return Err(e),
+                Err(e) => {
+                    let side = if target { "target" } else { "source" };
+                    *self.note.lock() = Some(format!("{side}: {e}"));
+                    tokio::time::sleep(self.io.retry.delay(attempt)).await;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Performs `request`.
+    pub async fn perform(self, request: Request) -> Answer {
+        match request {
+            Request::ReadResume => Answer::Resume(self.read_resume().await),
+            Request::CompareTail { at } => Answer::Tail(self.compare_tail(at).await),
+            Request::Jump { to } => Answer::Appended(self.append(&[], to).await),
+            Request::EpochEnd { epoch } => {
+                let tp = &self.config.tp;
+                let answer =
+                    self.retrying(false, || async { self.source().epoch_end(tp, epoch).await }, |_| false).await;
+                Answer::EpochEnd(answer.unwrap_or(EpochAnswer::Unknown))
+            }
+            Request::ProbeGap { at } => {
+                let tp = &self.config.tp;
+                let first =
+                    self.retrying(false, || async { self.source().first_batch_at(tp, at).await }, |_| false).await;
+                Answer::Gap(first.unwrap_or(None))
+            }
+            Request::Append(plan) => Answer::Appended(self.append_plan(plan).await),
+            Request::Truncate { at } => {
+                let target = &self.config.target;
+                let r =
+                    self.retrying(true, || async { self.io.target.truncate(target, at).await }, |e| !passing(e)).await;
+                Answer::Truncated(r.map_err(|e| e.to_string()))
+            }
+        }
+    }
+
+    async fn read_resume(&self) -> ResumeFacts {
+        let (tp, target) = (&self.config.tp, &self.config.target);
+        let group = &self.io.source_group;
+        let part = self.retrying(true, || async { self.io.target.partition(target).await }, |_| false).await;
+        let committed = self
+            .retrying(false, || async { self.source().committed(group, std::slice::from_ref(tp)).await }, |_| false)
+            .await;
+        let offsets = self.retrying(false, || async { self.source().log_offsets(tp).await }, |_| false).await;
+        let (Ok(target), Ok(committed), Ok((source_earliest, source_latest))) = (part, committed, offsets) else {
+            unreachable!("reads are retried until they succeed")
+        };
+        ResumeFacts { target, committed: committed.first().map(|c| c.offset), source_earliest, source_latest }
+    }
+
+    async fn compare_tail(&self, at: u64) -> TailFacts {
+        let (tp, target) = (&self.config.tp, &self.config.target);
+        let on_target = self.retrying(true, || async { self.io.target.batch_at(target, at).await }, |_| false).await;
+        let on_source = self.retrying(false, || async { self.source().batch_at(tp, at).await }, |_| false).await;
+        TailFacts { target: on_target.unwrap_or(None), source: on_source.unwrap_or(None) }
+    }
+
+    async fn append_plan(&self, plan: AppendPlan) -> Result<AppendOutcome, Failure> {
+        self.io.limits.acquire(plan.bytes, plan.records).await;
+        let result = self.append(&plan.batches, plan.source_log_start).await;
+        drop(plan.held);
+        result
+    }
+
+    async fn append(
+        &self,
+        batches: &[ferry_client::batch::Batch],
+        source_log_start: u64,
+    ) -> Result<AppendOutcome, Failure> {
+        let (target, topic_id) = (&self.config.target, &self.config.topic_id);
+        let r = self
+            .retrying(
+                true,
+                || async { self.io.target.append(target, topic_id, source_log_start, batches).await },
+                |e| !passing(e),
+            )
+            .await;
+        r.map_err(|e| if e.is_not_found() { Failure::NotFound(e.to_string()) } else { Failure::Refused(e.to_string()) })
+    }
+}

@@ -1,0 +1,211 @@
+//! The link between a partition's lane and the rest of the process: the fetch session delivers source data,
+//! positions and errors into it; the SyncManager delivers operator controls and target probes; the lane takes it
+//! all out in one go. The lane publishes where it wants to be fetched from (its seat) through it.
+//!
+//! Memory is bounded by construction: data is bounded by the partition's [`Budget`] (every delivery holds its
+//! bytes), and everything else coalesces — the newest position, the newest error, the newest probe and the
+//! operator's last word replace what was there — so a lane stuck retrying a down target holds a fixed few hundred
+//! bytes besides its data, however long it is stuck.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ferry_client::batch::Batch;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::budget::{Budget, Held};
+use super::core::{Input, SourceFault, SourcePos};
+use crate::tp::SourceTp;
+
+/// Bytes a lane's link holds besides its data at most (the coalesced slots): counted against `sync.max_memory`.
+pub const LINK_OVERHEAD_BYTES: u64 = 1024;
+
+/// A delivery of fetched batches.
+#[derive(Debug)]
+struct Delivery {
+    seat: u64,
+    batches: Vec<Batch>,
+    held: Held,
+    pos: SourcePos,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    data: VecDeque<Delivery>,
+    error: Option<(SourceFault, String, SourcePos)>,
+    position: Option<SourcePos>,
+    target_log_end: Option<(u64, u64)>,
+    paused: Option<bool>,
+    request_limit: Option<u64>,
+}
+
+/// Where the lane wants to be fetched: `Some((seat, from))`, or `None` (not now).
+pub type SeatWish = Option<(u64, u64)>;
+
+/// The link of one partition.
+#[derive(Debug)]
+pub struct LaneLink {
+    /// The source partition.
+    pub tp: SourceTp,
+    /// Its memory budget.
+    pub budget: Arc<Budget>,
+    inbox: Mutex<Inbox>,
+    wake: Notify,
+    seat: Mutex<(u64, SeatWish)>,
+    fetch_from: AtomicU64,
+    seats_changed: Arc<Notify>,
+}
+
+impl LaneLink {
+    /// A link for `tp` whose seat changes are signalled on `seats_changed` (the fetcher's).
+    pub fn new(tp: SourceTp, budget: Arc<Budget>, seats_changed: Arc<Notify>) -> Arc<LaneLink> {
+        Arc::new(LaneLink {
+            tp,
+            budget,
+            inbox: Mutex::new(Inbox::default()),
+            wake: Notify::new(),
+            seat: Mutex::new((0, None)),
+            fetch_from: AtomicU64::new(0),
+            seats_changed,
+        })
+    }
+
+    // ---- the fetch side ----------------------------------------------------------------------------------------
+
+    /// The seat the lane wants, with a version that changes whenever it does.
+    pub fn seat(&self) -> (u64, SeatWish) {
+        *self.seat.lock()
+    }
+
+    /// Where a (re)started fetch of the current seat starts: past what the lane already holds.
+    pub fn fetch_from(&self) -> u64 {
+        self.fetch_from.load(Ordering::Acquire)
+    }
+
+    /// Delivers batches fetched under `seat`.
+    pub fn deliver(&self, seat: u64, batches: Vec<Batch>, held: Held, pos: SourcePos) {
+        self.inbox.lock().data.push_back(Delivery { seat, batches, held, pos });
+        self.wake.notify_one();
+    }
+
+    /// Delivers a position heartbeat (the newest replaces an unread older one).
+    pub fn position(&self, pos: SourcePos) {
+        self.inbox.lock().position = Some(pos);
+        self.wake.notify_one();
+    }
+
+    /// Delivers a source error (the newest replaces an unread older one).
+    pub fn error(&self, fault: SourceFault, message: String, pos: SourcePos) {
+        self.inbox.lock().error = Some((fault, message, pos));
+        self.wake.notify_one();
+    }
+
+    // ---- the SyncManager side ----------------------------------------------------------------------------------
+
+    /// Delivers a target probe: the target's log end, read by a probe started when the cache offset was
+    /// `cache_before`.
+    pub fn target_log_end(&self, log_end: u64, cache_before: u64) {
+        self.inbox.lock().target_log_end = Some((log_end, cache_before));
+        self.wake.notify_one();
+    }
+
+    /// An operator paused (`true`) or resumed (`false`) the partition.
+    pub fn set_paused(&self, paused: bool) {
+        self.inbox.lock().paused = Some(paused);
+        self.wake.notify_one();
+    }
+
+    /// The largest append request changed.
+    pub fn set_request_limit(&self, bytes: u64) {
+        self.inbox.lock().request_limit = Some(bytes);
+        self.wake.notify_one();
+    }
+
+    // ---- the lane side -----------------------------------------------------------------------------------------
+
+    /// Waits until something was delivered.
+    pub(crate) async fn wait(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Everything delivered, as core inputs in the order they must be applied: data as it came, then the newest
+    /// error, the newest position, the newest probe and the operator's last word. Also the new request limit.
+    pub(crate) fn take(&self) -> (Vec<Input>, Option<u64>) {
+        let inbox = std::mem::take(&mut *self.inbox.lock());
+        let mut out: Vec<Input> = inbox
+            .data
+            .into_iter()
+            .map(|d| Input::Data { seat: d.seat, batches: d.batches, held: d.held, pos: d.pos })
+            .collect();
+        if let Some((fault, message, pos)) = inbox.error {
+            out.push(Input::SourceError { fault, message, pos });
+        }
+        if let Some(pos) = inbox.position {
+            out.push(Input::Position(pos));
+        }
+        if let Some((log_end, cache_before)) = inbox.target_log_end {
+            out.push(Input::TargetLogEnd { log_end, cache_before });
+        }
+        match inbox.paused {
+            Some(true) => out.push(Input::Pause),
+            Some(false) => out.push(Input::Resume),
+            None => {}
+        }
+        (out, inbox.request_limit)
+    }
+
+    /// Publishes where the lane wants to be fetched.
+    pub(crate) fn set_seat(&self, wish: SeatWish) {
+        {
+            let mut s = self.seat.lock();
+            s.0 += 1;
+            s.1 = wish;
+        }
+        if let Some((_, from)) = wish {
+            self.fetch_from.store(from, Ordering::Release);
+        }
+        self.seats_changed.notify_one();
+    }
+
+    /// Publishes how far the lane holds data (a restarted fetch starts there).
+    pub(crate) fn set_fetch_from(&self, offset: u64) {
+        self.fetch_from.store(offset, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_errors_and_probes_coalesce_and_data_keeps_its_order() {
+        let link = LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), Arc::new(Notify::new()));
+        for i in 0..1000 {
+            link.position(SourcePos { log_end: i, ..Default::default() });
+            link.target_log_end(i, i);
+        }
+        link.set_paused(true);
+        link.set_paused(false);
+        let (inputs, limit) = link.take();
+        assert_eq!(limit, None);
+        assert_eq!(inputs.len(), 3, "one position, one probe, one control: {inputs:?}");
+        assert!(matches!(inputs[0], Input::Position(SourcePos { log_end: 999, .. })));
+        assert!(matches!(inputs[1], Input::TargetLogEnd { log_end: 999, cache_before: 999 }));
+        assert!(matches!(inputs[2], Input::Resume));
+        assert!(link.take().0.is_empty());
+    }
+
+    #[test]
+    fn a_seat_change_bumps_its_version_and_moves_the_fetch_position() {
+        let notify = Arc::new(Notify::new());
+        let link = LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), notify);
+        assert_eq!(link.seat(), (0, None));
+        link.set_seat(Some((1, 40)));
+        assert_eq!((link.seat(), link.fetch_from()), ((1, Some((1, 40))), 40));
+        link.set_fetch_from(55);
+        link.set_seat(None);
+        assert_eq!((link.seat(), link.fetch_from()), ((2, None), 55));
+    }
+}

@@ -1,0 +1,236 @@
+//! One lane per mirrored partition: the decision core ([`core`]) and the thin driver that performs what it decides.
+//!
+//! The lane owns the partition's flow control: its memory [`budget::Budget`] (every byte it holds is a
+//! [`budget::Held`] value), its [`link::LaneLink`] (where the fetch session delivers data and the SyncManager
+//! delivers controls and probes, bounded by the budget and coalescing everything else), and its seat (where it
+//! wants to be fetched from). A lane that is stuck (a down target, a long retry) delays nothing but itself: the
+//! fetch session never waits for it, and data for it stops once its budget is full.
+//!
+//! The driver loop: perform the actions the core produced (at most one request in flight, raced against new
+//! input), publish the status, wait for input or the request's answer, step the core, repeat. A graceful stop
+//! stops fetching and appends what is pending within the drain budget; a kill stops at once.
+
+pub mod budget;
+pub mod core;
+mod io;
+pub mod link;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::core::{Action, Answer, CoreConfig, CoreEvent, Input, PartitionCore};
+use self::io::Call;
+pub use self::io::LaneIo;
+use self::link::LaneLink;
+use crate::config::OnDivergence;
+use crate::events::{Event, EventKind};
+use crate::metrics::Metrics;
+use crate::state::{PartitionStatus, Shared};
+
+/// What every lane shares.
+#[derive(Debug, Clone)]
+pub struct LaneCtx {
+    /// Request I/O.
+    pub io: Arc<LaneIo>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Shared rates.
+    pub shared: Arc<Shared>,
+}
+
+/// A running lane.
+#[derive(Debug)]
+pub struct Lane {
+    /// Its link (the fetch session and the SyncManager deliver into it).
+    pub link: Arc<LaneLink>,
+    /// Its status (the monitor reads it).
+    pub status: Arc<PartitionStatus>,
+    stop: CancellationToken,
+    kill: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+impl Lane {
+    /// Starts a lane for `config`. `kill` is a child of the process's token tree: the lane ends at once when it is
+    /// cancelled; [`Lane::stop`] ends it gracefully, appending what is pending within `drain`.
+    pub fn spawn(
+        config: CoreConfig,
+        ctx: LaneCtx,
+        link: Arc<LaneLink>,
+        status: Arc<PartitionStatus>,
+        paused: bool,
+        drain: Duration,
+        kill: CancellationToken,
+    ) -> Lane {
+        let stop = CancellationToken::new();
+        let driver = Driver {
+            core: PartitionCore::new(config.clone(), paused, link.budget.request()),
+            config: Arc::new(config),
+            ctx,
+            link: Arc::clone(&link),
+            status: Arc::clone(&status),
+            note: Arc::new(Mutex::new(None)),
+        };
+        let join = tokio::spawn(driver.run(stop.clone(), kill.clone(), drain));
+        Lane { link, status, stop, kill, join }
+    }
+
+    /// Asks the lane to stop gracefully.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Whether the lane's task ended.
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+
+    /// Stops the lane gracefully and waits for it up to `budget`, then kills it.
+    pub async fn shut_down(mut self, budget: Duration) {
+        self.stop.cancel();
+        if tokio::time::timeout(budget, &mut self.join).await.is_err() {
+            tracing::warn!(tp = %self.link.tp, "partition did not drain within shutdown_timeout; stopping it");
+            self.kill.cancel();
+            let _ = (&mut self.join).await;
+        }
+    }
+}
+
+/// The request in flight: its id, whether it is an append (a drain waits for it), and its future.
+type InFlight = (u64, bool, Pin<Box<dyn Future<Output = Answer> + Send>>);
+
+struct Driver {
+    core: PartitionCore,
+    config: Arc<CoreConfig>,
+    ctx: LaneCtx,
+    link: Arc<LaneLink>,
+    status: Arc<PartitionStatus>,
+    note: Arc<Mutex<Option<String>>>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Driver {
+    async fn run(mut self, stop: CancellationToken, kill: CancellationToken, drain: Duration) {
+        let mut in_flight: Option<InFlight> = None;
+        let mut draining: Option<tokio::time::Instant> = None;
+        loop {
+            for action in self.core.take_actions() {
+                self.act(action, &mut in_flight, draining.is_some());
+            }
+            self.link.set_fetch_from(self.core.fetch_from());
+            self.status.publish(&self.core.view(), self.note.lock().clone());
+            if let Some(deadline) = draining {
+                let appending = in_flight.as_ref().is_some_and(|(_, append, _)| *append);
+                if (self.core.view().pending_bytes == 0 && !appending) || tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = kill.cancelled() => break,
+                _ = stop.cancelled(), if draining.is_none() => {
+                    draining = Some(tokio::time::Instant::now() + drain);
+                    self.link.set_seat(None);
+                }
+                answer = async { in_flight.as_mut().map(|(_, _, f)| f.as_mut()).expect("in flight").await }, if in_flight.is_some() => {
+                    let id = in_flight.take().map_or(0, |(id, _, _)| id);
+                    self.core.step(Input::Answer { id, answer });
+                }
+                _ = self.link.wait() => {
+                    let (inputs, limit) = self.link.take();
+                    if let Some(limit) = limit {
+                        self.core.set_request_limit(limit);
+                    }
+                    for input in inputs {
+                        // While draining, nothing new is taken in: what is pending goes, then the lane ends.
+                        if draining.is_some() && matches!(input, Input::Data { .. }) {
+                            continue;
+                        }
+                        self.core.step(input);
+                    }
+                }
+                _ = async { match draining { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break,
+            }
+        }
+        self.ctx.metrics.remove_partition(self.config.tp.topic(), self.config.tp.partition);
+    }
+
+    fn act(&mut self, action: Action, in_flight: &mut Option<InFlight>, draining: bool) {
+        match action {
+            Action::Send { id, request } => {
+                let append = matches!(request, self::core::Request::Append(_));
+                let call = Call {
+                    io: Arc::clone(&self.ctx.io),
+                    config: Arc::clone(&self.config),
+                    note: Arc::clone(&self.note),
+                };
+                *in_flight = Some((id, append, Box::pin(call.perform(request))));
+            }
+            Action::Cancel => *in_flight = None,
+            Action::Seat(wish) => {
+                if !draining {
+                    self.link.set_seat(wish);
+                }
+            }
+            Action::Emit(event) => self.ctx.io.events.emit(self.event(event)),
+            Action::Copied { records, bytes, max_timestamp } => {
+                let latency = (now_ms().saturating_sub(max_timestamp)).max(0);
+                self.status.set_latency_ms(u64::try_from(latency).unwrap_or(u64::MAX));
+                self.ctx.metrics.appended(records, bytes, Some(latency as f64 / 1000.0));
+                self.ctx.shared.target_rates.add(records, bytes);
+            }
+        }
+    }
+
+    fn event(&self, event: CoreEvent) -> Event {
+        let tp = &self.config.tp;
+        let at = |e: Event| e.partition(tp.topic(), tp.partition);
+        match event {
+            CoreEvent::Diverged { at: offset, cache, reason, policy } => {
+                at(Event::new(EventKind::PartitionDiverged, format!("{tp} diverged at offset {offset}: {reason}")))
+                    .detail("offset", offset)
+                    .detail("cache_offset", cache)
+                    .detail("reason", reason)
+                    .detail("policy", if policy == OnDivergence::Halt { "halt" } else { "truncate" })
+            }
+            CoreEvent::Halted { reason } => {
+                at(Event::new(EventKind::SyncError, format!("{tp} halted: {reason}"))).detail("reason", reason)
+            }
+            CoreEvent::SyncError { reason, code } => {
+                let e = at(Event::new(EventKind::SyncError, reason.clone())).detail("reason", reason);
+                match code {
+                    Some(code) => e.detail("code", code),
+                    None => e,
+                }
+            }
+            CoreEvent::TargetLost { log_end, cache } => at(Event::new(
+                EventKind::SyncError,
+                format!(
+                    "{tp}: the target's log end {log_end} is below the cache offset {cache}: the target lost \
+                     {} records it had acknowledged; copying them again from offset {log_end}",
+                    cache - log_end
+                ),
+            ))
+            .detail("target_offset", log_end)
+            .detail("cache_offset", cache),
+            CoreEvent::DataLost { start, end } => at(Event::new(
+                EventKind::DataLostBeforeMirroring,
+                format!(
+                    "{tp}: source retention deleted offsets [{start}, {end}) ({} records) before they were mirrored; \
+                     the target records the gap",
+                    end - start
+                ),
+            ))
+            .detail("gap_start", start)
+            .detail("gap_end", end),
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! TargetWatch: the target side's health, seen whether or not data flows.
+//!
+//! Every `check_interval` (`[target.health]`, defaulting to `[source.health]`) it probes the target with a bounded
+//! call; `failure_threshold` consecutive failures (of probes or of the lanes' target calls) raise
+//! `target_net_not_available`, and the first success after that `target_net_recovered`. The monitor's `/readyz`
+//! answers 503 meanwhile. So an idle mirror, or one whose target is down when it starts, still tells.
+//!
+//! Each probe also reads every owned partition's log end on the target (one call per topic) and hands it to the
+//! partition's lane together with the cache offset from before the read: a lane whose target log end is below its
+//! cache offset (the target lost an acknowledged tail, e.g. a power loss under async flush) copies again from the
+//! target's log end, and its lag counts the missing records until then.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::TargetCluster;
+use crate::events::{Event, EventBus, EventKind};
+use crate::state::Shared;
+use crate::sync::Links;
+
+/// Tracks consecutive target failures for `target_net_not_available` / `target_net_recovered`.
+#[derive(Debug)]
+pub struct TargetHealth {
+    threshold: u32,
+    state: Mutex<(u32, bool)>,
+}
+
+impl Default for TargetHealth {
+    fn default() -> Self {
+        TargetHealth::new(3)
+    }
+}
+
+impl TargetHealth {
+    /// Unavailable after `threshold` consecutive failures.
+    pub fn new(threshold: u32) -> TargetHealth {
+        TargetHealth { threshold: threshold.max(1), state: Mutex::new((0, false)) }
+    }
+
+    /// A target call or probe failed at the transport level.
+    pub fn failure(&self, events: &EventBus, reason: &str) {
+        let mut s = self.state.lock();
+        s.0 = s.0.saturating_add(1);
+        if s.0 >= self.threshold && !s.1 {
+            s.1 = true;
+            events.emit(
+                Event::new(EventKind::TargetNetNotAvailable, format!("the target cluster cannot be reached: {reason}"))
+                    .detail("reason", reason),
+            );
+        }
+    }
+
+    /// A target call or probe succeeded. Returns whether the target was down until now.
+    pub fn success(&self, events: &EventBus) -> bool {
+        let mut s = self.state.lock();
+        s.0 = 0;
+        let recovered = std::mem::replace(&mut s.1, false);
+        if recovered {
+            events.emit(Event::new(EventKind::TargetNetRecovered, "the target cluster is reachable again"));
+        }
+        recovered
+    }
+
+    /// Whether the target is considered down.
+    pub fn is_down(&self) -> bool {
+        self.state.lock().1
+    }
+}
+
+/// How the target is probed.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetProbe {
+    /// How often.
+    pub check_interval: Duration,
+    /// Bound of each call.
+    pub timeout: Duration,
+}
+
+/// The TargetWatch component.
+pub struct TargetWatch {
+    target: Arc<dyn TargetCluster>,
+    links: Links,
+    shared: Arc<Shared>,
+    health: Arc<TargetHealth>,
+    events: EventBus,
+    probe: TargetProbe,
+}
+
+impl TargetWatch {
+    /// A watch over `target` for the partitions in `links`.
+    pub fn new(
+        target: Arc<dyn TargetCluster>,
+        links: Links,
+        shared: Arc<Shared>,
+        health: Arc<TargetHealth>,
+        events: EventBus,
+        probe: TargetProbe,
+    ) -> TargetWatch {
+        TargetWatch { target, links, shared, health, events, probe }
+    }
+
+    /// Probes until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.probe.check_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => self.round().await,
+            }
+        }
+    }
+
+    async fn round(&self) {
+        match tokio::time::timeout(self.probe.timeout, self.target.limits()).await {
+            Ok(Ok(_)) => {
+                self.health.success(&self.events);
+            }
+            Ok(Err(e)) => {
+                self.health.failure(&self.events, &e.to_string());
+                return;
+            }
+            Err(_) => {
+                self.health.failure(&self.events, &format!("no answer within {:?}", self.probe.timeout));
+                return;
+            }
+        }
+        // Per target topic: each owned partition's link and its cache offset from before the read.
+        let mut by_topic: BTreeMap<String, Vec<(u32, u64, Arc<crate::lane::link::LaneLink>)>> = BTreeMap::new();
+        for entry in self.links.iter() {
+            let Some(status) = self.shared.partitions.get(entry.key()) else { continue };
+            by_topic.entry(status.target_topic.clone()).or_default().push((
+                status.partition,
+                status.cache_offset(),
+                Arc::clone(entry.value()),
+            ));
+        }
+        for (topic, parts) in by_topic {
+            let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends(&topic)).await {
+                Ok(Ok(ends)) => ends,
+                Ok(Err(e)) => {
+                    tracing::debug!(%topic, error = %e, "cannot read the target's log ends");
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let ends: BTreeMap<u32, u64> = ends.into_iter().collect();
+            for (partition, cache_before, link) in parts {
+                if let Some(&log_end) = ends.get(&partition) {
+                    link.target_log_end(log_end, cache_before);
+                }
+            }
+        }
+    }
+}
