@@ -8,6 +8,7 @@ mod openapi;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use ferry_mirror::config::{ClusterKind, HealthConfig, MonitorConfig, Route, Secr
 use ferry_mirror::egress::EgressHandle;
 use ferry_mirror::events::{Event, EventBus, EventKind};
 use ferry_mirror::metrics::Metrics;
-use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
+use ferry_mirror::state::{MeterClock, PartitionState, PartitionStatus, Shared, SideRates};
 use ferry_mirror::target::TargetHealth;
 use ferry_mirror::{MirrorConfig, MirrorHandle, RunOptions, monitor};
 use ferry_testkit::{deadline, reserve_port, wait_until};
@@ -68,7 +69,15 @@ fn build_handle(source: &SourceConfig) -> MirrorHandle {
         name: "dc-a_to_dc-b".into(),
         source_cluster: "dc-a".into(),
         target_cluster: "dc-b".into(),
-        shared: Arc::new(Shared::default()),
+        // The rate meters run on a clock moved by hand (second 0 here; see `populate`), so the rates are exact.
+        shared: Arc::new({
+            let clock = MeterClock::Manual(Arc::new(AtomicU64::new(0)));
+            Shared {
+                source_rates: SideRates::with_clock(clock.clone()),
+                target_rates: SideRates::with_clock(clock),
+                ..Shared::default()
+            }
+        }),
         egress,
         events,
         metrics,
@@ -112,12 +121,23 @@ fn populate(h: &MirrorHandle) {
         .halt("diverged at offset 20: the source reused offsets");
     h.shared.source_rates.add(600, 60_000);
     h.shared.target_rates.add(540, 54_000);
+    // The second of the additions is complete: the 1 s, 10 s and 60 s windows hold 600 / 1, / 10 and / 60 source
+    // records a second (540 on the target) for as long as the test runs.
+    set_meter_second(h, 1);
     h.events.emit(Event::new(EventKind::AddTopic, "orders is mirrored").topic("orders"));
     h.events.emit(
         Event::new(EventKind::PartitionDiverged, "payments/0 diverged at offset 20")
             .partition("payments", 0)
             .detail("offset", 20),
     );
+}
+
+/// Moves the manual clock of the handle's rate meters to `second`.
+fn set_meter_second(h: &MirrorHandle, second: u64) {
+    match h.shared.source_rates.records.clock() {
+        MeterClock::Manual(s) => s.store(second, Ordering::Relaxed),
+        MeterClock::Since(_) => panic!("the test handle's meters run on a manual clock"),
+    }
 }
 
 struct Monitor {
@@ -292,24 +312,21 @@ async fn read_endpoints_report_the_exact_state() {
                "partitions": 4, "partitions_by_state": states(0, 2, 0, 1, 1), "lag": 630})
     );
     assert_eq!(s["paused_topics"], json!([]));
-    // The meters count complete seconds only: wait until the second of the additions is over, then the
-    // 60 s window holds exactly 600/60 and 540/60 (for the next minute).
-    let mut last = Value::Null;
-    wait_until("the rate window to include the added records", deadline(&[Duration::from_secs(2)]), async || {
-        last = get(&m, "/api/v1/status").await.checked("get", "/api/v1/status");
-        last["rates"]["source"]["records_per_sec"]["60s"] == json!(10.0)
-    })
-    .await
-    .unwrap();
-    let rates = &last["rates"];
-    assert_eq!(rates["source"]["bytes_per_sec"]["60s"], json!(1000.0));
-    assert_eq!(rates["target"]["records_per_sec"]["60s"], json!(9.0));
-    assert_eq!(rates["target"]["bytes_per_sec"]["60s"], json!(900.0));
-    // The shorter windows hold the same records while they still cover that second, and nothing after.
-    let r10 = rates["source"]["records_per_sec"]["10s"].as_f64().unwrap();
-    assert!(r10 == 60.0 || r10 == 0.0, "10 s window: {r10}");
-    let r1 = rates["source"]["records_per_sec"]["1s"].as_f64().unwrap();
-    assert!(r1 == 600.0 || r1 == 0.0, "1 s window: {r1}");
+    // The meters count complete seconds only; the second of the additions is complete (`populate`).
+    assert_eq!(
+        s["rates"],
+        json!({
+            "source": {"records_per_sec": {"1s": 600.0, "10s": 60.0, "60s": 10.0},
+                       "bytes_per_sec": {"1s": 60000.0, "10s": 6000.0, "60s": 1000.0}},
+            "target": {"records_per_sec": {"1s": 540.0, "10s": 54.0, "60s": 9.0},
+                       "bytes_per_sec": {"1s": 54000.0, "10s": 5400.0, "60s": 900.0}},
+        })
+    );
+    // A second later the 1 s window is empty and the longer ones still hold the records.
+    set_meter_second(&m.handle, 2);
+    let s = get(&m, "/api/v1/status").await.checked("get", "/api/v1/status");
+    assert_eq!(s["rates"]["source"]["records_per_sec"], json!({"1s": 0.0, "10s": 60.0, "60s": 10.0}));
+    assert_eq!(s["rates"]["target"]["bytes_per_sec"], json!({"1s": 0.0, "10s": 5400.0, "60s": 900.0}));
 
     // Egress: both routes, never probed, the first active.
     let a = get(&m, "/api/v1/egress").await;
@@ -590,6 +607,20 @@ async fn openapi_documents_exactly_the_served_endpoints() {
     }
 }
 
+/// This process's user + system CPU time in clock ticks, from `/proc/self/stat` (fields 14 and 15, counted after
+/// the parenthesised command name).
+fn own_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `getconf CLK_TCK`: the unit of `/proc/self/stat`'s CPU times.
+fn clock_ticks_per_second() -> f64 {
+    let out = std::process::Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
+    String::from_utf8(out.stdout).unwrap().trim().parse().expect("CLK_TCK is a number")
+}
+
 /// Parses `name{labels} value` lines of an exposition into (name{labels}, value).
 fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()
@@ -609,7 +640,12 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
     h.metrics.alarm("ops", "sent");
     let m = Monitor::start(h, Some(TOKEN)).await;
 
+    // The process gauges sample this test process (the monitor runs in it): its CPU time brackets the value.
+    // Spin until the process has used a first tick, so that a gauge stuck at 0 cannot pass.
+    while own_cpu_ticks() == 0 {}
+    let cpu_before = own_cpu_ticks();
     let a = get(&m, "/metrics").await;
+    let cpu_after = own_cpu_ticks();
     assert_eq!(a.status, 200);
     API.check_media("get", "/metrics", 200, &a.content_type);
     let text = &a.text;
@@ -635,7 +671,13 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
     assert_eq!(value("ferry_mirror_partitions{state=\"halted\"}"), Some(1.0));
     assert_eq!(value("ferry_mirror_partitions{state=\"mirroring\"}"), Some(2.0));
     assert!(value("ferry_mirror_process_resident_memory_bytes").unwrap() > 0.0);
-    assert!(value("ferry_mirror_process_cpu_seconds").unwrap() >= 0.0);
+    let exact_ticks = value("ferry_mirror_process_cpu_seconds").unwrap() * clock_ticks_per_second();
+    let cpu_ticks = exact_ticks.round();
+    assert!((exact_ticks - cpu_ticks).abs() < 1e-6, "whole clock ticks: {exact_ticks}");
+    assert!(
+        (cpu_before as f64..=cpu_after as f64).contains(&cpu_ticks),
+        "CPU ticks {cpu_ticks}, the process's own reading {cpu_before}..={cpu_after}"
+    );
 
     // The per-partition series agree with /api/v1/partitions, partition by partition.
     let parts = get(&m, "/api/v1/partitions").await.checked("get", "/api/v1/partitions");
@@ -897,9 +939,13 @@ async fn dashboard_shows_the_live_numbers_in_headless_chromium() {
     assert!(dom.contains("data-topic=\"payments\" data-partition=\"0\""), "partition table row");
     assert!(dom.contains("data-kind=\"partition_diverged\""), "recent events");
     assert!(dom.contains("data-route=\"backup\""), "route table");
-    let rate: f64 = element_text(&dom, "id=\"source-rate\"").parse().expect("source rate is a number");
-    assert!(rate >= 0.0);
-    assert!(element_text(&dom, "id=\"target-rate\"").parse::<f64>().is_ok());
+    // The 1 s rates and 10 s averages of the seeded second (`populate`), with one decimal.
+    assert_eq!(element_text(&dom, "id=\"source-rate\""), "600.0");
+    assert_eq!(element_text(&dom, "id=\"source-rate-10s\""), "60.0");
+    assert_eq!(element_text(&dom, "id=\"target-rate\""), "540.0");
+    assert_eq!(element_text(&dom, "id=\"target-rate-10s\""), "54.0");
+    assert_eq!(element_text(&dom, "id=\"source-bytes-rate\""), "60000.0");
+    assert_eq!(element_text(&dom, "id=\"target-bytes-rate\""), "54000.0");
 
     let shot = m.dir.path().join("dashboard.png");
     let out = run_chromium(
