@@ -5,7 +5,10 @@
 //! Exported (design §5, plus a few more):
 //! - `ferry_mirror_partition_lag_records{topic,partition}`
 //! - `ferry_mirror_partition_offset{topic,partition,kind="source|cache|commit|target"}`
-//! - `ferry_mirror_records_total{direction="in|out"}`, `ferry_mirror_bytes_total{direction}`
+//! - `ferry_mirror_records_total{direction="in|out"}`, `ferry_mirror_bytes_total{direction}`: "in" is what was
+//!   fetched from the source (a batch fetched again after a reconnect counts again: it crossed the link again);
+//!   "out" is what this process newly wrote to the target (a batch the target already held, after a retried append
+//!   or from another writer, is not counted again)
 //! - `ferry_mirror_replication_latency_seconds` (histogram: append time minus record timestamp)
 //! - `ferry_mirror_route_active{route}`, `ferry_mirror_route_healthy{route}`
 //! - `ferry_alarms_total{channel,outcome="sent|suppressed|failed|dropped"}`
@@ -77,13 +80,15 @@ impl Metrics {
         let records = Family::<Labels, Counter>::default();
         registry.register(
             "ferry_mirror_records",
-            "Records received from the source (in) and appended to the target (out)",
+            "Records fetched from the source (in) and newly written to the target by this process (out; batches the \
+             target already held are not counted)",
             records.clone(),
         );
         let bytes = Family::<Labels, Counter>::default();
         registry.register(
             "ferry_mirror_bytes",
-            "Batch bytes received from the source (in) and appended to the target (out)",
+            "Batch bytes fetched from the source (in) and newly written to the target by this process (out; batches \
+             the target already held are not counted)",
             bytes.clone(),
         );
         let latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
@@ -165,7 +170,7 @@ impl Metrics {
         self.inner.bytes.get_or_create(&vec![("direction", "in".to_owned())]).inc_by(bytes);
     }
 
-    /// Counts records and bytes appended to the target, and the replication latency of the batch.
+    /// Counts records and bytes newly written to the target, and the replication latency of the append.
     pub fn appended(&self, records: u64, bytes: u64, latency_seconds: Option<f64>) {
         self.inner.records.get_or_create(&vec![("direction", "out".to_owned())]).inc_by(records);
         self.inner.bytes.get_or_create(&vec![("direction", "out".to_owned())]).inc_by(bytes);
