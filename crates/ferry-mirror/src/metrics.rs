@@ -109,6 +109,11 @@ impl Metrics {
         registry.register("ferry_alarms", "Alarm notifications per channel and outcome", alarms.clone());
         let events = Family::<Labels, Counter>::default();
         registry.register("ferry_mirror_events", "Events raised, by kind", events.clone());
+        // Every kind is exposed from the start, at 0: a series that only appears with its first increment is
+        // invisible to Prometheus's increase(), so the first partition_diverged would never fire the alert rule.
+        for kind in crate::events::EventKind::ALL {
+            let _ = events.get_or_create(&vec![("event", kind.name().to_owned())]);
+        }
         let partitions = Family::<Labels, Gauge>::default();
         registry.register("ferry_mirror_partitions", "Partitions owned by this process, by state", partitions.clone());
         let process_rss = Gauge::default();
@@ -235,6 +240,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_event_kind_is_exposed_at_zero_from_the_start() {
+        let text = Metrics::new().encode();
+        for kind in crate::events::EventKind::ALL {
+            let line = format!("ferry_mirror_events_total{{event=\"{}\"}} 0", kind.name());
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        let m = Metrics::new();
+        m.event("partition_diverged");
+        assert!(m.encode().lines().any(|l| l == "ferry_mirror_events_total{event=\"partition_diverged\"} 1"));
+    }
 
     #[test]
     fn exposition_uses_the_contract_names() {
