@@ -5,7 +5,7 @@
 #[path = "monitor/openapi.rs"]
 mod openapi;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -964,5 +964,152 @@ async fn dashboard_shows_the_live_numbers_in_headless_chromium() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "a real PNG, {} bytes", png.len());
     if let Some(copy) = std::env::var_os("FERRY_DASHBOARD_SCREENSHOT") {
         std::fs::copy(&shot, copy).unwrap();
+    }
+}
+
+/// The series of an exposition: metric name -> the label sets of its samples.
+fn served_series(text: &str) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
+    let label = regex::Regex::new(r#"(\w+)="((?:[^"\\]|\\.)*)""#).unwrap();
+    let mut out: BTreeMap<String, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let labels = match line[name_end..].strip_prefix('{') {
+            Some(rest) => {
+                let inner = &rest[..rest.find('}').expect("a closed label set")];
+                label.captures_iter(inner).map(|c| (c[1].to_owned(), c[2].to_owned())).collect()
+            }
+            None => BTreeMap::new(),
+        };
+        out.entry(line[..name_end].to_owned()).or_default().push(labels);
+    }
+    out
+}
+
+/// Every PromQL query of the Grafana dashboard (panel `expr`s and templating `query`s).
+fn dashboard_queries() -> Vec<String> {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("expr", Value::String(q)) => out.push(q.clone()),
+                        ("query", Value::String(q)) if q.contains('(') => out.push(q.clone()),
+                        ("query", Value::Object(o)) => {
+                            if let Some(Value::String(q)) = o.get("query") {
+                                out.push(q.clone());
+                            }
+                        }
+                        _ => walk(x, out),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let path = ferry_testkit::workspace_root().join("alerts/grafana-dashboard.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    walk(&doc, &mut out);
+    out
+}
+
+/// Every `expr` of the Prometheus alert rules.
+fn rule_queries() -> Vec<String> {
+    let path = ferry_testkit::workspace_root().join("alerts/prometheus-rules.yaml");
+    let doc: Value = serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let groups = doc["groups"].as_array().expect("rule groups");
+    groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules").iter())
+        .map(|r| r["expr"].as_str().expect("an expr").to_owned())
+        .collect()
+}
+
+/// Checks one query against the served series: every `ferry_*` metric it names is served; every literal label
+/// matcher (`label="v"`, `label=~"a|b"`) names a label value some sample of that metric has; every `by (...)` label
+/// is a label of a metric in the query. `instance` and `job` are Prometheus' own target labels; `le` a histogram's.
+fn check_query(query: &str, served: &BTreeMap<String, Vec<BTreeMap<String, String>>>) -> Vec<String> {
+    let metric = regex::Regex::new(r"\bferry_[a-z0-9_]+\b").unwrap();
+    let selector = regex::Regex::new(r"\b(ferry_[a-z0-9_]+)\s*\{([^}]*)\}").unwrap();
+    let matcher = regex::Regex::new(r#"(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)""#).unwrap();
+    let by = regex::Regex::new(r"\b(?:by|on)\s*\(([^)]*)\)").unwrap();
+    let own = |l: &str| matches!(l, "instance" | "job" | "le");
+    let mut problems = Vec::new();
+    let names: BTreeSet<&str> = metric.find_iter(query).map(|m| m.as_str()).collect();
+    for name in &names {
+        if !served.contains_key(*name) {
+            problems.push(format!("{query}: {name} is not served"));
+        }
+    }
+    for sel in selector.captures_iter(query) {
+        let samples = served.get(&sel[1]).map(Vec::as_slice).unwrap_or_default();
+        for m in matcher.captures_iter(&sel[2]) {
+            let (label, op, value) = (&m[1], &m[2], &m[3]);
+            if own(label) || op.starts_with('!') {
+                continue;
+            }
+            let values: Vec<&str> = if op == "=~" { value.split('|').collect() } else { vec![value] };
+            for v in values {
+                if !samples.iter().any(|s| s.get(label).map(String::as_str) == Some(v)) {
+                    problems.push(format!("{query}: no sample of {} has {label}=\"{v}\"", &sel[1]));
+                }
+            }
+        }
+    }
+    for clause in by.captures_iter(query) {
+        for label in clause[1].split(',').map(str::trim).filter(|l| !l.is_empty() && !own(l)) {
+            let known = names.iter().any(|n| served.get(*n).is_some_and(|ss| ss.iter().any(|s| s.contains_key(label))));
+            if !known {
+                problems.push(format!("{query}: no metric of the query has the label {label:?}"));
+            }
+        }
+    }
+    problems
+}
+
+#[tokio::test]
+async fn the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves() {
+    // A handle as a running mirror has it: partitions in every state of the fixture, both routes, traffic in and
+    // out with a latency, an alarm channel (its outcomes are exposed at 0 from its start, as the Alarmer does).
+    let h = build_handle(&unused_routes());
+    populate(&h);
+    h.metrics.received(600, 60_000);
+    h.metrics.appended(540, 54_000, Some(0.042));
+    for outcome in ["sent", "failed", "suppressed", "dropped"] {
+        h.metrics.alarm_by("ops", outcome, 0);
+    }
+    let m = Monitor::start(h, Some(TOKEN)).await;
+    let served = served_series(&get(&m, "/metrics").await.text);
+
+    let dashboard = dashboard_queries();
+    let rules = rule_queries();
+    assert_eq!((dashboard.len(), rules.len()), (16, 8), "{dashboard:#?}\n{rules:#?}");
+    let problems: Vec<String> = dashboard.iter().chain(&rules).flat_map(|q| check_query(q, &served)).collect();
+    assert!(problems.is_empty(), "{problems:#?}\nserved: {:#?}", served.keys().collect::<Vec<_>>());
+
+    // The dashboard shows every contract metric (design §5).
+    let all = dashboard.join("\n");
+    for name in [
+        "ferry_mirror_partition_lag_records",
+        "ferry_mirror_records_total",
+        "ferry_mirror_bytes_total",
+        "ferry_mirror_replication_latency_seconds_bucket",
+        "ferry_mirror_route_active",
+        "ferry_mirror_route_healthy",
+        "ferry_alarms_total",
+    ] {
+        assert!(all.contains(name), "the dashboard does not show {name}");
+    }
+    // Counters the rules take increase() of are served before their first increment, or the first one is lost.
+    for (name, label, value) in [
+        ("ferry_mirror_events_total", "event", "partition_diverged"),
+        ("ferry_alarms_total", "outcome", "failed"),
+        ("ferry_alarms_total", "outcome", "dropped"),
+    ] {
+        assert!(
+            served[name].iter().any(|s| s.get(label).map(String::as_str) == Some(value)),
+            "{name}{{{label}=\"{value}\"}} is not served at 0"
+        );
     }
 }
