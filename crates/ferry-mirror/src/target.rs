@@ -670,7 +670,7 @@ impl TargetDcProducer {
             }
         }
         let mut body = BytesMut::new();
-        let mut parts: Vec<(u64, u64, u32, i64, u64)> = Vec::new(); // (base, last, epoch, max_ts, records)
+        let mut parts: Vec<Part> = Vec::new();
         let mut consumed = 0u64;
         let epoch = front_epoch;
         let mut cursor = self.cache;
@@ -701,15 +701,8 @@ impl TargetDcProducer {
                                 self.requeue_front(std::iter::once(piece).chain(pieces).collect());
                                 break;
                             }
-                            let h = piece.header;
-                            parts.push((
-                                h.base_offset,
-                                h.last_offset(),
-                                h.epoch,
-                                h.max_timestamp,
-                                u64::from(h.record_count),
-                            ));
-                            cursor = h.next_offset();
+                            parts.push(Part::of(&piece.header, piece.bytes.len()));
+                            cursor = piece.header.next_offset();
                             body.extend_from_slice(&piece.bytes);
                         }
                     }
@@ -729,9 +722,8 @@ impl TargetDcProducer {
                     }
                 }
             } else {
-                let h = p.header;
-                parts.push((h.base_offset, h.last_offset(), h.epoch, h.max_timestamp, u64::from(h.record_count)));
-                cursor = h.next_offset();
+                parts.push(Part::of(&p.header, p.bytes.len()));
+                cursor = p.header.next_offset();
                 body.extend_from_slice(&p.bytes);
             }
         }
@@ -740,7 +732,7 @@ impl TargetDcProducer {
             self.flow.consumed(consumed);
             return;
         }
-        let records: u64 = parts.iter().map(|p| p.4).sum();
+        let records: u64 = parts.iter().map(|p| p.records).sum();
         let bytes = body.len() as u64;
         // The request body and its encoded gRPC message are copies of the pending bytes: they count against the
         // partition's memory cap until the append is answered (or abandoned), so fetching ahead pauses meanwhile.
@@ -748,6 +740,8 @@ impl TargetDcProducer {
         self.ctx.limits.acquire(bytes, records).await;
         let body = body.freeze();
         let mut backoff = Duration::from_millis(100);
+        // Whether an earlier attempt of this request may have been written (its answer never came).
+        let mut unknown_outcome = false;
         loop {
             if kill.is_cancelled() {
                 self.flow.consumed(consumed);
@@ -756,10 +750,11 @@ impl TargetDcProducer {
             match self.append_raw(body.clone(), self.source.log_start).await {
                 Ok(resp) => {
                     self.flow.consumed(consumed);
-                    self.on_append_response(resp, &parts, records, bytes, kill).await;
+                    self.on_append_response(resp, &parts, unknown_outcome, kill).await;
                     return;
                 }
                 Err(e) if e.is_transport() || e.is_timeout() || e.is_retriable() => {
+                    unknown_outcome = true;
                     self.status.set_error(format!("target: {e}"));
                     tokio::select! {
                         _ = kill.cancelled() => {}
@@ -790,24 +785,40 @@ impl TargetDcProducer {
     async fn on_append_response(
         &mut self,
         resp: pb::AppendWithOffsetsResponse,
-        parts: &[(u64, u64, u32, i64, u64)],
-        records: u64,
-        bytes: u64,
+        parts: &[Part],
+        unknown_outcome: bool,
         kill: &CancellationToken,
     ) {
         let code = pb::ErrorCode::try_from(resp.error).unwrap_or(pb::ErrorCode::StorageError);
         match code {
             pb::ErrorCode::None => {
                 let last = parts.last().expect("non-empty");
-                self.cache = last.1 + 1;
-                self.copied_epoch = Some(last.2);
-                self.checked_epoch = self.checked_epoch.max(last.2);
+                self.cache = last.last + 1;
+                self.copied_epoch = Some(last.epoch);
+                self.checked_epoch = self.checked_epoch.max(last.epoch);
                 self.status.set_cache(self.cache);
                 self.status.set_target(resp.log_end_offset);
                 self.status.clear_error();
                 let now = now_ms();
-                let latency = parts.iter().map(|p| p.3).max().map(|ts| (now - ts) as f64 / 1000.0);
+                let latency = parts.iter().map(|p| p.max_timestamp).max().map(|ts| (now - ts) as f64 / 1000.0);
                 self.status.set_latency_ms(latency.map_or(0, |l| (l.max(0.0) * 1000.0) as u64));
+                let present = resp.present_batches as usize;
+                if present > 0 {
+                    tracing::info!(
+                        topic = %self.spec.topic,
+                        partition = self.spec.partition,
+                        present,
+                        written = resp.written_batches,
+                        counted = unknown_outcome,
+                        "batches already on the target were not written again{}",
+                        if unknown_outcome {
+                            " (a retry after a lost answer: the lost attempt wrote them, they count once)"
+                        } else {
+                            " (another writer put them there first: not counted)"
+                        }
+                    );
+                }
+                let (records, bytes) = counted(parts, present, unknown_outcome);
                 self.ctx.metrics.appended(records, bytes, latency);
                 self.ctx.shared.target_rates.add(records, bytes);
             }
@@ -889,9 +900,63 @@ impl TargetDcProducer {
     }
 }
 
+/// The records and bytes an acknowledged append adds to the out counters: what this process put on the target.
+///
+/// The target reports how many of the request's batches it already held (`present`); they lead the request,
+/// since its batches are in offset order and present ones end below the target's log end. Present batches are
+/// not counted when this was the request's first attempt: another writer (a scale-out process) put them there.
+/// After an attempt whose answer was lost (`unknown_outcome`), present batches are most likely that attempt's
+/// writes, and count once; only a second writer in that very window is counted twice.
+fn counted(parts: &[Part], present: usize, unknown_outcome: bool) -> (u64, u64) {
+    let from = if unknown_outcome { 0 } else { present.min(parts.len()) };
+    parts[from..].iter().fold((0, 0), |(r, b), p| (r + p.records, b + p.bytes))
+}
+
+/// One batch of an append request, as the answer is accounted.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    last: u64,
+    epoch: u32,
+    max_timestamp: i64,
+    records: u64,
+    bytes: u64,
+}
+
+impl Part {
+    fn of(h: &BatchHeader, bytes: usize) -> Part {
+        Part {
+            last: h.last_offset(),
+            epoch: h.epoch,
+            max_timestamp: h.max_timestamp,
+            records: u64::from(h.record_count),
+            bytes: bytes as u64,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_out_counters_take_written_batches_and_a_lost_attempts_present_ones() {
+        let part = |records, bytes| Part { last: 0, epoch: 0, max_timestamp: 0, records, bytes };
+        let parts = [part(10, 1_000), part(20, 2_000), part(30, 3_000)];
+        // (present, unknown outcome) -> (records, bytes)
+        let table = [
+            ((0, false), (60, 6_000)),
+            ((1, false), (50, 5_000)),
+            ((3, false), (0, 0)),
+            ((5, false), (0, 0)),
+            ((0, true), (60, 6_000)),
+            ((2, true), (60, 6_000)),
+            ((3, true), (60, 6_000)),
+        ];
+        for ((present, unknown), expected) in table {
+            assert_eq!(counted(&parts, present, unknown), expected, "present {present}, unknown outcome {unknown}");
+        }
+        assert_eq!(counted(&[], 0, false), (0, 0));
+    }
 
     #[test]
     fn in_flight_copies_count_against_the_cap_until_dropped() {

@@ -156,7 +156,16 @@ impl TargetCluster for FerryTarget {
         source_log_start: u64,
         batches: Bytes,
     ) -> Result<pb::AppendWithOffsetsResponse> {
-        self.admin.append_with_offsets(topic, partition, source_topic_id, source_log_start, batches).await
+        // Not retried inside the client after an unknown outcome: the task's own retry must know when an earlier
+        // attempt may have written the batches (see `target::counted`).
+        let request = pb::AppendWithOffsetsRequest {
+            topic: topic.to_owned(),
+            partition,
+            source_topic_id: source_topic_id.to_owned(),
+            source_log_start_offset: source_log_start,
+            batches,
+        };
+        self.admin.client().append_with_offsets_once(request).await
     }
 
     async fn truncate(&self, topic: &str, partition: u32, offset: u64) -> Result<u64> {

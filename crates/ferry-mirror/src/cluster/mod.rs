@@ -125,7 +125,8 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     /// Where a partition stands, in source offsets.
     async fn partition(&self, topic: &str, partition: u32) -> Result<TargetPartition>;
     /// Appends whole source batches (with source offsets and epochs). Outcomes such as DIVERGED are in the
-    /// response's `error`; `log_end_offset` is in source offsets.
+    /// response's `error`; `log_end_offset` is in source offsets. An attempt whose outcome is unknown (the
+    /// connection broke after sending) is an error, not retried inside: the caller retries and accounts for it.
     async fn append(
         &self,
         topic: &str,
