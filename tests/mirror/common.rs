@@ -21,8 +21,9 @@ use sha2::{Digest, Sha256};
 #[path = "../support/read.rs"]
 mod read;
 
-/// How long the debug-built processes may need for one test's whole data load on a loaded 2-core machine (all
-/// mirror tests run in parallel). Waits on data use `deadline(&[IO_BUDGET])`, three times this.
+/// How long the debug-built processes may need for one test's whole data load on a loaded 2-core machine (a
+/// one-broker crate test or unit tests may run beside it). Waits on data use `deadline(&[IO_BUDGET])`, three times
+/// this.
 pub const IO_BUDGET: Duration = Duration::from_secs(40);
 
 /// The mirrors' graceful stop budget in these tests (`sync.shutdown_timeout`).

@@ -60,14 +60,22 @@ async fn recreated_source_topic_halts_and_keeps_the_target() -> anyhow::Result<(
     wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
     let before = read_topic(&b, TOPIC).await?;
 
+    let old_id = a.admin.describe_topic(TOPIC).await?.topic.topic_id;
     a.admin.delete_topic(TOPIC).await?;
     a.create_topic(TOPIC, 2).await?;
+    let new_id = a.admin.describe_topic(TOPIC).await?.topic.topic_id;
     // Partition 0 of the new topic grows past what was mirrored, partition 1 stays below it.
     produce_to_partition(&p, TOPIC, 0, "second-life", 0, 500).await?;
     produce_to_partition(&p, TOPIC, 1, "second-life", 0, 100).await?;
     p.close().await;
 
-    wait_halted(&mirror, 2, "re-created").await?;
+    let reason = format!(
+        "the source topic was re-created (id {old_id} became {new_id}); the target holds the old topic's records"
+    );
+    wait_halted(&mirror, 2, &reason).await?;
+    for e in monitor_events(&mirror, Some("partition_diverged")).await? {
+        assert_eq!((&e["details"]["reason"], &e["details"]["policy"]), (&reason.clone().into(), &"halt".into()), "{e}");
+    }
     let after = read_topic(&b, TOPIC).await?;
     for (p, (x, y)) in before.iter().zip(&after).enumerate() {
         assert_same_partition(&format!("target {TOPIC}/{p} stays as it was"), x, y);
@@ -167,22 +175,46 @@ async fn power_loss_scenario(policy: &str, seen: Seen) -> anyhow::Result<()> {
         mirror.restart().await?;
     }
 
+    // How the mirror learns of the loss decides the reason: a running mirror sees the source's log end (its
+    // subscribe stream reports positions, never an error, for an offset past the end) fall below what it copied;
+    // a restarted one sees the new epoch and asks where the old one ended.
+    let reason = match seen {
+        Seen::ShortLog => format!(
+            "the source log end offset {cut_at} is below the cache offset 1000: the source lost records the target holds"
+        ),
+        Seen::NewEpoch => format!(
+            "source epoch 0 ends at offset {cut_at}, below the cache offset 1000: the source lost and reused offsets \
+             the target already holds (source epoch now 1)"
+        ),
+    };
     if policy == "halt" {
-        wait_halted(&mirror, 1, "").await?;
+        wait_halted(&mirror, 1, &reason).await?;
+        let rows = monitor_partitions(&mirror).await?;
+        let row = &rows[&(TOPIC.to_owned(), 0)];
+        assert_eq!(row.last_error.as_deref(), Some(format!("diverged at offset {cut_at}: {reason}").as_str()));
+        assert_eq!((row.cache_offset, row.target_offset), (1_000, 1_000), "{row:?}");
         let after = read_topic(&b, TOPIC).await?;
         assert_same_partition("the halted target stays as it was", &before[0], &after[0]);
     } else {
         wait_caught_up(&a, TOPIC, &b, TOPIC, deadline(&[IO_BUDGET])).await?;
         assert_identical(&a, TOPIC, &b, TOPIC).await?;
-        if seen == Seen::ShortLog {
-            assert!(diverged_event(&mirror, 0).await?, "partition_diverged was raised");
-        }
         let rows = monitor_partitions(&mirror).await?;
         assert_eq!(rows[&(TOPIC.to_owned(), 0)].state, "mirroring");
         // The new epoch's batches were copied with their epoch.
         let target = read_topic(&b, TOPIC).await?;
         assert!(target[0].batches.iter().any(|b| b.0 >= cut_at && b.2 == 1));
     }
+    // Exactly one partition_diverged, with the offset, the reason and the policy applied.
+    let events = monitor_events(&mirror, Some("partition_diverged")).await?;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!((&e["topic"], &e["partition"], &e["severity"]), (&TOPIC.into(), &0.into(), &"critical".into()), "{e}");
+    assert_eq!(e["message"], format!("{TOPIC}/0 diverged at offset {cut_at}: {reason}"), "{e}");
+    assert_eq!(
+        e["details"],
+        serde_json::json!({"offset": cut_at, "cache_offset": 1_000, "reason": reason, "policy": policy}),
+        "{e}"
+    );
     Ok(())
 }
 

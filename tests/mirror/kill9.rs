@@ -2,9 +2,10 @@
 //! restarted each time: the target ends identical to the source, with no duplicate and no gap.
 //!
 //! A "random moment" is a random amount of mirrored progress since the last restart (0 to 3,000 records, so some
-//! kills land while the mirror is still resolving where to resume): waiting for a condition, not a timer.
+//! kills land while the mirror is still resolving where to resume): waiting for a condition, not a timer. The
+//! moments come from a printed seed; `FERRY_TEST_SEED=N` replays them.
 
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
@@ -16,9 +17,7 @@ const KILLS: usize = 10;
 async fn mirror_resumes_without_duplicates_after_kill() -> anyhow::Result<()> {
     let (a, b) = two_dcs().await?;
     a.create_topic(TOPIC, 4).await?;
-    let seed: u64 = rand::random();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    tracing::info!(seed, "kill moments are drawn from this seed");
+    let (seed, mut rng) = ferry_testkit::seeded_rng("kill moments")?;
 
     let stop = CancellationToken::new();
     let load = background_producer(&a, TOPIC, "kill9", stop.clone());

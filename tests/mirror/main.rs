@@ -5,7 +5,7 @@
 //! Every scenario asserts on exact data: per partition, the target holds the same records (offset, timestamp,
 //! key, value, headers) and the same batches (offsets, epoch, CRC) as the source, with no duplicate and no gap
 //! unless the gap is what the test is about. One test binary with a module per scenario keeps link time down;
-//! every test starts its own brokers and mirrors, so they run in parallel.
+//! every test starts its own brokers and mirrors; nextest runs them one at a time (.config/nextest.toml).
 
 mod common;
 

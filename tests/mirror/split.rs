@@ -1,9 +1,10 @@
 //! Source batches larger than the target's `max_batch_bytes` are split into batches that fit, keeping every
 //! record's offset, timestamp, key, value and headers, and the batch's epoch; a mirror killed in the middle of
-//! splitting resumes inside a source batch without a duplicate or a gap.
+//! splitting resumes inside a source batch without a duplicate or a gap. The kill points come from a printed seed;
+//! `FERRY_TEST_SEED=N` replays them.
 
 use ferry_client::{Producer, ProducerConfig};
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use crate::common::*;
 
@@ -26,8 +27,7 @@ async fn oversized_batches_are_split_keeping_every_offset() -> anyhow::Result<()
     let source = read_topic(&a, TOPIC).await?;
     assert!(source.iter().flat_map(|p| &p.batches).any(|b| b.1 - b.0 > 1_000), "the source holds 4 MiB batches");
 
-    let seed: u64 = rand::random();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = ferry_testkit::seeded_rng("kill points while splitting")?;
     let mut mirror = MirrorConf::new(&a, &b).start().await?;
     for kill in 0..3 {
         let target: u64 = b.leos(TOPIC).await.map(|l| l.iter().sum()).unwrap_or(0) + rng.random_range(1..1_500);

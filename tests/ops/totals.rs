@@ -5,6 +5,7 @@
 //!   to zero. The in/out record totals (/api/v1/status and `ferry_mirror_records_total{direction}`) equal the
 //!   records produced, exactly; the byte totals agree between both; every contract metric name is exposed with
 //!   the values the API shows.
+//! - An append retried after its answer was lost counts once in the out totals.
 //! - `ferryctl mirror verify` reports "identical" for the mirrored topic, then, after one byte of a target segment
 //!   file changed, the base offset of the batch that holds it.
 
@@ -125,6 +126,50 @@ async fn totals_and_rates_are_exact_metrics_agree_and_verify_finds_a_changed_byt
     assert_eq!((&report["identical"], &report["partitions_differing"]), (&false.into(), &1.into()), "{report}");
     let p0 = report["partitions"].as_array().and_then(|ps| ps.iter().find(|p| p["partition"] == 0)).context("p0")?;
     assert_eq!(p0["difference_offset"], base, "{p0}");
+    Ok(())
+}
+
+/// An append whose answer is lost after the target wrote it is retried; the target answers that the batch is
+/// already present, and the out totals count it once: `records_out` and `ferry_mirror_records_total{direction="out"}`
+/// end equal to the records produced, exactly, with the target identical to the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_append_counts_once_in_the_out_totals() -> anyhow::Result<()> {
+    let (a, b) = two_dcs().await?;
+    a.create_topic(TOPIC, 1).await?;
+    let link = ferry_testkit::Proxy::start(b.broker.addr()).await?;
+    let mut conf = OpsConf::new(&a, &b);
+    conf.target_brokers = link.addr().to_string();
+    let mirror = conf.start().await?;
+    let p = producer(&a).await?;
+    produce_range(&p, TOPIC, "retried", 0, 100, 100).await?;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+
+    // Lose the next answer the target sends the mirror, then give the mirror a batch to append. The lost answer is
+    // most likely the append's (the mirror's other calls to the target come once a second); until one was, the
+    // round is repeated: the mirror logs each append the target found already present.
+    const RETRIED: &str = "a retry after a lost answer: the lost attempt wrote them, they count once";
+    let mut produced = 100;
+    let mut rounds = 0;
+    while !mirror.logs().contains(RETRIED) {
+        rounds += 1;
+        anyhow::ensure!(rounds <= 20, "no lost answer hit an append in 20 rounds:\n{}", mirror.logs());
+        link.reset_next_responses(1);
+        produce_range(&p, TOPIC, "retried", produced, produced + 50, 100).await?;
+        produced += 50;
+        wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+        anyhow::ensure!(link.pending_response_resets() == 0, "the armed reset was not used up");
+    }
+    p.close().await;
+    assert_eq!(link.stats().response_resets, rounds, "{:?}", link.stats());
+
+    let src = assert_identical(&a, TOPIC, &b, TOPIC).await?;
+    assert_eq!(src[0].records.len() as u64, produced);
+    let status = get_json(&mirror, "/api/v1/status").await?;
+    assert_eq!(total(&status, "records_out"), produced, "{status}");
+    let text = metrics_text(&mirror).await?;
+    assert_eq!(sample(&text, r#"ferry_mirror_records_total{direction="out"}"#), Some(produced as f64), "{text}");
+    let bytes: u64 = a.admin.describe_topic(TOPIC).await?.partitions.iter().map(|p| p.size_bytes).sum();
+    assert_eq!(total(&status, "bytes_out"), bytes, "every stored batch byte counted once: {status}");
     Ok(())
 }
 

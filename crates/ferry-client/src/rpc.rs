@@ -77,6 +77,21 @@ impl BrokerClient {
         /// Appends batches that carry offsets (mirror topics); safe to repeat: present batches are recognised.
         append_with_offsets, "AppendWithOffsets", pb::AppendWithOffsetsRequest, pb::AppendWithOffsetsResponse,
         idempotent);
+
+    /// Appends batches that carry offsets, sent again only when the request provably never reached a broker: for
+    /// a caller that retries by itself and must know when an attempt's outcome was unknown (the mirror then counts
+    /// the batches the target reports present as its own lost attempt's).
+    pub async fn append_with_offsets_once(
+        &self,
+        request: pb::AppendWithOffsetsRequest,
+    ) -> Result<pb::AppendWithOffsetsResponse> {
+        self.call("AppendWithOffsets", Retry::Once, self.request_timeout(), |mut c| {
+            let request = request.clone();
+            async move { c.append_with_offsets(request).await }
+        })
+        .await
+    }
+
     unary!(
         /// The first offset after an epoch.
         epoch_end, "EpochEnd", pb::EpochEndRequest, pb::EpochEndResponse, idempotent);

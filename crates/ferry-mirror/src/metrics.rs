@@ -5,7 +5,10 @@
 //! Exported (design §5, plus a few more):
 //! - `ferry_mirror_partition_lag_records{topic,partition}`
 //! - `ferry_mirror_partition_offset{topic,partition,kind="source|cache|commit|target"}`
-//! - `ferry_mirror_records_total{direction="in|out"}`, `ferry_mirror_bytes_total{direction}`
+//! - `ferry_mirror_records_total{direction="in|out"}`, `ferry_mirror_bytes_total{direction}`: "in" is what was
+//!   fetched from the source (a batch fetched again after a reconnect counts again: it crossed the link again);
+//!   "out" is what this process newly wrote to the target (a batch the target already held, after a retried append
+//!   or from another writer, is not counted again)
 //! - `ferry_mirror_replication_latency_seconds` (histogram: append time minus record timestamp)
 //! - `ferry_mirror_route_active{route}`, `ferry_mirror_route_healthy{route}`
 //! - `ferry_alarms_total{channel,outcome="sent|suppressed|failed|dropped"}`
@@ -77,13 +80,15 @@ impl Metrics {
         let records = Family::<Labels, Counter>::default();
         registry.register(
             "ferry_mirror_records",
-            "Records received from the source (in) and appended to the target (out)",
+            "Records fetched from the source (in) and newly written to the target by this process (out; batches the \
+             target already held are not counted)",
             records.clone(),
         );
         let bytes = Family::<Labels, Counter>::default();
         registry.register(
             "ferry_mirror_bytes",
-            "Batch bytes received from the source (in) and appended to the target (out)",
+            "Batch bytes fetched from the source (in) and newly written to the target by this process (out; batches \
+             the target already held are not counted)",
             bytes.clone(),
         );
         let latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
@@ -104,6 +109,11 @@ impl Metrics {
         registry.register("ferry_alarms", "Alarm notifications per channel and outcome", alarms.clone());
         let events = Family::<Labels, Counter>::default();
         registry.register("ferry_mirror_events", "Events raised, by kind", events.clone());
+        // Every kind is exposed from the start, at 0: a series that only appears with its first increment is
+        // invisible to Prometheus's increase(), so the first partition_diverged would never fire the alert rule.
+        for kind in crate::events::EventKind::ALL {
+            let _ = events.get_or_create(&vec![("event", kind.name().to_owned())]);
+        }
         let partitions = Family::<Labels, Gauge>::default();
         registry.register("ferry_mirror_partitions", "Partitions owned by this process, by state", partitions.clone());
         let process_rss = Gauge::default();
@@ -165,7 +175,7 @@ impl Metrics {
         self.inner.bytes.get_or_create(&vec![("direction", "in".to_owned())]).inc_by(bytes);
     }
 
-    /// Counts records and bytes appended to the target, and the replication latency of the batch.
+    /// Counts records and bytes newly written to the target, and the replication latency of the append.
     pub fn appended(&self, records: u64, bytes: u64, latency_seconds: Option<f64>) {
         self.inner.records.get_or_create(&vec![("direction", "out".to_owned())]).inc_by(records);
         self.inner.bytes.get_or_create(&vec![("direction", "out".to_owned())]).inc_by(bytes);
@@ -230,6 +240,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_event_kind_is_exposed_at_zero_from_the_start() {
+        let text = Metrics::new().encode();
+        for kind in crate::events::EventKind::ALL {
+            let line = format!("ferry_mirror_events_total{{event=\"{}\"}} 0", kind.name());
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        let m = Metrics::new();
+        m.event("partition_diverged");
+        assert!(m.encode().lines().any(|l| l == "ferry_mirror_events_total{event=\"partition_diverged\"} 1"));
+    }
 
     #[test]
     fn exposition_uses_the_contract_names() {

@@ -5,9 +5,10 @@
 #[path = "monitor/openapi.rs"]
 mod openapi;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use ferry_mirror::config::{ClusterKind, HealthConfig, MonitorConfig, Route, Secr
 use ferry_mirror::egress::EgressHandle;
 use ferry_mirror::events::{Event, EventBus, EventKind};
 use ferry_mirror::metrics::Metrics;
-use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
+use ferry_mirror::state::{MeterClock, PartitionState, PartitionStatus, Shared, SideRates};
 use ferry_mirror::target_watch::TargetHealth;
 use ferry_mirror::{MirrorConfig, MirrorHandle, RunOptions, monitor};
 use ferry_testkit::{deadline, reserve_port, wait_until};
@@ -68,7 +69,15 @@ fn build_handle(source: &SourceConfig) -> MirrorHandle {
         name: "dc-a_to_dc-b".into(),
         source_cluster: "dc-a".into(),
         target_cluster: "dc-b".into(),
-        shared: Arc::new(Shared::default()),
+        // The rate meters run on a clock moved by hand (second 0 here; see `populate`), so the rates are exact.
+        shared: Arc::new({
+            let clock = MeterClock::Manual(Arc::new(AtomicU64::new(0)));
+            Shared {
+                source_rates: SideRates::with_clock(clock.clone()),
+                target_rates: SideRates::with_clock(clock),
+                ..Shared::default()
+            }
+        }),
         egress,
         events,
         metrics,
@@ -112,12 +121,23 @@ fn populate(h: &MirrorHandle) {
         .halt("diverged at offset 20: the source reused offsets");
     h.shared.source_rates.add(600, 60_000);
     h.shared.target_rates.add(540, 54_000);
+    // The second of the additions is complete: the 1 s, 10 s and 60 s windows hold 600 / 1, / 10 and / 60 source
+    // records a second (540 on the target) for as long as the test runs.
+    set_meter_second(h, 1);
     h.events.emit(Event::new(EventKind::AddTopic, "orders is mirrored").topic("orders"));
     h.events.emit(
         Event::new(EventKind::PartitionDiverged, "payments/0 diverged at offset 20")
             .partition("payments", 0)
             .detail("offset", 20),
     );
+}
+
+/// Moves the manual clock of the handle's rate meters to `second`.
+fn set_meter_second(h: &MirrorHandle, second: u64) {
+    match h.shared.source_rates.records.clock() {
+        MeterClock::Manual(s) => s.store(second, Ordering::Relaxed),
+        MeterClock::Since(_) => panic!("the test handle's meters run on a manual clock"),
+    }
 }
 
 struct Monitor {
@@ -292,24 +312,21 @@ async fn read_endpoints_report_the_exact_state() {
                "partitions": 4, "partitions_by_state": states(0, 2, 0, 1, 1), "lag": 630})
     );
     assert_eq!(s["paused_topics"], json!([]));
-    // The meters count complete seconds only: wait until the second of the additions is over, then the
-    // 60 s window holds exactly 600/60 and 540/60 (for the next minute).
-    let mut last = Value::Null;
-    wait_until("the rate window to include the added records", deadline(&[Duration::from_secs(2)]), async || {
-        last = get(&m, "/api/v1/status").await.checked("get", "/api/v1/status");
-        last["rates"]["source"]["records_per_sec"]["60s"] == json!(10.0)
-    })
-    .await
-    .unwrap();
-    let rates = &last["rates"];
-    assert_eq!(rates["source"]["bytes_per_sec"]["60s"], json!(1000.0));
-    assert_eq!(rates["target"]["records_per_sec"]["60s"], json!(9.0));
-    assert_eq!(rates["target"]["bytes_per_sec"]["60s"], json!(900.0));
-    // The shorter windows hold the same records while they still cover that second, and nothing after.
-    let r10 = rates["source"]["records_per_sec"]["10s"].as_f64().unwrap();
-    assert!(r10 == 60.0 || r10 == 0.0, "10 s window: {r10}");
-    let r1 = rates["source"]["records_per_sec"]["1s"].as_f64().unwrap();
-    assert!(r1 == 600.0 || r1 == 0.0, "1 s window: {r1}");
+    // The meters count complete seconds only; the second of the additions is complete (`populate`).
+    assert_eq!(
+        s["rates"],
+        json!({
+            "source": {"records_per_sec": {"1s": 600.0, "10s": 60.0, "60s": 10.0},
+                       "bytes_per_sec": {"1s": 60000.0, "10s": 6000.0, "60s": 1000.0}},
+            "target": {"records_per_sec": {"1s": 540.0, "10s": 54.0, "60s": 9.0},
+                       "bytes_per_sec": {"1s": 54000.0, "10s": 5400.0, "60s": 900.0}},
+        })
+    );
+    // A second later the 1 s window is empty and the longer ones still hold the records.
+    set_meter_second(&m.handle, 2);
+    let s = get(&m, "/api/v1/status").await.checked("get", "/api/v1/status");
+    assert_eq!(s["rates"]["source"]["records_per_sec"], json!({"1s": 0.0, "10s": 60.0, "60s": 10.0}));
+    assert_eq!(s["rates"]["target"]["bytes_per_sec"], json!({"1s": 0.0, "10s": 5400.0, "60s": 900.0}));
 
     // Egress: both routes, never probed, the first active.
     let a = get(&m, "/api/v1/egress").await;
@@ -590,6 +607,20 @@ async fn openapi_documents_exactly_the_served_endpoints() {
     }
 }
 
+/// This process's user + system CPU time in clock ticks, from `/proc/self/stat` (fields 14 and 15, counted after
+/// the parenthesised command name).
+fn own_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `getconf CLK_TCK`: the unit of `/proc/self/stat`'s CPU times.
+fn clock_ticks_per_second() -> f64 {
+    let out = std::process::Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
+    String::from_utf8(out.stdout).unwrap().trim().parse().expect("CLK_TCK is a number")
+}
+
 /// Parses `name{labels} value` lines of an exposition into (name{labels}, value).
 fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()
@@ -609,7 +640,12 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
     h.metrics.alarm("ops", "sent");
     let m = Monitor::start(h, Some(TOKEN)).await;
 
+    // The process gauges sample this test process (the monitor runs in it): its CPU time brackets the value.
+    // Spin until the process has used a first tick, so that a gauge stuck at 0 cannot pass.
+    while own_cpu_ticks() == 0 {}
+    let cpu_before = own_cpu_ticks();
     let a = get(&m, "/metrics").await;
+    let cpu_after = own_cpu_ticks();
     assert_eq!(a.status, 200);
     API.check_media("get", "/metrics", 200, &a.content_type);
     let text = &a.text;
@@ -635,7 +671,13 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
     assert_eq!(value("ferry_mirror_partitions{state=\"halted\"}"), Some(1.0));
     assert_eq!(value("ferry_mirror_partitions{state=\"mirroring\"}"), Some(2.0));
     assert!(value("ferry_mirror_process_resident_memory_bytes").unwrap() > 0.0);
-    assert!(value("ferry_mirror_process_cpu_seconds").unwrap() >= 0.0);
+    let exact_ticks = value("ferry_mirror_process_cpu_seconds").unwrap() * clock_ticks_per_second();
+    let cpu_ticks = exact_ticks.round();
+    assert!((exact_ticks - cpu_ticks).abs() < 1e-6, "whole clock ticks: {exact_ticks}");
+    assert!(
+        (cpu_before as f64..=cpu_after as f64).contains(&cpu_ticks),
+        "CPU ticks {cpu_ticks}, the process's own reading {cpu_before}..={cpu_after}"
+    );
 
     // The per-partition series agree with /api/v1/partitions, partition by partition.
     let parts = get(&m, "/api/v1/partitions").await.checked("get", "/api/v1/partitions");
@@ -897,9 +939,13 @@ async fn dashboard_shows_the_live_numbers_in_headless_chromium() {
     assert!(dom.contains("data-topic=\"payments\" data-partition=\"0\""), "partition table row");
     assert!(dom.contains("data-kind=\"partition_diverged\""), "recent events");
     assert!(dom.contains("data-route=\"backup\""), "route table");
-    let rate: f64 = element_text(&dom, "id=\"source-rate\"").parse().expect("source rate is a number");
-    assert!(rate >= 0.0);
-    assert!(element_text(&dom, "id=\"target-rate\"").parse::<f64>().is_ok());
+    // The 1 s rates and 10 s averages of the seeded second (`populate`), with one decimal.
+    assert_eq!(element_text(&dom, "id=\"source-rate\""), "600.0");
+    assert_eq!(element_text(&dom, "id=\"source-rate-10s\""), "60.0");
+    assert_eq!(element_text(&dom, "id=\"target-rate\""), "540.0");
+    assert_eq!(element_text(&dom, "id=\"target-rate-10s\""), "54.0");
+    assert_eq!(element_text(&dom, "id=\"source-bytes-rate\""), "60000.0");
+    assert_eq!(element_text(&dom, "id=\"target-bytes-rate\""), "54000.0");
 
     let shot = m.dir.path().join("dashboard.png");
     let out = run_chromium(
@@ -918,5 +964,152 @@ async fn dashboard_shows_the_live_numbers_in_headless_chromium() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "a real PNG, {} bytes", png.len());
     if let Some(copy) = std::env::var_os("FERRY_DASHBOARD_SCREENSHOT") {
         std::fs::copy(&shot, copy).unwrap();
+    }
+}
+
+/// The series of an exposition: metric name -> the label sets of its samples.
+fn served_series(text: &str) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
+    let label = regex::Regex::new(r#"(\w+)="((?:[^"\\]|\\.)*)""#).unwrap();
+    let mut out: BTreeMap<String, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let labels = match line[name_end..].strip_prefix('{') {
+            Some(rest) => {
+                let inner = &rest[..rest.find('}').expect("a closed label set")];
+                label.captures_iter(inner).map(|c| (c[1].to_owned(), c[2].to_owned())).collect()
+            }
+            None => BTreeMap::new(),
+        };
+        out.entry(line[..name_end].to_owned()).or_default().push(labels);
+    }
+    out
+}
+
+/// Every PromQL query of the Grafana dashboard (panel `expr`s and templating `query`s).
+fn dashboard_queries() -> Vec<String> {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("expr", Value::String(q)) => out.push(q.clone()),
+                        ("query", Value::String(q)) if q.contains('(') => out.push(q.clone()),
+                        ("query", Value::Object(o)) => {
+                            if let Some(Value::String(q)) = o.get("query") {
+                                out.push(q.clone());
+                            }
+                        }
+                        _ => walk(x, out),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let path = ferry_testkit::workspace_root().join("alerts/grafana-dashboard.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    walk(&doc, &mut out);
+    out
+}
+
+/// Every `expr` of the Prometheus alert rules.
+fn rule_queries() -> Vec<String> {
+    let path = ferry_testkit::workspace_root().join("alerts/prometheus-rules.yaml");
+    let doc: Value = serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let groups = doc["groups"].as_array().expect("rule groups");
+    groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules").iter())
+        .map(|r| r["expr"].as_str().expect("an expr").to_owned())
+        .collect()
+}
+
+/// Checks one query against the served series: every `ferry_*` metric it names is served; every literal label
+/// matcher (`label="v"`, `label=~"a|b"`) names a label value some sample of that metric has; every `by (...)` label
+/// is a label of a metric in the query. `instance` and `job` are Prometheus' own target labels; `le` a histogram's.
+fn check_query(query: &str, served: &BTreeMap<String, Vec<BTreeMap<String, String>>>) -> Vec<String> {
+    let metric = regex::Regex::new(r"\bferry_[a-z0-9_]+\b").unwrap();
+    let selector = regex::Regex::new(r"\b(ferry_[a-z0-9_]+)\s*\{([^}]*)\}").unwrap();
+    let matcher = regex::Regex::new(r#"(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)""#).unwrap();
+    let by = regex::Regex::new(r"\b(?:by|on)\s*\(([^)]*)\)").unwrap();
+    let own = |l: &str| matches!(l, "instance" | "job" | "le");
+    let mut problems = Vec::new();
+    let names: BTreeSet<&str> = metric.find_iter(query).map(|m| m.as_str()).collect();
+    for name in &names {
+        if !served.contains_key(*name) {
+            problems.push(format!("{query}: {name} is not served"));
+        }
+    }
+    for sel in selector.captures_iter(query) {
+        let samples = served.get(&sel[1]).map(Vec::as_slice).unwrap_or_default();
+        for m in matcher.captures_iter(&sel[2]) {
+            let (label, op, value) = (&m[1], &m[2], &m[3]);
+            if own(label) || op.starts_with('!') {
+                continue;
+            }
+            let values: Vec<&str> = if op == "=~" { value.split('|').collect() } else { vec![value] };
+            for v in values {
+                if !samples.iter().any(|s| s.get(label).map(String::as_str) == Some(v)) {
+                    problems.push(format!("{query}: no sample of {} has {label}=\"{v}\"", &sel[1]));
+                }
+            }
+        }
+    }
+    for clause in by.captures_iter(query) {
+        for label in clause[1].split(',').map(str::trim).filter(|l| !l.is_empty() && !own(l)) {
+            let known = names.iter().any(|n| served.get(*n).is_some_and(|ss| ss.iter().any(|s| s.contains_key(label))));
+            if !known {
+                problems.push(format!("{query}: no metric of the query has the label {label:?}"));
+            }
+        }
+    }
+    problems
+}
+
+#[tokio::test]
+async fn the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves() {
+    // A handle as a running mirror has it: partitions in every state of the fixture, both routes, traffic in and
+    // out with a latency, an alarm channel (its outcomes are exposed at 0 from its start, as the Alarmer does).
+    let h = build_handle(&unused_routes());
+    populate(&h);
+    h.metrics.received(600, 60_000);
+    h.metrics.appended(540, 54_000, Some(0.042));
+    for outcome in ["sent", "failed", "suppressed", "dropped"] {
+        h.metrics.alarm_by("ops", outcome, 0);
+    }
+    let m = Monitor::start(h, Some(TOKEN)).await;
+    let served = served_series(&get(&m, "/metrics").await.text);
+
+    let dashboard = dashboard_queries();
+    let rules = rule_queries();
+    assert_eq!((dashboard.len(), rules.len()), (16, 8), "{dashboard:#?}\n{rules:#?}");
+    let problems: Vec<String> = dashboard.iter().chain(&rules).flat_map(|q| check_query(q, &served)).collect();
+    assert!(problems.is_empty(), "{problems:#?}\nserved: {:#?}", served.keys().collect::<Vec<_>>());
+
+    // The dashboard shows every contract metric (design §5).
+    let all = dashboard.join("\n");
+    for name in [
+        "ferry_mirror_partition_lag_records",
+        "ferry_mirror_records_total",
+        "ferry_mirror_bytes_total",
+        "ferry_mirror_replication_latency_seconds_bucket",
+        "ferry_mirror_route_active",
+        "ferry_mirror_route_healthy",
+        "ferry_alarms_total",
+    ] {
+        assert!(all.contains(name), "the dashboard does not show {name}");
+    }
+    // Counters the rules take increase() of are served before their first increment, or the first one is lost.
+    for (name, label, value) in [
+        ("ferry_mirror_events_total", "event", "partition_diverged"),
+        ("ferry_alarms_total", "outcome", "failed"),
+        ("ferry_alarms_total", "outcome", "dropped"),
+    ] {
+        assert!(
+            served[name].iter().any(|s| s.get(label).map(String::as_str) == Some(value)),
+            "{name}{{{label}=\"{value}\"}} is not served at 0"
+        );
     }
 }

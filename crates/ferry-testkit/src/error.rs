@@ -9,6 +9,15 @@ use std::time::Duration;
 /// What went wrong in the testkit. Converts into `anyhow::Error` with `?`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// `FERRY_TEST_SEED` is set to something that is not a seed.
+    #[error("{var}={value:?} is not a seed: give a decimal u64 or 0x-prefixed hex, as a failed run printed it")]
+    BadSeed {
+        /// The variable's name.
+        var: &'static str,
+        /// What it holds.
+        value: String,
+    },
+
     /// The binary a test wants to start has not been built.
     #[error("{name} not found at {}: run `cargo build --workspace --bins` first", path.display())]
     BinaryNotFound {

@@ -1,6 +1,7 @@
 //! Ferry's test harness: starts the real `ferry-broker` and `ferry-mirror` binaries on free loopback ports with
 //! temporary directories and captured logs, provides a fault-injecting TCP proxy (cut, blackhole, delay line,
-//! throttle, reset of HTTP/2 responses), and deadline-based wait helpers.
+//! throttle, reset of HTTP/2 responses), deadline-based wait helpers, and replayable seeds for random test inputs
+//! ([`seeded_rng`], `FERRY_TEST_SEED`).
 //!
 //! A typical end-to-end test:
 //!
@@ -41,6 +42,7 @@ mod error;
 mod mirror;
 mod process;
 mod proxy;
+mod seed;
 mod server;
 mod util;
 mod wait;
@@ -54,6 +56,7 @@ pub use proxy::{Proxy, ProxyMode, ProxyStats};
 /// A POSIX signal for [`ChildProcess::send_signal`], [`BrokerProcess::send_signal`] and
 /// [`MirrorProcess::send_signal`], e.g. `Signal::HUP`, `Signal::TERM`, `Signal::INT`, `Signal::KILL`.
 pub use rustix::process::Signal;
+pub use seed::{SEED_VAR, seeded_rng, test_seed};
 pub use util::{init_tracing, reserve_port};
 pub use wait::{Check, Found, MIN_DEADLINE, POLL_INTERVAL, deadline, wait_for, wait_until};
 

@@ -119,7 +119,7 @@ async fn blackhole_hangs_connections_without_closing_them() {
 }
 
 #[tokio::test]
-async fn delay_adds_latency_without_limiting_bandwidth() {
+async fn delay_adds_latency_both_ways_and_keeps_every_byte() {
     let mut echo = Echo::start().await;
     let proxy = Proxy::start(echo.addr).await.unwrap();
     let delay = Duration::from_millis(100);
@@ -134,22 +134,17 @@ async fn delay_adds_latency_without_limiting_bandwidth() {
         assert!(rtt >= 2 * delay, "round trip {rtt:?} must include the delay both ways");
     }
 
-    // 32 MiB echoed through a 50 ms delay line. A window-limited design (one 64 KiB chunk per round trip) would
-    // need over 50 s; the delay line pipelines it. The bound is generous against a loaded machine.
+    // 32 MiB echoed through a 50 ms delay line arrive whole and in order. How fast (the line pipelines rather than
+    // sending one window per round trip) is a speed claim: benches/mirror.rs, phase "proxy", prints it.
     proxy.set_delay(Duration::from_millis(50));
     let data = payload(2, 32 * 1024 * 1024);
-    let started = Instant::now();
     let back = round_trip(TcpStream::connect(proxy.addr()).await.unwrap(), &data).await.unwrap();
-    let took = started.elapsed();
     assert_eq!(back.len(), data.len());
     assert_eq!(digest(&back), digest(&data));
-    println!("32 MiB echoed through a 50 ms delay line in {took:?}");
-    assert!(took < Duration::from_secs(30), "bulk transfer through the delay line took {took:?}");
 
+    // Turned off, the open connection still carries its bytes.
     proxy.set_delay(Duration::ZERO);
-    let started = Instant::now();
     assert_eq!(ping(&mut conn, b"no delay").await, b"no delay");
-    println!("round trip without delay: {:?}", started.elapsed());
     drop(conn);
     let _ = echo.ended.recv().await;
 }
@@ -168,7 +163,10 @@ async fn throttle_caps_the_rate_of_each_direction() {
     let back = round_trip(TcpStream::connect(proxy.addr()).await.unwrap(), &data).await.unwrap();
     let took = started.elapsed();
     assert_eq!(digest(&back), digest(&data));
-    let floor = Duration::from_secs_f64(len as f64 / rate as f64 * 0.9);
+    // The limit under test, as a lower bound on time: a full bucket lets its burst (a twentieth of a second of
+    // traffic) through at once, every other byte waits its 1/rate (proxy/throttle.rs).
+    let burst = rate / 20;
+    let floor = Duration::from_secs_f64((len as u64 - burst) as f64 / rate as f64);
     println!("1 MiB echoed at 512 KiB/s per direction in {took:?} (floor {floor:?})");
     assert!(took >= floor, "{len} bytes at {rate} B/s took only {took:?}");
 

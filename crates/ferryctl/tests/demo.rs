@@ -27,20 +27,25 @@ async fn demo_runs_mirrors_and_verifies_identical() {
     let token = token_line.trim_start_matches("  monitor token ").trim();
     assert_eq!(token.len(), 24, "{token_line}");
 
-    // Not a terminal: one live line every 2 s, so at least two in 8 s.
+    let produced = number_after(text, "\nproduced ");
+    assert!(produced > 0, "{text}");
+    // Not a terminal: one live line per 2 s tick within the 8 s, so at most four (a starved process's timer may
+    // fire late and show fewer, never more); each shows counts that only grow, up to the final ones.
     let live: Vec<&str> = text.lines().filter(|l| l.starts_with("mirrored ")).collect();
-    assert!(live.len() >= 2, "{text}");
+    assert!((1..=4).contains(&live.len()), "{text}");
+    let mut last = (0, 0);
     for line in &live {
         for part in [" records | lag ", " | source ", " rec/s | target ", " rec/s | produced "] {
             assert!(line.contains(part), "{line}");
         }
+        let now = (number_after(line, "mirrored "), number_after(line, " rec/s | produced "));
+        assert!(now.0 >= last.0 && now.1 >= last.1 && now.0 <= produced && now.1 <= produced, "{text}");
+        last = now;
     }
-    assert!(number_after(live[live.len() - 1], "mirrored ") > 0, "the mirror copied records while the demo ran");
 
-    let produced = number_after(text, "\nproduced ");
-    assert!(produced > 1000, "{text}");
-    // The mirror's own counter; the exact proof is the verification below.
-    assert!(number_after(text, "the mirror appended ") > 0, "{text}");
+    // The mirror's counter of records it wrote to the target is exactly what was produced; the verification
+    // proves they are the same records.
+    assert_eq!(number_after(text, "the mirror appended "), produced, "{text}");
     for p in 0..4 {
         assert!(text.contains(&format!("  orders/{p}: identical (")), "{text}");
     }

@@ -1,6 +1,6 @@
 //! Helpers of the operations tests: the mirror config they vary (routes, health intervals, alarm channels, the
 //! monitor token and audit log), calls to the monitor that return the status with the body, the real `ferryctl`,
-//! reading samples out of the Prometheus text, and [`hold`], the one fixed-span wait.
+//! reading samples out of the Prometheus text, and [`hold_while`], the one fixed-span wait.
 
 pub mod hook;
 pub mod smtp;
@@ -321,18 +321,30 @@ pub async fn describe_offsets(broker: &str, topic: &str) -> anyhow::Result<Vec<(
     Ok(out.into_iter().map(|(_, s, e)| (s, e)).collect())
 }
 
-/// Keeps a fault in place for `span`: the one fixed-length wait of this suite, used only where the length of an
-/// outage is itself the scenario ("cut the target for 20 s"). Callers first wait, with deadlines, for the
-/// conditions that prove the fault took effect (the alarm arrived), then hold for what remains of the span. It is
-/// the second tick of a tokio interval of `span` (the first completes at once), so a test is never synchronised by
-/// a timer: only the outage's length is.
-pub async fn hold(span: Duration) {
-    if span.is_zero() {
-        return;
+/// Keeps a fault in place for `span` while `check` keeps holding: the one fixed-length wait of this suite, used
+/// only where the length of an outage is itself the scenario (an outage that outlasts the mirror's timeouts and
+/// back-offs), with the span derived from those intervals. Callers first wait, with deadlines, for the conditions
+/// that prove the fault took effect (the alarm arrived); then `check` (the fault's effects: nothing crosses the
+/// link, the alarm stays raised) is asserted every [`ferry_testkit::POLL_INTERVAL`] until the span is over, so
+/// the wait is itself a test of the outage rather than a sleep.
+pub async fn hold_while(
+    span: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let until = tokio::time::Instant::now() + span;
+    let mut ticks = tokio::time::interval(ferry_testkit::POLL_INTERVAL);
+    loop {
+        ticks.tick().await;
+        anyhow::ensure!(
+            check().await?,
+            "{what} stopped holding {:?} before the end of the outage",
+            until - tokio::time::Instant::now()
+        );
+        if tokio::time::Instant::now() >= until {
+            return Ok(());
+        }
     }
-    let mut ticks = tokio::time::interval(span);
-    ticks.tick().await;
-    ticks.tick().await;
 }
 
 /// The file of the mirror's audit log when `OpsConf::audit_log` is `name`.

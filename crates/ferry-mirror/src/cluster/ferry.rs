@@ -213,11 +213,16 @@ impl TargetCluster for FerryTarget {
         for b in batches {
             body.extend_from_slice(b.bytes());
         }
-        let r = self
-            .admin
-            .append_with_offsets(tp.topic(), tp.partition, source_topic_id, source_log_start, body.freeze())
-            .await?;
-        Ok(outcome(r))
+        // Not retried inside the client after an unknown outcome: the lane's own retry must know when an earlier
+        // attempt may have written the batches (see `lane::io`).
+        let request = pb::AppendWithOffsetsRequest {
+            topic: tp.topic().to_owned(),
+            partition: tp.partition,
+            source_topic_id: source_topic_id.to_owned(),
+            source_log_start_offset: source_log_start,
+            batches: body.freeze(),
+        };
+        Ok(outcome(self.admin.client().append_with_offsets_once(request).await?))
     }
 
     async fn truncate(&self, tp: &TargetTp, offset: u64) -> Result<u64> {

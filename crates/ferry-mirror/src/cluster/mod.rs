@@ -189,7 +189,8 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     /// Where a partition stands, in source offsets.
     async fn partition(&self, tp: &TargetTp) -> Result<TargetPartition>;
     /// Appends whole source batches (with source offsets and epochs), in order; no batches moves an empty stretch
-    /// of the target to `source_log_start`.
+    /// of the target to `source_log_start`. An attempt whose outcome is unknown (the connection broke after
+    /// sending) is an error, not retried inside: the caller retries and accounts for it.
     async fn append(
         &self,
         tp: &TargetTp,

@@ -48,6 +48,8 @@ fn passing(e: &ClientError) -> bool {
 pub(super) struct Call {
     pub io: Arc<LaneIo>,
     pub config: Arc<CoreConfig>,
+    /// The partition's budget (an append's copies are held against it).
+    pub budget: Arc<crate::lane::budget::Budget>,
     /// The last retried failure, for the partition's status.
     pub note: Arc<Mutex<Option<String>>>,
 }
@@ -113,7 +115,7 @@ impl Call {
                     self.retrying(false, || async { self.source().first_batch_at(tp, at).await }, |_| false).await;
                 Answer::Gap(first.unwrap_or(None))
             }
-            Request::Append(plan) => Answer::Appended(self.append_plan(plan).await),
+            Request::Append(plan) => self.append_plan(plan).await,
             Request::Truncate { at } => {
                 let target = &self.config.target;
                 let r =

@@ -62,8 +62,15 @@ mod tests {
 
     #[test]
     fn samples_this_process() {
-        let (rss, cpu) = ProcessStats::default().sample().expect("/proc/self is readable on Linux");
-        assert!(rss > 0);
-        assert!(cpu >= 0.0);
+        let ticks = || cpu_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
+        // Spin until a first tick is used, so that a sample stuck at 0 cannot pass.
+        while ticks() == 0 {}
+        let stats = ProcessStats::default();
+        let before = ticks();
+        let (rss, cpu) = stats.sample().expect("/proc/self is readable on Linux");
+        let after = ticks();
+        let sampled = (cpu * stats.ticks_per_second as f64).round();
+        assert!((before as f64..=after as f64).contains(&sampled), "{sampled} ticks, read {before}..={after}");
+        assert!(rss > 0 && rss % stats.page_size == 0, "whole pages: {rss}");
     }
 }

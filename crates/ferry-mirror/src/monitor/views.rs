@@ -72,13 +72,13 @@ pub struct RatesView {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Totals {
-    /// Records received from the source.
+    /// Records fetched from the source (a batch fetched again counts again).
     pub records_in: u64,
-    /// Batch bytes received from the source.
+    /// Batch bytes fetched from the source.
     pub bytes_in: u64,
-    /// Records appended to the target.
+    /// Records this process newly wrote to the target (batches the target already held are not counted).
     pub records_out: u64,
-    /// Batch bytes appended to the target.
+    /// Batch bytes this process newly wrote to the target.
     pub bytes_out: u64,
     /// Mirrored source topics.
     pub topics: u64,

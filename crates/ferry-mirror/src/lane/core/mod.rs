@@ -415,7 +415,15 @@ impl PartitionCore {
                 Ok(outcome) => self.on_refusal(outcome),
                 Err(failure) => self.on_failure(failure),
             },
-            (Purpose::Append { last, epoch, records, bytes, max_timestamp }, Answer::Appended(result)) => {
+            (Purpose::Append { last, epoch, records, bytes, max_timestamp }, answer) => {
+                let (result, records, bytes) = match answer {
+                    Answer::Batches { result, records, bytes } => (result, records, bytes),
+                    Answer::Appended(result) => (result, records, bytes),
+                    other => {
+                        debug_assert!(false, "answer {other:?} does not fit an append");
+                        return;
+                    }
+                };
                 match result {
                     Ok(AppendOutcome::Appended { log_end, .. }) => {
                         self.cache = last + 1;

@@ -191,8 +191,19 @@ pub enum Answer {
     Resume(ResumeFacts),
     /// To [`Request::CompareTail`].
     Tail(TailFacts),
-    /// To [`Request::Jump`] and [`Request::Append`].
+    /// To [`Request::Jump`] (and to [`Request::Append`] where the outcome alone is enough: every record counts).
     Appended(Result<AppendOutcome, Failure>),
+    /// To [`Request::Append`]: the outcome, and the records and bytes this process put on the target (batches the
+    /// target already held on a first attempt are not counted; those present on a retry after a lost answer are:
+    /// the lost attempt wrote them).
+    Batches {
+        /// The outcome.
+        result: Result<AppendOutcome, Failure>,
+        /// Records this process put on the target.
+        records: u64,
+        /// Bytes this process put on the target.
+        bytes: u64,
+    },
     /// To [`Request::EpochEnd`].
     EpochEnd(EpochAnswer),
     /// To [`Request::ProbeGap`]: the base offset and topic id of the first batch at or after the asked offset.
