@@ -22,11 +22,15 @@ use crate::{LogConfig, StorageError};
 
 /// One partition's log, as its parts see it: every field, and the helpers they all use.
 pub(crate) struct LogCore {
+    /// The partition directory.
     pub dir: PathBuf,
     /// Every file the log touches is reached through this.
     pub fs: FsRef,
+    /// Segment age and the async flush interval are measured on this.
     pub clock: Arc<dyn Clock>,
+    /// Serialises every operation that changes the log.
     pub writer: Mutex<Writer>,
+    /// What readers snapshot and the writer publishes.
     pub state: RwLock<State>,
     /// Bumped whenever bytes a reader may have located are removed or rewritten.
     pub generation: AtomicU64,
@@ -38,18 +42,22 @@ impl LogCore {
         LogCore { dir, fs, clock, writer: Mutex::new(writer), state: RwLock::new(state), generation: AtomicU64::new(0) }
     }
 
+    /// The error of an operation on a closed log.
     pub fn closed_error(&self) -> StorageError {
         StorageError::Closed { dir: self.dir.clone() }
     }
 
+    /// Maps an I/O error on `path` to a `StorageError` naming it.
     pub fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
         move |source| StorageError::Io { path: path.to_path_buf(), source }
     }
 
+    /// Tells racing readers that bytes they may have located are gone.
     pub fn bump_generation(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// The generation a reader compares before and after its preads.
     pub fn current_generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
