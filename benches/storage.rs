@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use ferry_storage::batch::{self, Compression, ProducerInfo, Record};
+use ferry_batch::{self as batch, Compression, ProducerInfo, Record};
 use ferry_storage::{FlushPolicy, Log, LogConfig};
 
 const RECORD_BYTES: usize = 1024;

@@ -1,5 +1,6 @@
-//! Feeds arbitrary bytes to every batch decoding entry point: header parsing, verification, the batch iterator,
-//! the zero-copy splitter and the record decoder. None may panic, loop or allocate without bound.
+//! Feeds arbitrary bytes to every batch decoding entry point: header parsing, verification, the batch iterators
+//! (over a slice and over `Bytes`), the typed `Batch` value, the zero-copy splitter and the record decoder. None
+//! may panic, loop or allocate without bound.
 //!
 //! Random bytes rarely pass the CRC, so each input is also tried with its length, magic and CRC fixed up: that
 //! takes the record decoder (and the zstd path) into the fuzzer's reach. Records that decode must have strictly
@@ -7,8 +8,9 @@
 #![no_main]
 
 use bytes::Bytes;
-use ferry_storage::batch::{
-    self, BatchHeader, BatchIter, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, ProducerInfo,
+use ferry_batch::{
+    self as batch, Batch, BatchHeader, BatchIter, Batches, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC,
+    ProducerInfo,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -20,7 +22,18 @@ fuzz_target!(|data: &[u8]| {
         let _ = batch::verify(bytes);
         let _ = batch::decode_records(bytes);
     }
-    let _ = batch::split_verified(&Bytes::copy_from_slice(data));
+    let buf = Bytes::copy_from_slice(data);
+    let _ = batch::split_verified(&buf);
+    for parsed in Batches::new(buf.clone()).flatten() {
+        // A batch that passed the header checks agrees with verify on everything but the CRC.
+        assert_eq!(parsed.verify_crc().is_ok(), batch::verify(parsed.bytes()).is_ok());
+        let _ = batch::decode_records(parsed.bytes());
+    }
+    for verified in Batches::verified(buf.clone()).flatten() {
+        assert_eq!(batch::verify(verified.bytes()).as_ref(), Ok(verified.header()));
+    }
+    let _ = Batch::parse(buf.clone());
+    let _ = Batch::verify(buf);
 
     if data.len() < HEADER_LEN || data.len() - LOG_OVERHEAD > u32::MAX as usize {
         return;

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry_batch::{self as batch, Header};
 use ferry_client::{Admin, BrokerClient, ClientConfig, ClientError, Code, ConsumerRecord};
-use ferry_storage::batch::{self, Header};
 use ferry_testkit::BrokerProcess;
 use sha2::{Digest, Sha256};
 

@@ -1,10 +1,10 @@
 //! Idempotent produce across lost responses: the fault proxy resets the connection at the produce response, the
 //! client sends the same batch again, and the broker answers the retry with the original offsets.
 
+use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_client::admin::TopicConfig;
 use ferry_client::proto as pb;
 use ferry_client::{Producer, ProducerConfig, ProducerRecord};
-use ferry_storage::batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_testkit::Proxy;
 
 use crate::common::{Rec, assert_same_records, client_for, connect, headers, leos, read_topic, start_broker};

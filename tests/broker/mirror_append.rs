@@ -2,10 +2,10 @@
 //! topic until `Promote`.
 
 use bytes::Bytes;
+use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
 use ferry_client::admin::{AppendWithOffsetsResponse, MirrorSource, TopicConfig};
 use ferry_client::proto::{self as pb, ErrorCode};
 use ferry_client::{Admin, Code};
-use ferry_storage::batch::{Compression, Header, ProducerInfo, Record, encode_records};
 
 use crate::common::{
     Rec, assert_same_records, assert_status, connect, epochs, plain_batch, read_partition, start_broker,

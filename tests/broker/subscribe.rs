@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry_batch::{self as batch, BatchIter};
 use ferry_client::admin::TopicConfig;
 use ferry_client::proto::{self as pb, ErrorCode};
-use ferry_storage::batch::{self, BatchIter};
 use ferry_testkit::{Proxy, deadline, wait_for, wait_until};
 use tokio::sync::mpsc;
 

@@ -1,10 +1,10 @@
 //! Bad input: each case gets its own gRPC status (or per-partition code) with a message that says what to do,
 //! and nothing is written.
 
+use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_client::admin::{MirrorSource, TopicConfig};
 use ferry_client::proto::{self as pb, ErrorCode};
 use ferry_client::{Code, OffsetSpec};
-use ferry_storage::batch::{BatchBuilder, Compression, ProducerInfo};
 
 use crate::common::{assert_status, connect, leos, plain_batch, start_broker};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use ferry_batch::Record;
 use ferry_client::admin::TopicConfig;
-use ferry_client::batch::Record;
 use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::{BrokerProcess, MirrorProcess, deadline};
 

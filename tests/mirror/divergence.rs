@@ -88,10 +88,10 @@ fn batch_boundaries(path: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
     let bytes = std::fs::read(path)?;
     let mut out = Vec::new();
     let mut pos = 0usize;
-    while pos + ferry_client::batch::LOG_OVERHEAD <= bytes.len() {
+    while pos + ferry_batch::LOG_OVERHEAD <= bytes.len() {
         let base = u64::from_be_bytes(bytes[pos..pos + 8].try_into()?);
         let length = u32::from_be_bytes(bytes[pos + 8..pos + 12].try_into()?) as usize;
-        let total = ferry_client::batch::LOG_OVERHEAD + length;
+        let total = ferry_batch::LOG_OVERHEAD + length;
         if pos + total > bytes.len() {
             break;
         }

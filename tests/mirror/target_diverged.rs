@@ -9,7 +9,7 @@
 //! answer `DIVERGED` to batches it is offered.
 
 use bytes::Bytes;
-use ferry_storage::batch::{Compression, Header, ProducerInfo, Record, encode_records};
+use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
 use ferry_testkit::MirrorProcess;
 
 use crate::common::*;

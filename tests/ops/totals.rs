@@ -13,7 +13,7 @@ use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use ferry_client::batch::BatchIter;
+use ferry_batch::BatchIter;
 use ferry_testkit::wait_for;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use anyhow::{Context, ensure};
-use ferry_client::batch::{self, BatchIter, Record};
+use ferry_batch::{self as batch, BatchIter, Record};
 use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient};
 

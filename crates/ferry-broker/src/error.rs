@@ -225,8 +225,7 @@ impl BrokerError {
             }
             StorageError::BatchTooLarge { size, max, .. } => BrokerError::BatchTooLarge { topic, partition, size, max },
             StorageError::InvalidBatch {
-                source: ferry_storage::batch::BatchError::CrcMismatch { stored, computed },
-                ..
+                source: ferry_batch::BatchError::CrcMismatch { stored, computed }, ..
             } => BrokerError::CorruptBatch {
                 topic,
                 partition,

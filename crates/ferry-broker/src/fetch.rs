@@ -374,8 +374,8 @@ fn apply(
 mod tests {
     use super::*;
     use crate::topic::TopicSettings;
+    use ferry_batch::{BatchBuilder, BatchIter, Compression, ProducerInfo};
     use ferry_storage::LogConfig;
-    use ferry_storage::batch::{BatchBuilder, BatchIter, Compression, ProducerInfo};
 
     const MAX_BATCH: u64 = 64 * 1024;
 

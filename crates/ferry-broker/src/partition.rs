@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use ferry_batch::{self as batch, BatchHeader, BatchIter};
 use ferry_proto as pb;
-use ferry_storage::batch::{self, BatchHeader, BatchIter};
 use ferry_storage::fs::FsRef;
 use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError, SystemClock};
 use tokio::sync::{Mutex, watch};
@@ -256,7 +256,7 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_storage::batch::{Compression, ProducerInfo, Record, encode_records};
+    use ferry_batch::{Compression, ProducerInfo, Record, encode_records};
 
     fn partition(dir: &std::path::Path) -> Partition {
         let (arrivals, _) = watch::channel(0);

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use ferry_storage::batch::BatchHeader;
+use ferry_batch::BatchHeader;
 
 /// How many recent batches per producer are remembered for duplicate detection (as Kafka's five in flight).
 pub const RECENT_BATCHES: usize = 5;
@@ -149,7 +149,7 @@ impl ProducerStates {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_storage::batch::{BatchBuilder, Compression, ProducerInfo, verify};
+    use ferry_batch::{BatchBuilder, Compression, ProducerInfo, verify};
 
     fn header(pid: i64, epoch: i16, seq: i32, count: u32) -> BatchHeader {
         let mut b = BatchBuilder::new(

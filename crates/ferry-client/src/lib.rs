@@ -6,7 +6,7 @@
 //! - [`Admin`] is thin, typed administration; [`Producer`] batches and delivers idempotently; [`Consumer`]
 //!   fetches, decodes and commits.
 //!
-//! The record-batch codec is `ferry_storage::batch` (re-exported as [`batch`]): the wire and disk formats are one.
+//! The record-batch codec is the `ferry-batch` crate (re-exported as [`batch`]): the wire and disk formats are one.
 
 #![deny(missing_docs)]
 
@@ -19,8 +19,8 @@ pub mod producer;
 pub mod retry;
 mod rpc;
 
+pub use ferry_batch as batch;
 pub use ferry_proto as proto;
-pub use ferry_storage::batch;
 /// The gRPC status code carried by [`ClientError::Status`].
 pub use tonic::Code;
 

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use ferry_batch::BatchHeader;
 use ferry_proto as pb;
-use ferry_storage::batch::BatchHeader;
 
 use crate::connection::{BrokerClient, Retry};
 use crate::error::Result;
@@ -149,7 +149,7 @@ fn produce_retry(request: &pb::ProduceRequest) -> Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_storage::batch::{BatchBuilder, Compression, ProducerInfo};
+    use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 
     fn batch(producer: ProducerInfo) -> bytes::Bytes {
         let mut b = BatchBuilder::new(Compression::None, producer);

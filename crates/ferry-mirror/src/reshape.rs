@@ -11,7 +11,7 @@
 //! A single record larger than the limit cannot be mirrored: that is an error the caller halts on.
 
 use bytes::Bytes;
-use ferry_client::batch::{self, BatchBuilder, BatchHeader, ProducerInfo, Record};
+use ferry_batch::{self as batch, BatchBuilder, BatchHeader, ProducerInfo, Record};
 
 /// Why a batch could not be reshaped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,7 +107,7 @@ pub fn reshape(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_client::batch::{Compression, Header, decode_records, encode_records, verify};
+    use ferry_batch::{Compression, Header, decode_records, encode_records, verify};
 
     fn records(offsets: &[u64], value_len: usize) -> Vec<Record> {
         offsets

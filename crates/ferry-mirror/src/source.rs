@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_client::batch::BatchIter;
+use ferry_batch::BatchIter;
 use ferry_client::proto as pb;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use ferry_batch::{BatchHeader, BatchIter};
 use ferry_client::ClientError;
-use ferry_client::batch::{BatchHeader, BatchIter};
 use ferry_client::proto as pb;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

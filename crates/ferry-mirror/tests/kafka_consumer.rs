@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ferry_client::batch::{BatchIter, Record, decode_records};
+use ferry_batch::{BatchIter, Record, decode_records};
 use ferry_client::proto as pb;
 use ferry_mirror::kafka::{KafkaConsumerSettings, KafkaRoute, KafkaSourceConsumer, RouteReports};
 use ferry_mirror::metrics::Metrics;

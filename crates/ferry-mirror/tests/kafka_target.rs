@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_client::batch::{Compression, Header, ProducerInfo, Record, encode_records};
+use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
 use ferry_client::proto as pb;
 use ferry_mirror::cluster::TargetCluster;
 use ferry_mirror::config::Rename;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::batch::BatchError;
+use ferry_batch::BatchError;
 
 /// Result alias for storage operations.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;

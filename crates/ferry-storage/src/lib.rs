@@ -1,6 +1,9 @@
 //! Ferry's storage engine: the segmented, append-only log behind every partition.
 //!
-//! - [`batch`] is the record-batch format, shared by disk and wire (the client encodes and decodes it too).
+//! - The record-batch format, shared by disk and wire, is the `ferry-batch` crate (the client encodes and
+//!   decodes it too); this crate stores and serves batches as bytes and uses its headers, CRC checks and
+//!   iterators. Signatures here that take or give batch types (`ferry_batch::BatchHeader`,
+//!   `ferry_batch::BatchError`) use that crate's types: import them from `ferry_batch`.
 //! - [`Log`] is one partition's log: a directory of segments named by base offset, each with a sparse index;
 //!   append (assigning offsets), append with caller-supplied offsets (the mirror's path), reads, timestamp lookup,
 //!   epochs and `EpochEnd`, truncation, retention, the flush policy, and exact recovery after a crash.
@@ -13,7 +16,7 @@
 //! A partition directory holds:
 //!
 //! ```text
-//! 00000000000000000000.log     segment: whole batches back to back (format in `batch`), nothing else
+//! 00000000000000000000.log     segment: whole batches back to back (format in `ferry_batch`), nothing else
 //! 00000000000000000000.index   its sparse index: 8-byte entries, relative offset u32 BE | file position u32 BE
 //! 00000000000000004711.log     the next segment; its name is the base offset of its first batch, 20 digits
 //! 00000000000000004711.index
@@ -58,7 +61,6 @@
 //! log's lock only to find the segment and position, then `pread` without it.
 
 mod append;
-pub mod batch;
 mod checkpoint;
 mod clock;
 mod config;
@@ -71,8 +73,11 @@ mod offsets;
 mod read;
 mod recovery;
 mod segment;
+mod state;
+mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FlushPolicy, LogConfig};
 pub use error::{Result, StorageError};
-pub use log::{AppendInfo, EpochEnd, Log, LogStats, OffsetAppendOutcome, ReadResult};
+pub use log::Log;
+pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};

@@ -10,9 +10,10 @@
 //! Divergence can only be found before the first write of a call: once a batch has been written at the log end,
 //! every later batch starts above it.
 
-use crate::batch::{self, BatchHeader, BatchIter, Record};
-use crate::log::{Log, OffsetAppendOutcome};
-use crate::segment::BatchMeta;
+use ferry_batch::{self as batch, BatchHeader, BatchIter, Record};
+
+use crate::state::LogCore;
+use crate::types::{BatchMeta, OffsetAppendOutcome};
 use crate::{Result, StorageError};
 
 /// Read size used when collecting stored records to compare.
@@ -44,7 +45,7 @@ pub(crate) fn first_difference(stored: &[Record], offered: &[Record]) -> Option<
     })
 }
 
-impl Log {
+impl LogCore {
     fn refused(&self, offset: u64, reason: String) -> StorageError {
         StorageError::OffsetAppendRefused { dir: self.dir.clone(), offset, reason }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use ferry_storage::batch::{self, Compression, ProducerInfo};
+use ferry_batch::{self as batch, Compression, ProducerInfo};
 use ferry_storage::{EpochEnd, FlushPolicy, Log, LogConfig, ManualClock, StorageError};
 
 #[test]

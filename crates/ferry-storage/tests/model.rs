@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::*;
-use ferry_storage::batch::{self, Record};
+use ferry_batch::{self as batch, Record};
 use ferry_storage::fs::{PowerLoss, SimFs};
 use ferry_storage::{EpochEnd, FlushPolicy, Log, LogConfig, ManualClock, OffsetAppendOutcome};
 use proptest::prelude::*;

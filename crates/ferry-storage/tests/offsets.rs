@@ -6,7 +6,7 @@ mod common;
 
 use bytes::{Bytes, BytesMut};
 use common::*;
-use ferry_storage::batch::{self, Compression, ProducerInfo};
+use ferry_batch::{self as batch, Compression, ProducerInfo};
 use ferry_storage::{EpochEnd, Log, LogConfig, OffsetAppendOutcome, StorageError};
 
 fn concat(batches: &[&Bytes]) -> Bytes {

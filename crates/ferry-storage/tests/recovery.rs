@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use common::*;
-use ferry_storage::batch::{self, Record};
+use ferry_batch::{self as batch, Record};
 use ferry_storage::{Log, LogConfig, StorageError};
 
 const BATCHES: u64 = 6;

@@ -8,9 +8,9 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use clap::ValueEnum;
+use ferry_batch::Header;
 use ferry_client::ConsumerRecord;
 use ferry_client::admin::{MirrorSource, PartitionInfo, TopicConfig, TopicInfo};
-use ferry_client::batch::Header;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use bytes::Bytes;
 use clap::Args;
-use ferry_client::batch::Header;
+use ferry_batch::Header;
 use ferry_client::{Admin, ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord};
 use rand::Rng as _;
 use rand::distr::Alphanumeric;

@@ -10,9 +10,9 @@ use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use common::{client, ferryctl, mirror_by_hand, produce};
+use ferry_batch::BatchIter;
 use ferry_client::Admin;
 use ferry_client::admin::{MirrorSource, TopicConfig};
-use ferry_client::batch::BatchIter;
 use ferry_testkit::{BrokerProcess, init_tracing};
 use serde_json::Value;
 

@@ -6,7 +6,7 @@
 //! records before it are kept, the position stays at the bad batch, and the error names its offset.
 
 use bytes::Bytes;
-use ferry_storage::batch::{self, BatchIter};
+use ferry_batch::{self as batch, BatchIter};
 
 use super::config::ConsumerRecord;
 use crate::error::ClientError;
@@ -70,7 +70,7 @@ pub(crate) fn decode_partition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_storage::batch::{Compression, Header, ProducerInfo, Record, encode_records};
+    use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
 
     fn rec(offset: u64, value: &str) -> Record {
         Record {

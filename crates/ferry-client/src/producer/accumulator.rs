@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use tokio::time::Instant;
 
-use ferry_storage::batch::HEADER_LEN;
+use ferry_batch::HEADER_LEN;
 
 /// Records of one partition waiting to be batched. `T` is the pending record (with its delivery channel).
 #[derive(Debug)]

@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_storage::batch::{Compression, Header};
+use ferry_batch::{Compression, Header};
 
-use crate::config::config_err;
-use crate::error::Result;
+use crate::error::{Result, config_err};
 use crate::retry::RetryPolicy;
 
 /// Producer settings.
@@ -49,7 +48,7 @@ impl Default for ProducerConfig {
 impl ProducerConfig {
     /// Checks the fields; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
-        if self.batch_bytes <= ferry_storage::batch::HEADER_LEN {
+        if self.batch_bytes <= ferry_batch::HEADER_LEN {
             return Err(config_err("producer.batch_bytes", format!("{} is too small for a batch", self.batch_bytes)));
         }
         if self.buffer_bytes < self.batch_bytes {

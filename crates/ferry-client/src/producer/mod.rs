@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use ferry_storage::batch::{BatchBuilder, Header};
+use ferry_batch::{BatchBuilder, Header};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -161,7 +161,7 @@ impl Producer {
             return Err(ClientError::Closed("producer"));
         }
         let size = BatchBuilder::record_size(record.key.as_deref(), record.value.as_deref(), &record.headers);
-        if size + ferry_storage::batch::HEADER_LEN > shared.batch_limit {
+        if size + ferry_batch::HEADER_LEN > shared.batch_limit {
             return Err(ClientError::RecordTooLarge { topic: record.topic, size, limit: shared.batch_limit });
         }
         let partition = shared.partition_for(&record).await?;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use ferry_batch::{BatchBuilder, ProducerInfo};
 use ferry_proto::{ProduceRequest, ProduceResponse};
-use ferry_storage::batch::{BatchBuilder, ProducerInfo};
 use tokio::time::Instant;
 
 use super::{Identity, PartitionQueue, Pending, RecordMetadata, Shared};

@@ -7,7 +7,7 @@
 //! always moves contiguously batch after batch.
 
 use bytes::Bytes;
-use ferry_client::batch::{BatchBuilder, Compression, Header, ProducerInfo};
+use ferry_batch::{BatchBuilder, Compression, Header, ProducerInfo};
 
 /// What [`PartitionBatcher::push`] did with a record.
 #[derive(Debug, PartialEq, Eq)]
@@ -120,7 +120,7 @@ impl PartitionBatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_client::batch::{BatchHeader, decode_records};
+    use ferry_batch::{BatchHeader, decode_records};
 
     fn h(k: &str, v: Option<&str>) -> Header {
         Header { key: k.to_owned(), value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())) }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use ferry_client::batch::{Header, Record};
+use ferry_batch::{Header, Record};
 use sha2::{Digest, Sha256};
 use tokio::process::{Child, Command};
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use ferry_storage::batch::{self, BatchHeader, BatchIter, Compression, Header, ProducerInfo, Record};
+use ferry_batch::{self as batch, BatchHeader, BatchIter, Compression, Header, ProducerInfo, Record};
 use ferry_storage::{FlushPolicy, Log, LogConfig};
 
 /// A record with string key/value and headers.

@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use ferry_client::batch::{self, BatchHeader, CRC_START, Record};
+use ferry_batch::{self as batch, BatchHeader, CRC_START, Record};
 
 /// One item of a side's stream, in offset order.
 #[derive(Debug, Clone)]
@@ -337,7 +337,7 @@ fn compare_records(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_client::batch::{BatchHeader, Compression, Header, ProducerInfo, encode_records};
+    use ferry_batch::{BatchHeader, Compression, Header, ProducerInfo, encode_records};
 
     /// A stream over a fixed list.
     struct List(VecDeque<Item>);

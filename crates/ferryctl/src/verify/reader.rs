@@ -9,8 +9,8 @@
 use std::collections::VecDeque;
 
 use anyhow::{Context, anyhow};
+use ferry_batch::BatchIter;
 use ferry_client::BrokerClient;
-use ferry_client::batch::BatchIter;
 use ferry_client::proto::{self as pb, ErrorCode};
 
 use super::compare::{BatchStream, Item};

@@ -7,8 +7,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry_batch::{self as batch, BatchIter, Compression, ProducerInfo};
 use ferry_client::admin::{MirrorSource, TopicConfig};
-use ferry_client::batch::{self, BatchIter, Compression, ProducerInfo};
 use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 

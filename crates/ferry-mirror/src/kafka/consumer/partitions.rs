@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use ferry_client::batch::Header;
+use ferry_batch::Header;
 use ferry_client::proto as pb;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers, Message};

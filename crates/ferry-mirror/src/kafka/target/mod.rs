@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_client::batch::{BatchIter, Record, decode_records};
+use ferry_batch::{BatchIter, Record, decode_records};
 use ferry_client::proto as pb;
 use ferry_client::{ClientError, Code};
 use parking_lot::Mutex;

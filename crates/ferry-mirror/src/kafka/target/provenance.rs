@@ -8,7 +8,7 @@
 //! The [`Reader`] reads a target partition with `isolation.level = read_committed`, so aborted and still-open
 //! transactions (a killed mirror's last append) are invisible: what it finds is what is durably there.
 
-use ferry_client::batch::Header;
+use ferry_batch::Header;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message, OwnedHeaders};
 
