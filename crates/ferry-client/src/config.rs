@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{ClientError, Result};
+use crate::error::{Result, config_err};
 use crate::retry::RetryPolicy;
 
 /// The largest batch the client sizes its gRPC messages for by default. Brokers announce their own
@@ -217,13 +217,10 @@ pub(crate) fn check_address(addr: &str) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn config_err(field: &'static str, message: impl Into<String>) -> ClientError {
-    ClientError::Config { field, message: message.into() }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ClientError;
 
     #[test]
     fn defaults_follow_the_design() {

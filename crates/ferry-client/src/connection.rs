@@ -20,8 +20,8 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::config::{ClientConfig, config_err};
-use crate::error::{ClientError, Result, deepest_cause, is_connect_failure, is_transport_status};
+use crate::config::ClientConfig;
+use crate::error::{ClientError, Result, config_err, deepest_cause, is_connect_failure, is_transport_status};
 
 /// The generated gRPC client with the auth interceptor, message limits and compression applied. Use it for
 /// streaming calls (`subscribe`) that the typed wrappers do not cover.

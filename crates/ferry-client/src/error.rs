@@ -227,6 +227,12 @@ impl ClientError {
     }
 }
 
+/// A [`ClientError::Config`] naming the offending `field` (the config checks of every module build theirs with
+/// it).
+pub(crate) fn config_err(field: &'static str, message: impl Into<String>) -> ClientError {
+    ClientError::Config { field, message: message.into() }
+}
+
 /// Whether a status was produced on the client side by a broken connection, rather than sent by the broker.
 ///
 /// A status the broker sends arrives in the trailers and has no source; one made from a hyper/h2/io error carries

@@ -7,8 +7,7 @@
 
 use std::time::Duration;
 
-use crate::config::config_err;
-use crate::error::Result;
+use crate::error::{Result, config_err};
 
 /// How retries are spaced and how many are made.
 #[derive(Debug, Clone, Copy, PartialEq)]

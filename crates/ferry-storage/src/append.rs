@@ -8,17 +8,19 @@
 //! with the stamped base offset and epoch from a small copy, the CRC-covered rest straight from the caller's
 //! buffer. Index entries are collected in memory and written in blocks.
 
+use ferry_batch::{self as batch, CRC_START};
+
 use crate::checkpoint;
 use crate::index;
-use crate::log::{AppendInfo, Log, SealedFiles, Writer};
-use crate::segment::{BatchMeta, Segment};
+use crate::segment::Segment;
+use crate::state::{LogCore, SealedFiles, Writer};
+use crate::types::{AppendInfo, BatchMeta};
 use crate::{FlushPolicy, Result, StorageError};
-use ferry_batch::{self as batch, CRC_START};
 
 /// Index bytes collected before they are written to the index file.
 const INDEX_WRITE_BLOCK: usize = 4096;
 
-impl Log {
+impl LogCore {
     /// `Log::append`.
     pub(crate) fn append_batch(&self, batch: &[u8]) -> Result<AppendInfo> {
         let mut w = self.writer.lock();
@@ -166,7 +168,7 @@ impl Log {
         }
         let path = self.state.read().segments.last().map(|s| s.index_path.clone()).unwrap_or_default();
         let file = w.index_file.as_mut().ok_or_else(|| StorageError::Closed { dir: self.dir.clone() })?;
-        file.append(&[&w.index_pending]).map_err(Log::io_error(&path))?;
+        file.append(&[&w.index_pending]).map_err(LogCore::io_error(&path))?;
         w.index_pending.clear();
         Ok(())
     }
@@ -180,9 +182,9 @@ impl Log {
             w.dir_unsynced = false;
         }
         for sealed in &w.sealed_unflushed {
-            sealed.log.sync_data().map_err(Log::io_error(&sealed.log_path))?;
+            sealed.log.sync_data().map_err(LogCore::io_error(&sealed.log_path))?;
             if let Some(index) = &sealed.index {
-                index.sync_all().map_err(Log::io_error(&sealed.index_path))?;
+                index.sync_all().map_err(LogCore::io_error(&sealed.index_path))?;
             }
         }
         w.sealed_unflushed.clear();
@@ -191,7 +193,7 @@ impl Log {
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
             (active.file.clone(), active.log_path.clone(), active.base)
         };
-        file.sync_data().map_err(Log::io_error(&path))?;
+        file.sync_data().map_err(LogCore::io_error(&path))?;
         w.unflushed = 0;
         w.last_flush_ms = self.clock.now_ms();
         self.set_recovery_point(w, active_base)

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::fs::FileSystem;
-use crate::log::EpochEnd;
+use crate::types::EpochEnd;
 use crate::{Result, StorageError};
 
 /// File holding the current epoch and the epoch history.

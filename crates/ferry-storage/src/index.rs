@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use crate::fs::{FileRef, FileSystem, OpenMode};
-use crate::segment::BatchMeta;
+use crate::types::BatchMeta;
 use crate::{Result, StorageError};
 
 /// Bytes per index entry.

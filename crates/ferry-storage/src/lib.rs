@@ -73,8 +73,11 @@ mod offsets;
 mod read;
 mod recovery;
 mod segment;
+mod state;
+mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FlushPolicy, LogConfig};
 pub use error::{Result, StorageError};
-pub use log::{AppendInfo, EpochEnd, Log, LogStats, OffsetAppendOutcome, ReadResult};
+pub use log::Log;
+pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};

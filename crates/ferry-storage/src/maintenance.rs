@@ -13,10 +13,10 @@
 use crate::Result;
 use crate::checkpoint;
 use crate::index;
-use crate::log::{Log, Writer};
 use crate::segment::{Segment, scan_headers, walk_headers};
+use crate::state::{LogCore, Writer};
 
-impl Log {
+impl LogCore {
     /// `Log::truncate_to`.
     pub(crate) fn truncate(&self, offset: u64) -> Result<u64> {
         let mut w = self.writer.lock();
@@ -95,7 +95,7 @@ impl Log {
             seg.remove_files(&*self.fs)?;
         }
         let seg = st.segments.get_mut(idx).ok_or_else(|| self.closed_error())?;
-        seg.file.set_len(cut_pos).and_then(|()| seg.file.sync_all()).map_err(Log::io_error(&seg.log_path))?;
+        seg.file.set_len(cut_pos).and_then(|()| seg.file.sync_all()).map_err(LogCore::io_error(&seg.log_path))?;
         let (walked, stop) = walk_headers(&*seg.file, &seg.log_path, seg.base, cut_pos)?;
         if let Some(stop) = stop {
             return Err(stop.into_error(&seg.log_path));
@@ -103,7 +103,10 @@ impl Log {
         seg.index.retain(|e| u64::from(e.pos) < cut_pos);
         let index_len = (seg.index.len() * index::ENTRY_LEN) as u64;
         let index_file = index::open_append(&*self.fs, &seg.index_path)?;
-        index_file.set_len(index_len).and_then(|()| index_file.sync_all()).map_err(Log::io_error(&seg.index_path))?;
+        index_file
+            .set_len(index_len)
+            .and_then(|()| index_file.sync_all())
+            .map_err(LogCore::io_error(&seg.index_path))?;
         seg.size = cut_pos;
         seg.next_offset = new_end;
         seg.max_timestamp = walked.iter().map(|b| b.max_timestamp).max().unwrap_or(i64::MIN);

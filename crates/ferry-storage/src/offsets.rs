@@ -10,10 +10,11 @@
 //! Divergence can only be found before the first write of a call: once a batch has been written at the log end,
 //! every later batch starts above it.
 
-use crate::log::{Log, OffsetAppendOutcome};
-use crate::segment::BatchMeta;
-use crate::{Result, StorageError};
 use ferry_batch::{self as batch, BatchHeader, BatchIter, Record};
+
+use crate::state::LogCore;
+use crate::types::{BatchMeta, OffsetAppendOutcome};
+use crate::{Result, StorageError};
 
 /// Read size used when collecting stored records to compare.
 const COMPARE_READ_BYTES: u64 = 1024 * 1024;
@@ -44,7 +45,7 @@ pub(crate) fn first_difference(stored: &[Record], offered: &[Record]) -> Option<
     })
 }
 
-impl Log {
+impl LogCore {
     fn refused(&self, offset: u64, reason: String) -> StorageError {
         StorageError::OffsetAppendRefused { dir: self.dir.clone(), offset, reason }
     }

@@ -8,12 +8,13 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use ferry_batch::{self as batch, BatchError, BatchHeader, BatchIter, HEADER_LEN};
 
 use crate::fs::FileRef;
-use crate::log::{Log, ReadResult};
 use crate::segment::{read_exact_at, scan_headers};
+use crate::state::LogCore;
+use crate::types::ReadResult;
 use crate::{Result, StorageError};
-use ferry_batch::{self as batch, BatchError, BatchHeader, BatchIter, HEADER_LEN};
 
 /// Attempts before a reader that keeps racing truncations gives up and returns what it got.
 const MAX_READ_ATTEMPTS: usize = 16;
@@ -28,7 +29,7 @@ struct SegmentSnapshot {
     end: u64,
 }
 
-impl Log {
+impl LogCore {
     /// Runs `f` until it completes without a concurrent truncation or retention having moved `generation`.
     fn with_retry<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         let mut attempt = 0;

@@ -19,29 +19,26 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
-
-use parking_lot::{Mutex, RwLock};
 
 use crate::checkpoint::{self, EpochState};
 use crate::clock::Clock;
 use crate::fs::{FileSystem, FsRef, OpenMode};
 use crate::index;
-use crate::log::{Log, State, Writer};
 use crate::segment::{self, FileKind, Segment, walk_headers, walk_verified};
+use crate::state::{LogCore, State, Writer};
 use crate::{LogConfig, Result, StorageError};
 
 /// The segment files present in a partition directory.
 fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<BTreeSet<u64>> {
     let mut logs = BTreeSet::new();
     let mut indexes = BTreeSet::new();
-    let mut names = fs.read_dir(dir).map_err(Log::io_error(dir))?;
+    let mut names = fs.read_dir(dir).map_err(LogCore::io_error(dir))?;
     names.sort();
     for name in names {
         let path = dir.join(&name);
         if name.ends_with(checkpoint::TMP_SUFFIX) {
             // An atomic replace that never reached its rename.
-            fs.remove_file(&path).map_err(Log::io_error(&path))?;
+            fs.remove_file(&path).map_err(LogCore::io_error(&path))?;
             continue;
         }
         match segment::parse_file_name(&name) {
@@ -65,7 +62,7 @@ fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<BTreeSet<u64>> {
     for base in indexes.difference(&logs) {
         let path = dir.join(segment::index_file_name(*base));
         tracing::warn!(path = %path.display(), "removing an index without a segment");
-        fs.remove_file(&path).map_err(Log::io_error(&path))?;
+        fs.remove_file(&path).map_err(LogCore::io_error(&path))?;
     }
     Ok(logs)
 }
@@ -96,8 +93,8 @@ fn open_segment(
 ) -> Result<(Segment, bool)> {
     let log_path = dir.join(segment::log_file_name(base));
     let index_path = dir.join(segment::index_file_name(base));
-    let file = fs.open(&log_path, OpenMode::Existing).map_err(Log::io_error(&log_path))?;
-    let size = file.len().map_err(Log::io_error(&log_path))?;
+    let file = fs.open(&log_path, OpenMode::Existing).map_err(LogCore::io_error(&log_path))?;
+    let size = file.len().map_err(LogCore::io_error(&log_path))?;
     if size > u64::from(u32::MAX) {
         return Err(StorageError::BadFile {
             path: log_path,
@@ -127,7 +124,7 @@ fn open_segment(
                 reason = %stop.map_or_else(String::new, |s| s.error.to_string()),
                 "recovering the log: cutting a torn or corrupt tail"
             );
-            file.set_len(cut).and_then(|()| file.sync_all()).map_err(Log::io_error(&log_path))?;
+            file.set_len(cut).and_then(|()| file.sync_all()).map_err(LogCore::io_error(&log_path))?;
             (batches, cut)
         }
     };
@@ -141,7 +138,7 @@ fn open_segment(
             let entries = index::extend(valid, base, &batches, config.index_interval_bytes);
             if entries.len() > known {
                 let f = index::open_append(fs, &index_path)?;
-                f.append(&[&index::encode_all(&entries[known..])]).map_err(Log::io_error(&index_path))?;
+                f.append(&[&index::encode_all(&entries[known..])]).map_err(LogCore::io_error(&index_path))?;
             }
             entries
         }
@@ -171,13 +168,13 @@ fn open_segment(
 }
 
 /// `Log::open_with_clock`.
-pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
+pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Result<LogCore> {
     let fs = &*fsr;
     // The directory's own entry must be durable too, or a power loss could take the whole partition along.
-    crate::fs::sync_new_dirs(fs, &dir).map_err(Log::io_error(&dir))?;
+    crate::fs::sync_new_dirs(fs, &dir).map_err(LogCore::io_error(&dir))?;
     let bases = list_segments(fs, &dir)?;
     // A brand-new log (no segments, no checkpoint) starts at epoch 0: there is nothing a crash could have lost.
-    let fresh = bases.is_empty() && !fs.exists(&dir.join(checkpoint::EPOCH_FILE)).map_err(Log::io_error(&dir))?;
+    let fresh = bases.is_empty() && !fs.exists(&dir.join(checkpoint::EPOCH_FILE)).map_err(LogCore::io_error(&dir))?;
     let clean = checkpoint::take_marker(fs, &dir)? || fresh;
     let mut epochs = EpochState::load(fs, &dir)?;
     let recorded_gaps = checkpoint::load_gaps(fs, &dir)?;
@@ -214,7 +211,7 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
         }
         if check == Check::Suspect {
             // What was checked is what the log now holds: make it durable before trusting it.
-            segment.file.sync_all().map_err(Log::io_error(&segment.log_path))?;
+            segment.file.sync_all().map_err(LogCore::io_error(&segment.log_path))?;
         }
         cut_any |= cut;
         segments.push(segment);
@@ -293,14 +290,7 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
     };
     let state = State { closed: false, config, segments, epochs, gaps: recorded_gaps.clone(), closed_range: (0, 0) };
     let layout_gaps = state.layout_gaps();
-    let log = Log {
-        dir,
-        fs: fsr.clone(),
-        clock,
-        writer: Mutex::new(writer),
-        state: RwLock::new(state),
-        generation: AtomicU64::new(0),
-    };
+    let log = LogCore::new(dir, fsr.clone(), clock, writer, state);
     if layout_gaps != recorded_gaps {
         tracing::info!(dir = %log.dir.display(), ?recorded_gaps, ?layout_gaps, "gaps record updated from the segment layout");
     }

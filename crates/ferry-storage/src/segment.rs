@@ -12,10 +12,12 @@
 
 use std::path::{Path, PathBuf};
 
+use ferry_batch::{self as batch, BatchError, BatchHeader, HEADER_LEN};
+
 use crate::fs::{FileRef, FileSystem, FsFile, OpenMode};
 use crate::index::IndexEntry;
+use crate::types::BatchMeta;
 use crate::{Result, StorageError};
-use ferry_batch::{self as batch, BatchError, BatchHeader, HEADER_LEN};
 
 /// Suffix of segment data files.
 pub(crate) const LOG_SUFFIX: &str = ".log";
@@ -58,37 +60,6 @@ pub(crate) fn parse_file_name(name: &str) -> Option<std::result::Result<FileKind
     match stem.parse::<u64>() {
         Ok(base) => Some(Ok(if is_log { FileKind::Log(base) } else { FileKind::Index(base) })),
         Err(_) => Some(Err(format!("base offset in \"{name}\" does not fit in 64 bits"))),
-    }
-}
-
-/// Where and what one batch is, as found by a walk or written by the writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BatchMeta {
-    /// Byte position in the segment file.
-    pub pos: u64,
-    /// Total bytes.
-    pub len: u64,
-    /// First offset.
-    pub base: u64,
-    /// Last offset.
-    pub last: u64,
-    /// Largest record timestamp.
-    pub max_timestamp: i64,
-    /// Epoch stamped on the batch.
-    pub epoch: u32,
-}
-
-impl BatchMeta {
-    /// The metadata of a parsed header found at `pos`.
-    pub fn from_header(pos: u64, header: &BatchHeader) -> Self {
-        BatchMeta {
-            pos,
-            len: header.total_len() as u64,
-            base: header.base_offset,
-            last: header.last_offset(),
-            max_timestamp: header.max_timestamp,
-            epoch: header.epoch,
-        }
     }
 }
 

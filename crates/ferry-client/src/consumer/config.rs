@@ -5,8 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferry_batch::Header;
 
-use crate::config::config_err;
-use crate::error::Result;
+use crate::error::{Result, config_err};
 
 /// Where a manually assigned partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

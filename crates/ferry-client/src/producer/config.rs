@@ -5,8 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferry_batch::{Compression, Header};
 
-use crate::config::config_err;
-use crate::error::Result;
+use crate::error::{Result, config_err};
 use crate::retry::RetryPolicy;
 
 /// Producer settings.

@@ -13,17 +13,19 @@
 //! [`SimFs::set_space_limit`] makes the file system full: a write that does not fit writes the prefix that does and
 //! fails with `StorageFull`, as a real disk does.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod file;
+mod machine;
+
+use std::collections::{HashMap, HashSet};
 use std::io;
-use std::path::{Component, Path};
+use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{FileRef, FileSystem, FsFile, LockGuard, OpenMode};
-
-/// Page size of the page-granular power loss.
-const PAGE: usize = 4096;
+use super::{FileRef, FileSystem, LockGuard, OpenMode};
+use file::SimFile;
+use machine::{DirNode, FileNode, Node, ROOT, Sim, components, err};
 
 /// What a power loss keeps of the bytes written since a file's last sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,171 +45,6 @@ pub enum PowerLoss {
 pub struct SimFs {
     sim: Arc<Mutex<Sim>>,
     boot: u64,
-}
-
-#[derive(Debug)]
-struct Sim {
-    boot: u64,
-    nodes: HashMap<u64, Node>,
-    next_ino: u64,
-    space_limit: Option<u64>,
-    rng: u64,
-    /// Paths locked by this incarnation's processes.
-    locks: HashSet<Vec<String>>,
-}
-
-#[derive(Debug)]
-enum Node {
-    File(FileNode),
-    Dir(DirNode),
-}
-
-#[derive(Debug, Default)]
-struct FileNode {
-    data: Vec<u8>,
-    durable: Vec<u8>,
-}
-
-#[derive(Debug, Default)]
-struct DirNode {
-    live: BTreeMap<String, u64>,
-    durable: BTreeMap<String, u64>,
-}
-
-const ROOT: u64 = 0;
-
-fn err(kind: io::ErrorKind, what: impl std::fmt::Display) -> io::Error {
-    io::Error::new(kind, what.to_string())
-}
-
-/// The path's names from the root ("." and leading "/" dropped, ".." resolved).
-fn components(path: &Path) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for c in path.components() {
-        match c {
-            Component::Normal(name) => out.push(name.to_string_lossy().into_owned()),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
-impl Sim {
-    fn next_random(&mut self) -> u64 {
-        // splitmix64: deterministic for a given seed, which is all a test needs.
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_random() % n }
-    }
-
-    fn dir(&self, ino: u64) -> io::Result<&DirNode> {
-        match self.nodes.get(&ino) {
-            Some(Node::Dir(d)) => Ok(d),
-            _ => Err(err(io::ErrorKind::NotADirectory, "not a directory")),
-        }
-    }
-
-    fn dir_mut(&mut self, ino: u64) -> io::Result<&mut DirNode> {
-        match self.nodes.get_mut(&ino) {
-            Some(Node::Dir(d)) => Ok(d),
-            _ => Err(err(io::ErrorKind::NotADirectory, "not a directory")),
-        }
-    }
-
-    fn file_mut(&mut self, ino: u64) -> io::Result<&mut FileNode> {
-        match self.nodes.get_mut(&ino) {
-            Some(Node::File(f)) => Ok(f),
-            Some(Node::Dir(_)) => Err(err(io::ErrorKind::IsADirectory, "is a directory")),
-            None => Err(err(io::ErrorKind::NotFound, "file is gone")),
-        }
-    }
-
-    /// The inode at `names` (live entries), if any.
-    fn lookup(&self, names: &[String]) -> io::Result<Option<u64>> {
-        let mut ino = ROOT;
-        for name in names {
-            match self.dir(ino)?.live.get(name) {
-                Some(&child) => ino = child,
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(ino))
-    }
-
-    /// The directory holding the last name of `path`, and that name.
-    fn parent_of(&self, path: &Path) -> io::Result<(u64, String)> {
-        let mut names = components(path);
-        let name = names.pop().ok_or_else(|| err(io::ErrorKind::InvalidInput, "the root has no parent"))?;
-        let parent = self
-            .lookup(&names)?
-            .ok_or_else(|| err(io::ErrorKind::NotFound, format!("{}: no such directory", path.display())))?;
-        self.dir(parent)?;
-        Ok((parent, name))
-    }
-
-    fn add(&mut self, node: Node) -> u64 {
-        let ino = self.next_ino;
-        self.next_ino += 1;
-        self.nodes.insert(ino, node);
-        ino
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.nodes.values().map(|n| if let Node::File(f) = n { f.data.len() as u64 } else { 0 }).sum()
-    }
-
-    /// How many more bytes fit.
-    fn room(&self) -> u64 {
-        self.space_limit.map_or(u64::MAX, |limit| limit.saturating_sub(self.used_bytes()))
-    }
-
-    fn crash_bytes(&mut self, data: &[u8], durable: &[u8], mode: PowerLoss) -> Vec<u8> {
-        if data == durable {
-            return data.to_vec();
-        }
-        match mode {
-            PowerLoss::DropUnsynced => durable.to_vec(),
-            PowerLoss::TornTail => {
-                // Either the change since the sync never reached the disk, or the common prefix plus some of
-                // what was written after it did.
-                if self.below(4) == 0 {
-                    return durable.to_vec();
-                }
-                let common = data.iter().zip(durable).take_while(|(a, b)| a == b).count();
-                let keep = self.below((data.len() - common) as u64 + 1) as usize;
-                data[..common + keep].to_vec()
-            }
-            PowerLoss::TornPages => {
-                let (lo, hi) = (data.len().min(durable.len()), data.len().max(durable.len()));
-                let len = lo + self.below((hi - lo) as u64 + 1) as usize;
-                let mut out = vec![0u8; len];
-                for start in (0..len).step_by(PAGE) {
-                    let end = (start + PAGE).min(len);
-                    let page = |v: &[u8]| -> Vec<u8> {
-                        let mut p = vec![0u8; end - start];
-                        if start < v.len() {
-                            let n = v.len().min(end) - start;
-                            p[..n].copy_from_slice(&v[start..start + n]);
-                        }
-                        p
-                    };
-                    let (new, old) = (page(data), page(durable));
-                    let chosen = if new == old || self.below(2) == 0 { new } else { old };
-                    out[start..end].copy_from_slice(&chosen);
-                }
-                out
-            }
-        }
-    }
 }
 
 impl Default for SimFs {
@@ -323,80 +160,6 @@ impl SimFs {
 }
 
 /// A file handle of one incarnation of a [`SimFs`].
-#[derive(Debug)]
-struct SimFile {
-    fs: SimFs,
-    ino: u64,
-}
-
-impl SimFile {
-    fn with<T>(&self, f: impl FnOnce(&mut Sim, u64) -> io::Result<T>) -> io::Result<T> {
-        let mut sim = self.fs.state()?;
-        f(&mut sim, self.ino)
-    }
-}
-
-impl FsFile for SimFile {
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.with(|sim, ino| {
-            let file = sim.file_mut(ino)?;
-            let start = usize::try_from(pos).unwrap_or(usize::MAX).min(file.data.len());
-            let n = buf.len().min(file.data.len() - start);
-            buf[..n].copy_from_slice(&file.data[start..start + n]);
-            Ok(n)
-        })
-    }
-
-    fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
-        self.with(|sim, ino| {
-            let mut room = sim.room();
-            let file = sim.file_mut(ino)?;
-            for part in parts {
-                let n = part.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-                file.data.extend_from_slice(&part[..n]);
-                room -= n as u64;
-                if n < part.len() {
-                    return Err(err(io::ErrorKind::StorageFull, "no space left on device (simulated)"));
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.with(|sim, ino| {
-            let room = sim.room();
-            let file = sim.file_mut(ino)?;
-            let len = usize::try_from(len).map_err(|_| err(io::ErrorKind::InvalidInput, "length"))?;
-            if len > file.data.len() && (len - file.data.len()) as u64 > room {
-                return Err(err(io::ErrorKind::StorageFull, "no space left on device (simulated)"));
-            }
-            file.data.resize(len, 0);
-            Ok(())
-        })
-    }
-
-    fn sync_data(&self) -> io::Result<()> {
-        self.with(|sim, ino| {
-            let file = sim.file_mut(ino)?;
-            file.durable.clone_from(&file.data);
-            Ok(())
-        })
-    }
-
-    fn sync_all(&self) -> io::Result<()> {
-        self.sync_data()
-    }
-
-    fn len(&self) -> io::Result<u64> {
-        self.with(|sim, ino| Ok(sim.file_mut(ino)?.data.len() as u64))
-    }
-
-    fn created_ms(&self) -> Option<i64> {
-        None
-    }
-}
-
 impl FileSystem for SimFs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<FileRef> {
         let mut sim = self.state()?;
@@ -561,6 +324,7 @@ impl Drop for SimLock {
 mod tests {
     use super::*;
     use crate::fs::{sync_new_dirs, write_atomic};
+    use machine::PAGE;
     use std::path::PathBuf;
 
     /// Writes a new file whose name is made durable at once (its data is not).
