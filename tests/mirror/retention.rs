@@ -133,9 +133,11 @@ async fn retention_while_the_mirror_lags_leaves_a_recorded_gap() -> anyhow::Resu
     let after = target.starting_at(source_start);
     after.assert_contiguous("target after the gap");
     assert_same_partition("records from the source's new log start", &source, &after);
-    let events = monitor_events(&mirror, Some("sync_error")).await?;
-    let gap_event =
-        events.iter().any(|e| e["details"]["gap_start"] == gap_start && e["details"]["gap_end"] == source_start);
-    assert!(gap_event, "sync_error names the gap: {events:?}");
+    let events = monitor_events(&mirror, Some("data_lost_before_mirroring")).await?;
+    let gaps: Vec<(u64, u64)> = events
+        .iter()
+        .map(|e| (e["details"]["gap_start"].as_u64().unwrap_or(0), e["details"]["gap_end"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(gaps, vec![(gap_start, source_start)], "one data_lost_before_mirroring names the exact gap");
     Ok(())
 }

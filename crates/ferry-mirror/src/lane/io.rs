@@ -4,6 +4,9 @@
 //! anything without them); a target that refuses a write for good answers [`Failure`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ferry_client::batch::Batch;
 
 use ferry_client::{ClientError, RetryPolicy};
 use parking_lot::Mutex;
@@ -146,23 +149,50 @@ impl Call {
         TailFacts { target: on_target.unwrap_or(None), source: on_source.unwrap_or(None) }
     }
 
-    async fn append_plan(&self, plan: AppendPlan) -> Result<AppendOutcome, Failure> {
+    async fn append_plan(&self, plan: AppendPlan) -> Answer {
         self.io.limits.acquire(plan.bytes, plan.records).await;
-        let result = self.append(&plan.batches, plan.source_log_start).await;
+        // The request body and its encoded message are copies of the batches: they count against the budget until
+        // the append is answered.
+        let copies = self.budget.hold(2 * plan.bytes);
+        let unknown = AtomicBool::new(false);
+        let result = self.append_noting(&plan.batches, plan.source_log_start, &unknown).await;
+        drop(copies);
         drop(plan.held);
-        result
+        let (records, bytes) = match &result {
+            Ok(AppendOutcome::Appended { present, .. }) => {
+                // Batches found present on a first attempt were another writer's; after a lost answer, the lost
+                // attempt may have written them: they count once.
+                let skip = if unknown.load(Ordering::Relaxed) { 0 } else { *present as usize };
+                let put = plan.batches.iter().skip(skip);
+                put.fold((0, 0), |(r, b), batch| (r + u64::from(batch.record_count()), b + batch.len() as u64))
+            }
+            _ => (0, 0),
+        };
+        Answer::Batches { result, records, bytes }
     }
 
-    async fn append(
+    async fn append(&self, batches: &[Batch], source_log_start: u64) -> Result<AppendOutcome, Failure> {
+        self.append_noting(batches, source_log_start, &AtomicBool::new(false)).await
+    }
+
+    /// Appends, retrying what may pass; `unknown` is set when an attempt failed after it may have been written.
+    async fn append_noting(
         &self,
-        batches: &[ferry_client::batch::Batch],
+        batches: &[Batch],
         source_log_start: u64,
+        unknown: &AtomicBool,
     ) -> Result<AppendOutcome, Failure> {
         let (target, topic_id) = (&self.config.target, &self.config.topic_id);
         let r = self
             .retrying(
                 true,
-                || async { self.io.target.append(target, topic_id, source_log_start, batches).await },
+                || async {
+                    let r = self.io.target.append(target, topic_id, source_log_start, batches).await;
+                    if r.as_ref().is_err_and(passing) {
+                        unknown.store(true, Ordering::Relaxed);
+                    }
+                    r
+                },
                 |e| !passing(e),
             )
             .await;

@@ -170,6 +170,7 @@ impl Driver {
                 let call = Call {
                     io: Arc::clone(&self.ctx.io),
                     config: Arc::clone(&self.config),
+                    budget: Arc::clone(&self.link.budget),
                     note: Arc::clone(&self.note),
                 };
                 *in_flight = Some((id, append, Box::pin(call.perform(request))));

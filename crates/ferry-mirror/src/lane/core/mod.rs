@@ -98,6 +98,10 @@ enum Purpose {
     Epoch {
         seen: u32,
     },
+    /// Locating the divergence a tail check found, through the source's epoch history.
+    TailEpoch {
+        seen: u32,
+    },
     Gap {
         front: u64,
     },
@@ -150,6 +154,8 @@ pub struct PartitionCore {
     reported: Option<String>,
     /// Largest append request, in bytes.
     request_limit: u64,
+    /// A tail check's mismatch (offset, reason) while its epoch check locates the divergence.
+    tail_mismatch: Option<(u64, String)>,
     actions: Vec<Action>,
 }
 
@@ -176,6 +182,7 @@ impl PartitionCore {
             last_error: None,
             reported: None,
             request_limit: request_limit.max(1),
+            tail_mismatch: None,
             actions: Vec::new(),
         };
         core.send(Request::ReadResume, Purpose::Resume);
@@ -388,6 +395,7 @@ impl PartitionCore {
             },
             (Purpose::Tail, Answer::Tail(facts)) => self.on_tail(facts),
             (Purpose::Epoch { seen }, Answer::EpochEnd(answer)) => self.on_epoch_end(seen, answer),
+            (Purpose::TailEpoch { seen }, Answer::EpochEnd(answer)) => self.on_tail_epoch(seen, answer),
             (Purpose::Gap { front }, Answer::Gap(first)) => match first {
                 Some((base, topic_id)) if base == front && topic_id == self.config.topic_id => {
                     // A real gap inside the source log: carry it over, then append the batch at its start.
@@ -504,25 +512,48 @@ impl PartitionCore {
                 (s.timestamp, &s.key, &s.value, &s.headers) != (t.timestamp, &t.key, &t.value, &t.headers)
             })
         });
-        match differs {
-            None if target.epoch == source.epoch => self.start_mirroring(at, self.copied_epoch),
-            None => {
-                let reason = format!(
+        let (at, reason) = match differs {
+            None if target.epoch == source.epoch => {
+                self.start_mirroring(at, self.copied_epoch);
+                return;
+            }
+            None => (
+                target.base,
+                format!(
                     "the target's last batch (offsets {}..={}) has epoch {} where the source's has {}",
                     target.base, target.last, target.epoch, source.epoch
-                );
-                self.phase = Phase::Mirroring;
-                self.diverged(target.base, reason, false);
-            }
-            Some(r) => {
-                let reason = format!(
+                ),
+            ),
+            Some(r) => (
+                r.offset,
+                format!(
                     "the target holds a different record at offset {} than the source (its last batch, offsets \
                      {}..={}, does not match the source's)",
                     r.offset, target.base, target.last
-                );
-                self.phase = Phase::Mirroring;
-                self.diverged(r.offset, reason, false);
+                ),
+            ),
+        };
+        if source.epoch > target.epoch {
+            // The source wrote that offset in a newer epoch: where the target's epoch ended on the source is the
+            // exact divergence point (the last batch only shows that there is one).
+            self.tail_mismatch = Some((at, reason));
+            self.send(Request::EpochEnd { epoch: target.epoch }, Purpose::TailEpoch { seen: source.epoch });
+            return;
+        }
+        self.phase = Phase::Mirroring;
+        self.diverged(at, reason, false);
+    }
+
+    /// The epoch answer of a tail check that found a mismatch.
+    fn on_tail_epoch(&mut self, seen: u32, answer: EpochAnswer) {
+        let (at, reason) = self.tail_mismatch.take().unwrap_or((self.cache, "the target's tail differs".into()));
+        self.phase = Phase::Mirroring;
+        match answer {
+            EpochAnswer::Found { end, .. } if end < self.cache => self.on_epoch_end(seen, answer),
+            EpochAnswer::Before { .. } if self.config.source_kind == SourceKind::Ferry => {
+                self.on_epoch_end(seen, answer)
             }
+            _ => self.diverged(at, reason, false),
         }
     }
 

@@ -652,3 +652,28 @@ fn source_errors_alarm_once_per_code_and_missing_topics_not_at_all() {
     assert_eq!(h.step(err(SourceFault::Missing)), vec![]);
     assert_eq!(h.step(err(SourceFault::Corrupt)), vec![Out::Halted, Out::Seat(None)]);
 }
+
+#[test]
+fn a_tail_written_in_a_newer_source_epoch_is_located_through_the_epoch_history() {
+    // The source lost its tail (offsets 60..100) in a power loss and wrote new records over them in epoch 1.
+    let target_tail = tail_batch(90, 10, 0);
+    let mut source_tail = tail_batch(90, 10, 1);
+    source_tail.records[0].value = Some(Bytes::from_static(b"after-loss"));
+    for policy in [OnDivergence::Halt, OnDivergence::Truncate] {
+        let (mut h, _) = H::new(config(policy, SourceKind::Ferry, false));
+        let facts = ResumeFacts {
+            target: TargetPartition::at(0, 100, Some(0)),
+            committed: Some(100),
+            source_earliest: 0,
+            source_latest: 140,
+        };
+        assert_eq!(h.answer(Answer::Resume(facts)), vec![Out::CompareTail(99)]);
+        let tail = TailFacts { target: Some(target_tail.clone()), source: Some(source_tail.clone()) };
+        assert_eq!(h.answer(Answer::Tail(tail)), vec![Out::EpochEnd(0)], "{policy:?}");
+        let want = match policy {
+            OnDivergence::Halt => vec![Out::Diverged(60, policy), Out::Seat(None)],
+            OnDivergence::Truncate => vec![Out::Diverged(60, policy), Out::Seat(None), Out::Truncate(60)],
+        };
+        assert_eq!(h.answer(Answer::EpochEnd(EpochAnswer::Found { epoch: 0, end: 60 })), want, "{policy:?}");
+    }
+}
