@@ -31,6 +31,9 @@
 //! a replay hits the same faults in the same order, not always at the same records. (The testkit has no shared
 //! seed helper yet; [`test_seed`] is local to this module.)
 //!
+//! **Logs.** With `FERRY_SOAK_LOGS=DIR` the brokers' and mirrors' logs and the partitions' epoch checkpoints
+//! are copied into DIR before the checks, for a look at a failure.
+//!
 //! **Short and long.** By default the fault phase lasts [`SHORT_FAULT_PHASE`] with a small load, so the whole
 //! test stays around a minute in CI. `FERRY_SOAK_SECS=600` makes it a ten-minute soak; nextest's default profile
 //! stops a test after ten minutes, so run a long soak with the `soak` profile:
@@ -148,6 +151,10 @@ async fn randomized_faults_leave_the_target_equal_to_the_source_and_lose_only_cu
     stop_reader.cancel();
     let mut seen = reader.await?.with_context(|| format!("seed {seed}: the reader"))?;
 
+    if let Ok(dir) = std::env::var("FERRY_SOAK_LOGS") {
+        keep_logs(std::path::Path::new(&dir), &a, &b, &mirrors)?;
+    }
+
     // 1. The target equals the source exactly.
     let source = assert_identical(&a, TOPIC, &b, TOPIC).await?;
     let crashes = history.crashes();
@@ -159,8 +166,14 @@ async fn randomized_faults_leave_the_target_equal_to_the_source_and_lose_only_cu
     // 2. The reader's reads never went backwards without a truncation or a target crash in between.
     seen.compare_final(&source, oracle::now_us());
     let explainers = Explainers { crashes: &crashes, truncations: &truncations };
-    let unexplained: Vec<String> =
-        seen.anomalies.iter().filter(|a| explainers.explain(a).is_none()).map(ToString::to_string).collect();
+    let (mut by_crash, mut by_truncation, mut unexplained) = (0, 0, Vec::new());
+    for a in &seen.anomalies {
+        match explainers.explain(a) {
+            Some(oracle::Explanation::TargetCrash) => by_crash += 1,
+            Some(oracle::Explanation::Truncation) => by_truncation += 1,
+            None => unexplained.push(a.to_string()),
+        }
+    }
     assert!(
         unexplained.is_empty(),
         "seed {seed}: the target went back {} times without a truncation or a target crash to explain it; the \
@@ -184,18 +197,40 @@ async fn randomized_faults_leave_the_target_equal_to_the_source_and_lose_only_cu
     eprintln!(
         "soak: seed {seed}: {} records acknowledged ({} failed), {held} on both sides at the end; \
          {} acknowledged records lost to {source_crashes} source crashes ({mirrored_then_lost} of them had been \
-         mirrored, and their removal from the target is among the changes explained); {} partition_diverged on \
-         partitions {:?}; {} reader rounds, {} changes seen, all explained; {} target crashes",
+         mirrored, and their removal from the target is among the changes explained); {} partition_diverged \
+         ({} raised by mirror 0) on partitions {:?}; {} reader rounds, {} changes seen, all explained ({by_truncation} by a truncation, \
+         {by_crash} by a target crash); {} target crashes",
         load.acked.len(),
         load.failed,
         lost.len(),
         truncations.len(),
+        truncations.iter().filter(|t| t.mirror == 0).count(),
         oracle::truncated_partitions(&truncations),
         seen.rounds,
         seen.anomalies.len(),
         crashes.len() - source_crashes,
     );
     assert!(!load.acked.is_empty() && seen.rounds > 0, "seed {seed}: the load and the reader ran");
+    Ok(())
+}
+
+/// Copies the brokers' and mirrors' logs and the partitions' epoch checkpoints into `dir`, for a look after the
+/// run (the processes' temp dirs go with the test).
+fn keep_logs(dir: &std::path::Path, a: &Dc, b: &Dc, mirrors: &[MirrorProcess]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (name, dc) in [("source", a), ("target", b)] {
+        std::fs::copy(dc.broker.log_path(), dir.join(format!("{name}.log")))?;
+        for p in 0..PARTITIONS {
+            let checkpoint = dc.broker.data_dir().join(TOPIC).join(p.to_string()).join("epoch.checkpoint");
+            if checkpoint.exists() {
+                std::fs::copy(&checkpoint, dir.join(format!("{name}-{p}-epoch.checkpoint")))?;
+            }
+        }
+    }
+    for (i, m) in mirrors.iter().enumerate() {
+        std::fs::copy(m.log_path(), dir.join(format!("mirror-{i}.log")))?;
+    }
+    eprintln!("soak: logs kept in {}", dir.display());
     Ok(())
 }
 

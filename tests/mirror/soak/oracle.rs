@@ -426,9 +426,19 @@ fn log_time_us(line: &str) -> anyhow::Result<u64> {
     Ok(t.duration_since(UNIX_EPOCH)?.as_micros() as u64)
 }
 
-/// The number right after `key` in `line`.
+/// The number right after the first `key` in `line`.
 fn number_after(line: &str, key: &str) -> anyhow::Result<u64> {
-    let rest = &line[line.find(key).with_context(|| format!("no {key:?} in {line:?}"))? + key.len()..];
+    number_at(line, line.find(key), key)
+}
+
+/// The number right after the last `key` in `line`: a field, which follows the message (whose text may hold
+/// anything, e.g. a broker's answer).
+fn field(line: &str, key: &str) -> anyhow::Result<u64> {
+    number_at(line, line.rfind(key), key)
+}
+
+fn number_at(line: &str, at: Option<usize>, key: &str) -> anyhow::Result<u64> {
+    let rest = &line[at.with_context(|| format!("no {key:?} in {line:?}"))? + key.len()..];
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().with_context(|| format!("no number after {key:?} in {line:?}"))
 }
@@ -439,17 +449,21 @@ pub fn truncations(mirror: usize, logs: &str, topic: &str) -> anyhow::Result<Vec
     let event_topic = format!("topic=\"{topic}\"");
     let truncated_topic = format!("topic={topic} ");
     for line in logs.lines() {
-        if line.contains("event=\"partition_diverged\"") && line.contains(&event_topic) {
+        // The event itself (the alarm that follows it logs the same message from another module).
+        if line.contains(" ferry_mirror::events: ")
+            && line.contains("event=\"partition_diverged\"")
+            && line.contains(&event_topic)
+        {
             out.push(Truncation {
                 mirror,
-                partition: u32::try_from(number_after(line, " partition=")?)?,
+                partition: u32::try_from(field(line, " partition=")?)?,
                 at: number_after(line, "diverged at offset ")?,
                 event_us: log_time_us(line)?,
                 done: None,
             });
         } else if line.contains("target truncated after divergence") && line.contains(&truncated_topic) {
-            let (partition, at) = (u32::try_from(number_after(line, " partition=")?)?, number_after(line, " at=")?);
-            let done = (log_time_us(line)?, number_after(line, " leo=")?);
+            let (partition, at) = (u32::try_from(field(line, " partition=")?)?, field(line, " at=")?);
+            let done = (log_time_us(line)?, field(line, " leo=")?);
             match out.iter_mut().rev().find(|t| t.partition == partition && t.at == at && t.done.is_none()) {
                 Some(t) => t.done = Some(done),
                 None => bail!("mirror {mirror} logged a truncation without its partition_diverged event: {line}"),
@@ -457,6 +471,15 @@ pub fn truncations(mirror: usize, logs: &str, topic: &str) -> anyhow::Result<Vec
         }
     }
     Ok(out)
+}
+
+/// What explained a change on the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Explanation {
+    /// A target crash with tail loss the schedule did.
+    TargetCrash,
+    /// A truncation a mirror did after `partition_diverged`.
+    Truncation,
 }
 
 /// What may explain a change on the target: the target crashes with their cuts, and the mirrors' truncations.
@@ -468,25 +491,25 @@ pub struct Explainers<'a> {
 impl Explainers<'_> {
     /// What explains `anomaly`: a target crash or a truncation of its partition that happened between the two
     /// observations and removed everything from an offset at or below the one the anomaly needs.
-    pub fn explain(&self, anomaly: &Anomaly) -> Option<String> {
+    pub fn explain(&self, anomaly: &Anomaly) -> Option<Explanation> {
         let (partition, down_to, since_us, seen_us) = anomaly.needs();
-        if let Some(c) = self.crashes.iter().find(|c| {
+        let crash = self.crashes.iter().any(|c| {
             c.side == Side::Target
                 && c.down_us < seen_us
                 && c.up_us > since_us
                 && c.cuts.get(&partition).is_some_and(|&leo| leo <= down_to)
-        }) {
-            return Some(format!("target crash cut {partition} to {}", c.cuts[&partition]));
+        });
+        let truncation = self.truncations.iter().any(|t| {
+            t.partition == partition
+                && t.event_us < seen_us
+                // Without the "done" line the extent is unknown (at most from `at` down): it may explain it.
+                && t.done.is_none_or(|(done_us, leo)| done_us > since_us && leo <= down_to)
+        });
+        match (crash, truncation) {
+            (true, _) => Some(Explanation::TargetCrash),
+            (false, true) => Some(Explanation::Truncation),
+            (false, false) => None,
         }
-        self.truncations
-            .iter()
-            .find(|t| {
-                t.partition == partition
-                    && t.event_us < seen_us
-                    // Without the "done" line the extent is unknown (at most from `at` down): it may explain it.
-                    && t.done.is_none_or(|(done_us, leo)| done_us > since_us && leo <= down_to)
-            })
-            .map(|t| format!("mirror {} truncated after partition_diverged at {} ({:?})", t.mirror, t.at, t.done))
     }
 }
 
@@ -518,7 +541,7 @@ pub fn lost_records<'a>(load: &'a Load, source: &[PartitionData], crashes: &[Cra
     (lost, violations)
 }
 
-/// Partitions with at least one truncation, for the summary.
+/// Partitions with at least one `partition_diverged`, for the summary.
 pub fn truncated_partitions(truncations: &[Truncation]) -> BTreeSet<u32> {
     truncations.iter().map(|t| t.partition).collect()
 }
