@@ -627,3 +627,65 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     let kib: u64 = line.split_whitespace().nth(1).context("VmRSS value")?.parse()?;
     Ok(kib * 1024)
 }
+
+/// The partitions a mirror's monitor lists as `mirroring`.
+pub fn mirroring_partitions(rows: &BTreeMap<(String, u32), PartitionRow>) -> std::collections::BTreeSet<(String, u32)> {
+    rows.iter().filter(|(_, r)| r.state == "mirroring").map(|(k, _)| k.clone()).collect()
+}
+
+/// Waits until two mirrors of one scale-out group split `all` partitions between them: each mirrors some, none is
+/// mirrored by both, and together they mirror all. Returns each one's share.
+pub async fn wait_split(
+    one: &MirrorProcess,
+    two: &MirrorProcess,
+    all: &std::collections::BTreeSet<(String, u32)>,
+    limit: Duration,
+) -> anyhow::Result<(std::collections::BTreeSet<(String, u32)>, std::collections::BTreeSet<(String, u32)>)> {
+    wait_for("the two mirrors to split the partitions", limit, async || -> anyhow::Result<Option<_>> {
+        let a = mirroring_partitions(&monitor_partitions(one).await?);
+        let b = mirroring_partitions(&monitor_partitions(two).await?);
+        let union: std::collections::BTreeSet<_> = a.union(&b).cloned().collect();
+        Ok((!a.is_empty() && !b.is_empty() && a.is_disjoint(&b) && &union == all).then_some((a, b)))
+    })
+    .await
+}
+
+/// Waits until every partition of `topic` on `dc` has a log end above `beyond` (same partition order).
+pub async fn wait_progress_beyond(dc: &Dc, topic: &str, beyond: &[u64], limit: Duration) -> anyhow::Result<()> {
+    let what = format!("every partition of {}:{topic} to grow past {beyond:?}", dc.name);
+    wait_until(&what, limit, async || -> anyhow::Result<bool> {
+        let leos = dc.leos(topic).await?;
+        Ok(leos.len() == beyond.len() && leos.iter().zip(beyond).all(|(now, before)| now > before))
+    })
+    .await
+}
+
+/// Every `partition_diverged` line in the mirror's log, over all of its runs (the event history of
+/// `/api/v1/events` starts afresh with each run; the log keeps them all).
+pub fn diverged_log_lines(mirror: &MirrorProcess) -> Vec<String> {
+    mirror.logs().lines().filter(|l| l.contains("event=\"partition_diverged\"")).map(str::to_owned).collect()
+}
+
+/// Asserts that the mirror raised no `partition_diverged` (neither in its event history nor in its log) and that
+/// none of its partitions is halted.
+pub async fn assert_no_divergence_nor_halt(mirror: &MirrorProcess, what: &str) -> anyhow::Result<()> {
+    let events = monitor_events(mirror, Some("partition_diverged")).await?;
+    assert!(events.is_empty(), "{what}: partition_diverged raised: {events:?}");
+    let lines = diverged_log_lines(mirror);
+    assert!(lines.is_empty(), "{what}: partition_diverged logged:\n{}", lines.join("\n"));
+    let halted: Vec<PartitionRow> =
+        monitor_partitions(mirror).await?.into_values().filter(|r| r.state == "halted").collect();
+    assert!(halted.is_empty(), "{what}: halted partitions: {halted:?}");
+    Ok(())
+}
+
+impl MirrorConf {
+    /// The config file text of [`MirrorConf::toml`] with its source routes and health section replaced by
+    /// `routes_and_health` (any number of `[[source.routes]]` tables and a `[source.health]` table).
+    pub fn toml_with_routes(&self, routes_and_health: &str) -> String {
+        let text = self.toml();
+        let start = text.find("[[source.routes]]").expect("the config has a routes table");
+        let end = text.find("[target]").expect("the config has a target table");
+        format!("{}{routes_and_health}\n{}", &text[..start], &text[end..])
+    }
+}

@@ -28,6 +28,8 @@ mod retention;
 mod scaleout;
 mod secure;
 mod sigterm;
+mod soak;
 mod source_changes;
 mod split;
 mod target_diverged;
+mod zombie;

@@ -190,6 +190,17 @@ impl BrokerProcess {
         self.server.proc().is_running()
     }
 
+    /// Freezes the broker with SIGSTOP and waits up to `deadline` until it is stopped; it stays alive, holding
+    /// its connections and state, until [`BrokerProcess::resume`]. See [`ChildProcess::suspend`].
+    pub async fn suspend(&mut self, deadline: Duration) -> Result<()> {
+        self.server.proc().suspend(deadline).await
+    }
+
+    /// Lets a broker frozen by [`BrokerProcess::suspend`] continue (SIGCONT).
+    pub fn resume(&mut self) -> Result<()> {
+        self.server.proc().resume()
+    }
+
     /// Kills the broker with SIGKILL (a crash: no clean-shutdown marker) and reaps it.
     pub async fn kill9(&mut self) -> Result<ExitStatus> {
         self.server.kill9().await

@@ -108,6 +108,19 @@ pub enum Error {
         pid: u32,
     },
 
+    /// The process was sent SIGSTOP but the kernel did not report it stopped within the deadline.
+    #[error("{name} (pid {pid}) was not stopped within {deadline:?} after SIGSTOP (process state {state})")]
+    SuspendTimeout {
+        /// Display name of the process.
+        name: String,
+        /// Its process id.
+        pid: u32,
+        /// How long the kit waited.
+        deadline: Duration,
+        /// The last state read from `/proc/PID/stat`.
+        state: String,
+    },
+
     /// A signal was requested for a process that has already exited.
     #[error("{name} is not running: cannot send signal {signal}")]
     NotRunning {

@@ -147,6 +147,17 @@ impl MirrorProcess {
         self.server.send_signal(signal)
     }
 
+    /// Freezes the mirror with SIGSTOP and waits up to `deadline` until it is stopped; it stays alive, holding
+    /// its connections and state, until [`MirrorProcess::resume`]. See [`ChildProcess::suspend`].
+    pub async fn suspend(&mut self, deadline: Duration) -> Result<()> {
+        self.server.proc().suspend(deadline).await
+    }
+
+    /// Lets a mirror frozen by [`MirrorProcess::suspend`] continue (SIGCONT).
+    pub fn resume(&mut self) -> Result<()> {
+        self.server.proc().resume()
+    }
+
     /// Kills the mirror with SIGKILL (no graceful commit) and reaps it.
     pub async fn kill9(&mut self) -> Result<ExitStatus> {
         self.server.kill9().await

@@ -216,6 +216,41 @@ impl ChildProcess {
         rustix::process::kill_process(pid, signal).map_err(|e| signal_error(e.into()))
     }
 
+    /// Freezes the process with SIGSTOP and waits up to `deadline` until the kernel reports it stopped (state `T`
+    /// in `/proc/PID/stat`), so that on return it runs no more code: its timers, heartbeats and sockets stand still
+    /// while it stays alive, as a process stuck in a long GC pause or on a frozen VM. [`ChildProcess::resume`]
+    /// lets it continue. While suspended it does not act on SIGTERM (so [`ChildProcess::terminate`] would time
+    /// out); SIGKILL, [`ChildProcess::kill9`] and `Drop` end it at once. Not seeing the stop in time is
+    /// [`Error::SuspendTimeout`].
+    pub async fn suspend(&mut self, deadline: Duration) -> Result<()> {
+        self.send_signal(Signal::STOP)?;
+        let until = Instant::now() + deadline;
+        while !self.is_suspended() {
+            if Instant::now() >= until {
+                return Err(Error::SuspendTimeout {
+                    name: self.spec.name.clone(),
+                    pid: self.pid,
+                    deadline,
+                    state: proc_state(self.pid).map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+
+    /// Lets a process frozen by [`ChildProcess::suspend`] continue (SIGCONT). Signals sent while it was frozen
+    /// (e.g. SIGTERM) take effect now.
+    pub fn resume(&mut self) -> Result<()> {
+        self.send_signal(Signal::CONT)
+    }
+
+    /// Whether the current run is alive and stopped by a signal (after [`ChildProcess::suspend`]).
+    pub fn is_suspended(&mut self) -> bool {
+        // The child is not reaped while it runs, so its pid still names it.
+        self.is_running() && proc_state(self.pid) == Some('T')
+    }
+
     /// Kills the process with SIGKILL and reaps it. Returns its exit status (the earlier one if it had already
     /// exited).
     pub async fn kill9(&mut self) -> Result<ExitStatus> {
@@ -378,6 +413,14 @@ fn launch(spec: &ChildSpec, run: u32) -> Result<(tokio::process::Child, u32)> {
 /// Reads a log file lossily; a missing file reads as empty.
 pub(crate) fn read_log(path: &Path) -> String {
     std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+}
+
+/// The scheduler state of process `pid` (the field after the command name in `/proc/PID/stat`: `R`, `S`, `T`,
+/// `Z`, ...), or `None` when it cannot be read (no such process, or not Linux).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself hold spaces and parentheses: the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// The last `lines` lines of `text`.

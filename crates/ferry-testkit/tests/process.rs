@@ -142,6 +142,32 @@ async fn terminate_kills_a_process_that_ignores_sigterm() {
 }
 
 #[tokio::test]
+async fn suspend_freezes_a_process_resume_continues_it_and_kill9_still_ends_it() {
+    let (broker_bin, mirror_bin) = standins();
+    let mut broker = BrokerProcess::builder().program(broker_bin).cluster_id("dc-a").start().await.unwrap();
+    assert!(!broker.process().is_suspended());
+    broker.suspend(WAIT).await.unwrap();
+    assert!(broker.process().is_suspended(), "stopped on return");
+    assert!(broker.is_running(), "a frozen process is alive");
+    broker.resume().unwrap();
+    wait_until("the broker to run again", WAIT, async || !broker.process().is_suspended()).await.unwrap();
+    assert_eq!(greeting(broker.addr()).await, "hello from dc-a\n", "it serves again");
+
+    let mut mirror = MirrorProcess::builder("[mirror]\nname = \"m\"\n[monitor]\nlisten = \"127.0.0.1:0\"\n")
+        .program(mirror_bin)
+        .start()
+        .await
+        .unwrap();
+    mirror.suspend(WAIT).await.unwrap();
+    assert!(mirror.process().is_suspended());
+    let status = mirror.kill9().await.unwrap();
+    assert_eq!(status.signal(), Some(Signal::KILL.as_raw()), "SIGKILL ends a frozen process");
+    let err = mirror.resume().unwrap_err();
+    assert!(matches!(err, Error::NotRunning { .. }), "{err:?}");
+    assert!(!mirror.process().is_suspended());
+}
+
+#[tokio::test]
 async fn restart_while_running_is_refused() {
     let (broker_bin, _) = standins();
     let mut broker = BrokerProcess::builder().program(broker_bin).start().await.unwrap();
