@@ -159,10 +159,25 @@ impl Call {
         drop(copies);
         drop(plan.held);
         let (records, bytes) = match &result {
-            Ok(AppendOutcome::Appended { present, .. }) => {
+            Ok(AppendOutcome::Appended { present, written, .. }) => {
                 // Batches found present on a first attempt were another writer's; after a lost answer, the lost
                 // attempt may have written them: they count once.
-                let skip = if unknown.load(Ordering::Relaxed) { 0 } else { *present as usize };
+                let retried = unknown.load(Ordering::Relaxed);
+                if *present > 0 {
+                    tracing::info!(
+                        tp = %self.config.tp,
+                        present,
+                        written,
+                        counted = retried,
+                        "batches already on the target were not written again{}",
+                        if retried {
+                            " (a retry after a lost answer: the lost attempt wrote them, they count once)"
+                        } else {
+                            " (another writer's: not counted)"
+                        }
+                    );
+                }
+                let skip = if retried { 0 } else { *present as usize };
                 let put = plan.batches.iter().skip(skip);
                 put.fold((0, 0), |(r, b), batch| (r + u64::from(batch.record_count()), b + batch.len() as u64))
             }
