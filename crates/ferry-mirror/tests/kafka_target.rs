@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
+use ferry_batch::{Batch, Compression, Header, ProducerInfo, Record, encode_records};
 use ferry_client::proto as pb;
-use ferry_mirror::cluster::TargetCluster;
+use ferry_mirror::cluster::{AppendOutcome, TargetCluster};
 use ferry_mirror::config::Rename;
 use ferry_mirror::kafka::{KafkaTarget, KafkaTargetOptions, PartitionBatcher, TransactionSupport};
+use ferry_mirror::tp::TargetTp;
 use kafka_support::{Tansu, Zombie, consume, create_topic, digest, header, produce, strip_provenance, tool};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -51,31 +52,35 @@ fn source_records(offsets: impl IntoIterator<Item = u64>) -> Vec<Record> {
 }
 
 /// Source batches of `per` records each, as a Ferry source stores them (each starts at its first record).
-fn batches(records: &[Record], per: usize) -> Bytes {
-    let mut out = Vec::new();
-    for chunk in records.chunks(per) {
-        out.extend_from_slice(&encode_records(chunk, 0, Compression::None, ProducerInfo::NONE));
-    }
-    Bytes::from(out)
+fn batches(records: &[Record], per: usize) -> Vec<Batch> {
+    records
+        .chunks(per)
+        .map(|chunk| Batch::parse(encode_records(chunk, 0, Compression::None, ProducerInfo::NONE)).unwrap())
+        .collect()
 }
 
 /// Batches as the Kafka consumer builds them: each starts at the offset after the previous one (`from` first),
 /// so offset gaps sit inside batches.
-fn kafka_batches(records: &[Record], from: u64, per: usize) -> Bytes {
+fn kafka_batches(records: &[Record], from: u64, per: usize) -> Vec<Batch> {
     let mut b = PartitionBatcher::new(from, usize::MAX, Compression::None);
     let mut out = Vec::new();
     for chunk in records.chunks(per) {
         for r in chunk {
             b.push(r.offset, r.timestamp, r.key.as_deref(), r.value.as_deref(), &r.headers);
         }
-        out.extend_from_slice(&b.flush().unwrap().0);
+        out.push(Batch::parse(b.flush().unwrap().0).unwrap());
     }
-    Bytes::from(out)
+    out
 }
 
 /// Appends `records` starting at source offset `from` in batches of 10.
-async fn append(t: &KafkaTarget, topic: &str, p: u32, records: &[Record], from: u64) -> pb::AppendWithOffsetsResponse {
-    t.append(topic, p, &format!("uuid-{topic}"), 0, kafka_batches(records, from, 10)).await.unwrap()
+async fn append(t: &KafkaTarget, topic: &str, p: u32, records: &[Record], from: u64) -> AppendOutcome {
+    t.append(&TargetTp::new(topic, p), &format!("uuid-{topic}"), 0, &kafka_batches(records, from, 10)).await.unwrap()
+}
+
+/// What a successful append reports.
+fn appended(log_end: u64, written: u32, present: u32) -> AppendOutcome {
+    AppendOutcome::Appended { log_end, written, present }
 }
 
 /// The target partition as confluent-kafka reads it, provenance checked and stripped.
@@ -104,25 +109,24 @@ async fn appends_carry_provenance_and_a_restarted_adapter_resumes_without_duplic
 
     // Source offsets 0..50, then a compaction gap, then 60..110.
     let source: Vec<Record> = source_records((0..50).chain(60..110));
-    assert_eq!(t.partition("orders", 0).await.unwrap().log_end, 0);
-    let r = append(&t, "orders", 0, &source[..50], 0).await;
-    assert_eq!((r.error, r.log_end_offset, r.written_batches), (0, 50, 5));
-    let r = append(&t, "orders", 0, &source[50..], 50).await;
-    assert_eq!((r.error, r.log_end_offset), (0, 110));
+    let p0 = TargetTp::new("orders", 0);
+    assert_eq!(t.partition(&p0).await.unwrap().log_end, 0);
+    assert_eq!(append(&t, "orders", 0, &source[..50], 0).await, appended(50, 5, 0));
+    // 60..110 in batches of 10 from 50: the first batch absorbs the gap.
+    assert_eq!(append(&t, "orders", 0, &source[50..], 50).await, appended(110, 5, 0));
     assert_eq!(t.transactions(), TransactionSupport::Supported);
     assert_eq!(mirrored(&k, "orders", 0).await, source);
 
     // A crash: the adapter is gone. A new one finds the log end in the provenance at the tail.
     drop(t);
     let t = target(&k, Rename::Identity);
-    let p = t.partition("orders", 0).await.unwrap();
+    let p = t.partition(&p0).await.unwrap();
     assert_eq!((p.log_start, p.log_end, p.last_epoch), (0, 110, None));
     // The pipeline re-sends from its last acknowledged offset (here, 60..110 again) and then new records.
     let more = source_records(110..140);
     let mut resent = source[50..].to_vec();
     resent.extend(more.iter().cloned());
-    let r = append(&t, "orders", 0, &resent, 50).await;
-    assert_eq!((r.error, r.log_end_offset, r.present_batches), (0, 140, 5));
+    assert_eq!(append(&t, "orders", 0, &resent, 50).await, appended(140, 3, 5));
     let mut expected = source.clone();
     expected.extend(more);
     let got = mirrored(&k, "orders", 0).await;
@@ -130,19 +134,27 @@ async fn appends_carry_provenance_and_a_restarted_adapter_resumes_without_duplic
     assert_eq!(digest(&got), digest(&expected));
     assert_eq!(got, expected);
 
-    // A batch above the log end is a gap only when the source log start explains it.
+    // A batch above the log end is a gap only when it starts exactly at the source log start (retention moved the
+    // source's start there): not when the source log start is below it (0), nor when it is above the log end but
+    // below the batch (145: offsets 145..150 would be skipped unexplained).
     let gap = batches(&source_records(150..155), 10);
-    let r = t.append("orders", 0, "uuid-orders", 0, gap.clone()).await.unwrap();
-    assert_eq!(r.error, pb::ErrorCode::GapRefused as i32, "{}", r.message);
-    let r = t.append("orders", 0, "uuid-orders", 150, gap).await.unwrap();
-    assert_eq!((r.error, r.log_end_offset), (0, 155));
+    let refused = |start: u64| {
+        AppendOutcome::GapRefused(format!(
+            "batch at offset 150 is above the Kafka target's log end 140 (source offsets) and does not start at the \
+             source log start {start}"
+        ))
+    };
+    assert_eq!(t.append(&p0, "uuid-orders", 0, &gap).await.unwrap(), refused(0));
+    assert_eq!(t.append(&p0, "uuid-orders", 145, &gap).await.unwrap(), refused(145));
+    assert_eq!(t.partition(&p0).await.unwrap().log_end, 140, "a refused batch writes nothing");
+    assert_eq!(t.append(&p0, "uuid-orders", 150, &gap).await.unwrap(), appended(155, 1, 0));
 
     // An empty partition positioned at a start point (start_position = latest).
-    let r = t.append("orders", 1, "uuid-orders", 200, Bytes::new()).await.unwrap();
-    assert_eq!((r.error, r.log_end_offset, r.log_start_offset), (0, 200, 200));
-    let p = t.partition("orders", 1).await.unwrap();
+    let p1 = TargetTp::new("orders", 1);
+    assert_eq!(t.append(&p1, "uuid-orders", 200, &[]).await.unwrap(), appended(200, 0, 0));
+    let p = t.partition(&p1).await.unwrap();
     assert_eq!((p.log_start, p.log_end), (200, 200));
-    append(&t, "orders", 1, &source_records(200..203), 200).await;
+    assert_eq!(append(&t, "orders", 1, &source_records(200..203), 200).await, appended(203, 1, 0));
     assert_eq!(mirrored(&k, "orders", 1).await, source_records(200..203));
 }
 
@@ -160,7 +172,7 @@ async fn a_writer_killed_mid_transaction_is_fenced_and_nothing_is_duplicated_and
     let t1 = target(&k, Rename::Identity);
     t1.create_topic("orders", 1, pb::TopicConfig::default(), mirror_source("orders")).await.unwrap();
     let source = source_records(0..100);
-    append(&t1, "orders", 0, &source[..50], 0).await;
+    assert_eq!(append(&t1, "orders", 0, &source[..50], 0).await, appended(50, 5, 0));
 
     // A mirror process with the same transactional id wrote 50..70 in a transaction and was killed before commit.
     let provenance = [
@@ -176,8 +188,7 @@ async fn a_writer_killed_mid_transaction_is_fenced_and_nothing_is_duplicated_and
     // The restarted mirror re-sends from its last acknowledged offset (50), in batches of 10: the two batches the
     // zombie's visible records cover are present, the three after them are written.
     let t2 = target(&k, Rename::Identity);
-    let r = append(&t2, "orders", 0, &source[50..], 50).await;
-    assert_eq!((r.error, r.log_end_offset, r.present_batches, r.written_batches), (0, 100, 2, 3), "{}", r.message);
+    assert_eq!(append(&t2, "orders", 0, &source[50..], 50).await, appended(100, 3, 2));
     let got = consume(&k, "orders", 0, 0).await;
     let offsets: Vec<u64> = got.iter().map(|r| header(r, "ferry.source.offset").unwrap().parse().unwrap()).collect();
     assert_eq!(offsets, (0..100).collect::<Vec<u64>>(), "every source offset exactly once, in order");
@@ -196,7 +207,8 @@ async fn a_writer_killed_mid_transaction_is_fenced_and_nothing_is_duplicated_and
     }
 
     // The first adapter's producer was fenced by the second: its next write fails with a clear error.
-    let err = t1.append("orders", 0, "uuid-orders", 0, batches(&source[50..60], 10)).await.unwrap_err();
+    let err =
+        t1.append(&TargetTp::new("orders", 0), "uuid-orders", 0, &batches(&source[50..60], 10)).await.unwrap_err();
     assert!(err.is_failed_precondition() && err.to_string().contains("fenced"), "{err}");
     assert_eq!(consume(&k, "orders", 0, 0).await, got, "the fenced writer added nothing");
 }
@@ -207,11 +219,14 @@ async fn group_offsets_translate_exactly_both_ways() {
     let t = target(&k, Rename::Prefix);
     t.create_topic("dc-a.orders", 1, pb::TopicConfig::default(), mirror_source("orders")).await.unwrap();
     let source = source_records((0..50).chain(60..110));
+    let tp = TargetTp::new("dc-a.orders", 0);
     let mut from = 0;
     for chunk in source.chunks(25) {
-        let r = t.append("dc-a.orders", 0, "uuid-orders", 0, kafka_batches(chunk, from, 10)).await.unwrap();
-        assert_eq!(r.error, 0);
-        from = r.log_end_offset;
+        // 25 records in batches of 10: three batches, up to one past the chunk's last record.
+        let end = chunk.last().unwrap().offset + 1;
+        let r = t.append(&tp, "uuid-orders", 0, &kafka_batches(chunk, from, 10)).await.unwrap();
+        assert_eq!(r, appended(end, 3, 0));
+        from = end;
     }
     let got = consume(&k, "dc-a.orders", 0, 0).await;
     let target_of = |src: u64| -> u64 {
@@ -290,7 +305,7 @@ async fn refusals_are_clear_and_local_topics_are_not_mirror_topics() {
     let err = t.alter_partitions("dc-a.orders", 4).await.unwrap_err();
     assert_eq!(err.code(), Some(ferry_client::Code::Unimplemented), "{err}");
     assert!(err.to_string().contains("KIP-195") && err.to_string().contains("dc-a.orders"), "{err}");
-    let err = t.truncate("dc-a.orders", 0, 5).await.unwrap_err();
+    let err = t.truncate(&TargetTp::new("dc-a.orders", 0), 5).await.unwrap_err();
     assert!(err.is_failed_precondition() && err.to_string().contains("truncation is not possible on a Kafka target"));
     // tansu 0.6 has no AlterConfigs (docs/kafka.md).
     let err = t
@@ -299,7 +314,7 @@ async fn refusals_are_clear_and_local_topics_are_not_mirror_topics() {
         .unwrap_err();
     assert_eq!(err.code(), Some(ferry_client::Code::Unimplemented), "{err}");
     assert!(err.to_string().contains("dc-a.orders") && err.to_string().contains("UnsupportedFeature"), "{err}");
-    let err = t.partition("orders", 0).await.unwrap_err();
+    let err = t.partition(&TargetTp::new("orders", 0)).await.unwrap_err();
     assert!(err.is_invalid_argument() && err.to_string().contains("rename policy"), "{err}");
     let limits = t.limits().await.unwrap();
     assert_eq!(limits.max_batch_bytes, 1 << 20);

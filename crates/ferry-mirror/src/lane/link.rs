@@ -156,8 +156,16 @@ impl LaneLink {
         (out, inbox.request_limit)
     }
 
-    /// Publishes where the lane wants to be fetched.
-    pub(crate) fn set_seat(&self, wish: SeatWish) {
+    /// Everything delivered, as core inputs in the order the lane applies them (the request limit left out). For
+    /// tests that play the lane against a fetch session; in the process only the lane's driver takes its inputs.
+    pub fn drain_inputs(&self) -> Vec<Input> {
+        self.take().0
+    }
+
+    /// Publishes where the lane wants to be fetched (`Some((seat, from))`: data must carry `seat` and start at
+    /// `from`), which also moves the fetch position to `from`. Public so that tests can play the lane against a
+    /// fetch session; in the process only the lane's driver calls it.
+    pub fn set_seat(&self, wish: SeatWish) {
         {
             let mut s = self.seat.lock();
             s.0 += 1;
@@ -169,8 +177,9 @@ impl LaneLink {
         self.seats_changed.notify_one();
     }
 
-    /// Publishes how far the lane holds data (a restarted fetch starts there).
-    pub(crate) fn set_fetch_from(&self, offset: u64) {
+    /// Publishes how far the lane holds data (a restarted fetch starts there). Public so that tests can play the
+    /// lane across session restarts; in the process only the lane's driver calls it.
+    pub fn set_fetch_from(&self, offset: u64) {
         self.fetch_from.store(offset, Ordering::Release);
     }
 }
