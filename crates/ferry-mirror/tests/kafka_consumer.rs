@@ -392,14 +392,12 @@ async fn a_route_that_is_not_kafka_fails_the_session_and_a_new_session_on_anothe
     let endpoint = format!("127.0.0.1:{closed}");
     let mut h = Harness::new();
     let mut s = Side::new(&h.set, "orders", 0, 8 << 20);
-    // The route fails: the session ends with the reason the Fetcher reports, every time it is run again. (The
-    // reason names no endpoint: the session's metadata refresh maps librdkafka's error without the route's
-    // bootstrap servers; the Fetcher's report names the route.)
-    let failed = SessionEnd::Failed(
-        "cannot read the source's metadata: connection to broker  failed: Kafka metadata : Meta data fetch error: \
-         BrokerTransportFailure (Local: Broker transport failure)"
-            .to_owned(),
-    );
+    // The route fails: the session ends with the reason the Fetcher reports, naming the route's endpoint, every
+    // time it is run again.
+    let failed = SessionEnd::Failed(format!(
+        "cannot read the source's metadata: connection to broker {endpoint} failed: Kafka metadata : Meta data fetch \
+         error: BrokerTransportFailure (Local: Broker transport failure)"
+    ));
     for _ in 0..2 {
         h.start(route("primary", 0, vec![endpoint.clone()]));
         assert_eq!(h.ended().await, failed);

@@ -177,7 +177,7 @@ impl FerrySession {
                 });
             }
         }
-        (!partitions.is_empty()).then(|| pb::SubscribeRequest {
+        (!partitions.is_empty()).then_some(pb::SubscribeRequest {
             kind: Some(pb::subscribe_request::Kind::Credit(pb::SubscribeCredit { partitions })),
         })
     }

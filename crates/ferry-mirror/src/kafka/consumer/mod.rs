@@ -116,6 +116,8 @@ pub struct KafkaSession {
     metrics: Metrics,
     shared: Arc<Shared>,
     parts: BTreeMap<Tp, Part>,
+    /// The bootstrap servers of the route the session runs over (errors name them).
+    brokers: String,
 }
 
 impl KafkaSession {
@@ -126,7 +128,7 @@ impl KafkaSession {
         metrics: Metrics,
         shared: Arc<Shared>,
     ) -> KafkaSession {
-        KafkaSession { reports, settings, metrics, shared, parts: BTreeMap::new() }
+        KafkaSession { reports, settings, metrics, shared, parts: BTreeMap::new(), brokers: String::new() }
     }
 
     fn build(&self, route: &ActiveRoute) -> Result<Arc<Kc>, String> {
@@ -278,6 +280,7 @@ impl KafkaSession {
 #[async_trait::async_trait]
 impl FetchSession for KafkaSession {
     async fn run(&mut self, route: Arc<ActiveRoute>, set: &PartitionSet, stop: &CancellationToken) -> SessionEnd {
+        self.brokers = route.brokers.join(",");
         let closing = match self.build(&route) {
             Ok(c) => Closing(Some(c)),
             Err(reason) => return SessionEnd::Failed(reason),

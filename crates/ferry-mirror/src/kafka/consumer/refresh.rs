@@ -42,6 +42,7 @@ impl KafkaSession {
             .collect();
         let c = Arc::clone(consumer);
         let timeout = self.settings.call_timeout;
+        let brokers = self.brokers.clone();
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let tps: Vec<Tp> = asked_at.keys().cloned().collect();
@@ -56,13 +57,13 @@ impl KafkaSession {
                             .map(|t| (t.name().to_owned(), t.partitions().len() as u32))
                             .collect()
                     })
-                    .map_err(|e| crate::kafka::error::map_error(&e, "metadata", "", "", &cause(&c)))
+                    .map_err(|e| crate::kafka::error::map_error(&e, "metadata", "", &brokers, &cause(&c)))
             });
             // Without metadata the cluster is not answering: do not wait out more timeouts.
             let watermarks = match &topics {
                 Some(Err(e)) => Err(e.clone()),
                 _ => watermarks(c.as_ref(), &tps, timeout).map_err(|e| {
-                    crate::kafka::error::map_error(&e, "watermarks of", "the mirrored partitions", "", &cause(&c))
+                    crate::kafka::error::map_error(&e, "watermarks of", "the mirrored partitions", &brokers, &cause(&c))
                 }),
             };
             Refresh { asked_at, watermarks, topics, out_of_range, truncation }
