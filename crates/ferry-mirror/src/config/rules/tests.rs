@@ -144,3 +144,17 @@ fn conditions_are_the_kinds_with_a_clearing_event() {
         ]
     );
 }
+
+#[test]
+fn alerts_rules_toml_loads_with_the_real_loader_and_is_the_compiled_default() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../alerts/rules.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text, SHIPPED_RULES, "the compiled-in rules are this file");
+    assert_eq!(Rules::load(Some(&path), &BTreeSet::new()).unwrap(), Rules::shipped());
+    // A default documented as a commented-out line (conf/*.toml's convention) must be what the file resolves to.
+    for d in ferry_config::documented::defaults(&text).unwrap() {
+        let doc = ferry_config::documented::with_default("", &d).unwrap();
+        let got = Rules::parse(Some(&doc), &BTreeSet::new()).unwrap();
+        assert_eq!(got, Rules::shipped(), "alerts/rules.toml line {}: {}", d.line, d.assignment);
+    }
+}
