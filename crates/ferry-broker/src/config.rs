@@ -1,6 +1,11 @@
 //! The broker's configuration: compiled-in defaults, then the TOML file, then `FERRY_BROKER__SECTION__KEY`
 //! environment variables, then command-line overrides. `conf/broker.toml` documents every key.
 //!
+//! Read the way every Ferry config is read ([`ferry_config`]): one typed serde section per table, with
+//! `deny_unknown_fields` and a `Default` that is the single source of its defaults; every unknown key and bad
+//! value collected at once; then each section's `validate` and the rules that span sections
+//! ([`BrokerConfig::validate`]), all into one report.
+//!
 //! Secrets never live in the config tree: the bearer token comes from `broker.token_file` or `FERRY_BROKER_TOKEN`.
 
 use std::net::SocketAddr;
@@ -8,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytesize::ByteSize;
+use ferry_config::{Problems, de};
 use ferry_storage::{FlushPolicy, LogConfig};
 use serde::Deserialize;
 
@@ -41,14 +47,14 @@ pub struct BrokerSection {
     /// Largest record batch accepted.
     pub max_batch_bytes: ByteSize,
     /// Longest long-poll wait a fetch may ask for.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub max_fetch_wait: Duration,
     /// File holding the bearer token clients must present. Unset (and no `FERRY_BROKER_TOKEN`): no token check.
     pub token_file: Option<PathBuf>,
     /// TLS for the gRPC listener (rustls). Unset: plaintext.
     pub tls: Option<TlsSection>,
     /// Graceful shutdown budget after SIGTERM.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub shutdown_timeout: Duration,
 }
 
@@ -87,24 +93,24 @@ pub struct StorageSection {
     /// "sync" (fsync before ack) or "async" (fsync every `flush_interval` or `flush_bytes`).
     pub flush: FlushMode,
     /// Async flush: longest time unflushed data waits.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub flush_interval: Duration,
     /// Async flush: most unflushed bytes.
     pub flush_bytes: ByteSize,
     /// Segment size at which a segment rolls.
     pub segment_bytes: ByteSize,
     /// Segment age at which a segment rolls.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub segment_age: Duration,
     /// Bytes between sparse index entries.
     pub index_interval_bytes: ByteSize,
     /// Per-partition size above which the oldest segments are deleted. 0 = unlimited.
     pub retention_bytes: ByteSize,
     /// Age beyond which sealed segments are deleted. 0 = forever.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub retention: Duration,
     /// How often retention runs.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub retention_check_interval: Duration,
 }
 
@@ -139,10 +145,10 @@ pub enum FlushMode {
 #[serde(deny_unknown_fields, default)]
 pub struct GroupsSection {
     /// Smallest session timeout a member may ask for.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub min_session_timeout: Duration,
     /// Largest session timeout a member may ask for.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "de::duration")]
     pub max_session_timeout: Duration,
 }
 
@@ -166,20 +172,15 @@ pub struct Overrides {
     pub cluster_id: Option<String>,
 }
 
-/// A configuration problem, naming the key.
+/// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file or environment could not be read or parsed.
+    /// The file cannot be read or is not TOML.
     #[error("cannot load broker config: {0}")]
-    Load(#[from] config::ConfigError),
-    /// A value is out of its allowed range.
-    #[error("invalid broker config: {key}: {reason}")]
-    Invalid {
-        /// The config key.
-        key: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
+    Load(String),
+    /// Keys are unknown or values bad; every problem names its key.
+    #[error("invalid broker config: {}", .0.one_line())]
+    Invalid(Problems),
     /// The token file could not be read.
     #[error("cannot read broker.token_file {path}: {source}")]
     TokenFile {
@@ -191,18 +192,69 @@ pub enum ConfigError {
     },
 }
 
+/// The environment overrides: `FERRY_BROKER__SECTION__KEY`.
+const ENV: ferry_config::Env<'static> = ferry_config::Env { prefix: "FERRY_BROKER", list_keys: &[] };
+
+/// The end of an unknown key's message.
+const SEE: &str = "see conf/broker.toml for every key";
+
+impl BrokerSection {
+    /// Every problem of `[broker]`.
+    fn validate(&self, p: &mut Problems) {
+        let batch = self.max_batch_bytes.as_u64();
+        if !(1024..=256 * 1024 * 1024).contains(&batch) {
+            p.push("broker.max_batch_bytes", format!("{} is outside 1KiB..256MiB", self.max_batch_bytes));
+        }
+        if let Some(id) = &self.cluster_id
+            && (id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+        {
+            p.push("broker.cluster_id", format!("{id:?} must be 1-128 characters of A-Z a-z 0-9 - _ ."));
+        }
+    }
+}
+
+impl StorageSection {
+    /// Every problem of `[storage]`.
+    fn validate(&self, p: &mut Problems) {
+        if self.flush_interval.is_zero() {
+            p.push("storage.flush_interval", "must be above 0");
+        }
+        if self.retention_check_interval.is_zero() {
+            p.push("storage.retention_check_interval", "must be above 0");
+        }
+    }
+}
+
+impl GroupsSection {
+    /// Every problem of `[groups]`.
+    fn validate(&self, p: &mut Problems) {
+        if self.min_session_timeout > self.max_session_timeout {
+            p.push("groups.min_session_timeout", "is larger than groups.max_session_timeout");
+        }
+    }
+}
+
 impl BrokerConfig {
     /// Loads defaults, then `file` (when given), then `FERRY_BROKER__SECTION__KEY` variables, then `overrides`,
-    /// and validates the result.
+    /// and validates the result. Every problem is in the one error.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<BrokerConfig, ConfigError> {
-        let mut builder = config::Config::builder();
-        if let Some(path) = file {
-            builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml).required(true));
-        }
-        builder = builder.add_source(
-            config::Environment::with_prefix("FERRY_BROKER").prefix_separator("__").separator("__").try_parsing(true),
-        );
-        let mut cfg: BrokerConfig = builder.build()?.try_deserialize()?;
+        let text = match file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::Load(format!("cannot read {}: {e}", path.display())))?,
+            None => String::new(),
+        };
+        Self::parse(&text, true, overrides)
+    }
+
+    /// Parses and validates TOML text (with environment overrides when `env` is set), without flags.
+    pub fn from_toml(text: &str, env: bool) -> Result<BrokerConfig, ConfigError> {
+        Self::parse(text, env, &Overrides::default())
+    }
+
+    fn parse(text: &str, env: bool, overrides: &Overrides) -> Result<BrokerConfig, ConfigError> {
+        let tree = ferry_config::tree(text, env.then_some(ENV)).map_err(|p| ConfigError::Load(p.one_line()))?;
+        let mut p = Problems::new();
+        let mut cfg: BrokerConfig = ferry_config::deserialize(tree, &mut p, SEE);
         if let Some(listen) = overrides.listen {
             cfg.broker.listen = listen;
         }
@@ -212,51 +264,26 @@ impl BrokerConfig {
         if let Some(id) = &overrides.cluster_id {
             cfg.broker.cluster_id = Some(id.clone());
         }
-        cfg.validate()?;
-        Ok(cfg)
+        cfg.check(&mut p);
+        p.into_result(cfg).map_err(ConfigError::Invalid)
     }
 
     /// Checks ranges and cross-key rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let b = &self.broker;
-        if b.max_batch_bytes.as_u64() < 1024 || b.max_batch_bytes.as_u64() > 256 * 1024 * 1024 {
-            return Err(ConfigError::Invalid {
-                key: "broker.max_batch_bytes",
-                reason: format!("{} is outside 1KiB..256MiB", b.max_batch_bytes),
-            });
+        let mut p = Problems::new();
+        self.check(&mut p);
+        p.into_result(()).map_err(ConfigError::Invalid)
+    }
+
+    /// Every section's checks, then the rules that span sections.
+    fn check(&self, p: &mut Problems) {
+        self.broker.validate(p);
+        self.storage.validate(p);
+        self.groups.validate(p);
+        let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
+        if segment.as_u64() < batch.as_u64() {
+            p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));
         }
-        if let Some(id) = &b.cluster_id
-            && (id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
-        {
-            return Err(ConfigError::Invalid {
-                key: "broker.cluster_id",
-                reason: format!("{id:?} must be 1-128 characters of A-Z a-z 0-9 - _ ."),
-            });
-        }
-        let s = &self.storage;
-        if s.segment_bytes.as_u64() < b.max_batch_bytes.as_u64() {
-            return Err(ConfigError::Invalid {
-                key: "storage.segment_bytes",
-                reason: format!("{} is smaller than broker.max_batch_bytes ({})", s.segment_bytes, b.max_batch_bytes),
-            });
-        }
-        if s.flush_interval.is_zero() {
-            return Err(ConfigError::Invalid { key: "storage.flush_interval", reason: "must be above 0".into() });
-        }
-        if s.retention_check_interval.is_zero() {
-            return Err(ConfigError::Invalid {
-                key: "storage.retention_check_interval",
-                reason: "must be above 0".into(),
-            });
-        }
-        let g = &self.groups;
-        if g.min_session_timeout > g.max_session_timeout {
-            return Err(ConfigError::Invalid {
-                key: "groups.min_session_timeout",
-                reason: "is larger than groups.max_session_timeout".into(),
-            });
-        }
-        Ok(())
     }
 
     /// The bearer token clients must present, from `FERRY_BROKER_TOKEN` or `broker.token_file`.
@@ -273,7 +300,7 @@ impl BrokerConfig {
                     .map_err(|source| ConfigError::TokenFile { path: path.clone(), source })?;
                 let token = text.trim();
                 if token.is_empty() {
-                    return Err(ConfigError::Invalid { key: "broker.token_file", reason: "the file is empty".into() });
+                    return Err(ConfigError::Invalid(Problems(vec!["broker.token_file: the file is empty".into()])));
                 }
                 Ok(Some(token.to_owned()))
             }
@@ -299,52 +326,4 @@ impl BrokerConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_serve_loopback_7411_with_local_data() {
-        let cfg = BrokerConfig::load(None, &Overrides::default()).unwrap();
-        assert_eq!(cfg.broker.listen, "127.0.0.1:7411".parse().unwrap());
-        assert_eq!(cfg.broker.data_dir, PathBuf::from("./data"));
-        assert_eq!(cfg.default_log_config().max_batch_bytes, 1024 * 1024);
-    }
-
-    #[test]
-    fn file_values_and_overrides_apply_and_unknown_keys_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("broker.toml");
-        std::fs::write(
-            &path,
-            "[broker]\nmax_batch_bytes = \"4MiB\"\n[storage]\nflush = \"sync\"\nretention = \"1h\"\n",
-        )
-        .unwrap();
-        let over = Overrides { listen: Some("127.0.0.1:9999".parse().unwrap()), ..Default::default() };
-        let cfg = BrokerConfig::load(Some(&path), &over).unwrap();
-        assert_eq!(cfg.broker.listen.port(), 9999);
-        let log = cfg.default_log_config();
-        assert_eq!(log.max_batch_bytes, 4 * 1024 * 1024);
-        assert_eq!(log.flush, FlushPolicy::Sync);
-        assert_eq!(log.retention_ms, Some(3_600_000));
-
-        std::fs::write(&path, "[storage]\nflushh = \"sync\"\n").unwrap();
-        let err = BrokerConfig::load(Some(&path), &Overrides::default()).unwrap_err().to_string();
-        assert!(err.contains("flushh"), "{err}");
-    }
-
-    #[test]
-    fn the_shipped_reference_config_loads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/broker.toml");
-        let cfg = BrokerConfig::load(Some(&path), &Overrides::default()).unwrap();
-        assert_eq!(cfg.broker.listen, "127.0.0.1:7411".parse().unwrap());
-        assert_eq!(cfg.storage.segment_age, Duration::from_secs(7 * 24 * 3600));
-        assert_eq!(cfg.default_log_config().retention_bytes, None);
-    }
-
-    #[test]
-    fn bad_cluster_id_is_named() {
-        let over = Overrides { cluster_id: Some("a b".into()), ..Default::default() };
-        let err = BrokerConfig::load(None, &over).unwrap_err().to_string();
-        assert!(err.contains("broker.cluster_id"), "{err}");
-    }
-}
+mod tests;

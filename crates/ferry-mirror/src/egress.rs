@@ -578,6 +578,7 @@ mod tests {
             cluster: "dc-a".into(),
             cluster_id: Some("A".into()),
             kind: ClusterKind::Ferry,
+            token_file: None,
             token: None,
             tls: None,
             routes: vec![

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_mirror::alarm::{AlarmIdentity, Alarmer};
-use ferry_mirror::config::{AlarmsConfig, EmailConfig, Secret, SmtpTls, WebhookConfig};
+use ferry_mirror::config::{AlarmsConfig, EmailConfig, Secret, SmtpServer, SmtpTls, WebhookConfig};
 use ferry_mirror::events::{Event, EventBus, EventKind};
 use ferry_mirror::metrics::Metrics;
 use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
@@ -41,6 +41,7 @@ fn webhook(name: &str, url: &str, secret: Option<&str>, retries: u32) -> Webhook
     WebhookConfig {
         name: name.into(),
         url: url.into(),
+        secret_file: None,
         secret: secret.map(Secret::new),
         timeout: Duration::from_secs(5),
         retries,
@@ -50,11 +51,11 @@ fn webhook(name: &str, url: &str, secret: Option<&str>, retries: u32) -> Webhook
 fn email(name: &str, port: u16, auth: Option<(&str, &str)>, timeout: Duration) -> EmailConfig {
     EmailConfig {
         name: name.into(),
-        host: "127.0.0.1".into(),
-        port,
+        smtp: SmtpServer { host: "127.0.0.1".into(), port },
         tls: SmtpTls::None,
         ca_file: None,
         username: auth.map(|a| a.0.to_owned()),
+        password_file: None,
         password: auth.map(|a| Secret::new(a.1)),
         from: "Ferry Alarms <ferry@example.org>".into(),
         to: vec!["oncall@example.org".into(), "backup@example.org".into()],

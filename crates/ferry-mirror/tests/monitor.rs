@@ -35,6 +35,7 @@ fn source_config(routes: &[(&str, String)], cluster_id: Option<&str>) -> SourceC
         cluster: "dc-a".into(),
         cluster_id: cluster_id.map(str::to_owned),
         kind: ClusterKind::Ferry,
+        token_file: None,
         token: None,
         tls: None,
         routes: routes
@@ -154,6 +155,7 @@ impl Monitor {
         let dir = tempfile::tempdir().unwrap();
         let config = MonitorConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
+            token_file: None,
             token: token.map(Secret::new),
             tls: None,
             audit_log: Some(dir.path().join("audit.log")),
@@ -776,6 +778,7 @@ async fn tls_serves_https_with_the_configured_certificate() {
     populate(&h);
     let config = MonitorConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
+        token_file: None,
         token: Some(Secret::new(TOKEN)),
         tls: Some((cert_path.clone(), key_path.clone())),
         audit_log: None,
@@ -817,7 +820,7 @@ async fn server_stops_on_shutdown_and_a_taken_port_is_a_clear_error() {
     let m = Monitor::start(h.clone(), Some(TOKEN)).await;
     assert_eq!(get(&m, "/healthz").await.status, 200);
 
-    let taken = MonitorConfig { listen: m.addr, token: None, tls: None, audit_log: None };
+    let taken = MonitorConfig { listen: m.addr, token_file: None, token: None, tls: None, audit_log: None };
     let e = monitor::start(h, &taken, CancellationToken::new()).await.unwrap_err().to_string();
     assert!(e.contains(&m.addr.to_string()) && e.contains("monitor.listen"), "{e}");
 

@@ -16,9 +16,8 @@ use clap::Args;
 use ferry_client::{Admin, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, StartAt};
 use tokio::time::Instant;
 
-use crate::cli::{GlobalOpts, parse_duration};
+use crate::common::{GlobalOpts, explain, parse_duration};
 use crate::output::{Format, record_json_line, record_text};
-use crate::topic::explain;
 
 /// `consume` options.
 #[derive(Args, Debug)]

@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use clap::Args;
 use ferry_client::admin::TopicConfig;
 use ferry_client::{Admin, BrokerClient, ClientConfig, OffsetSpec};
 use ferry_mirror::{MirrorConfig, MirrorHandle};
@@ -23,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{DemoArgs, GlobalOpts};
+use crate::common::{GlobalOpts, parse_duration};
 use crate::verify::{self, Progress};
 
 mod load;
@@ -53,6 +54,17 @@ struct Mirror {
     monitor: SocketAddr,
     stop: CancellationToken,
     task: JoinHandle<Result<(), ferry_mirror::run::MirrorError>>,
+}
+
+/// `demo` options.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Stop by itself after this long (e.g. 30s or plain seconds); default: run until Ctrl-C.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Records per second of the sample load.
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub rate: u32,
 }
 
 /// Runs the demo.

@@ -3,6 +3,7 @@
 //! `error: ...`, never as a Debug dump.
 
 mod cli;
+mod common;
 mod consume;
 mod demo;
 mod mirror;
@@ -17,7 +18,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, UsageError};
+use crate::cli::Cli;
+use crate::common::UsageError;
 
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with 2.

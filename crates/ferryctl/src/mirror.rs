@@ -11,9 +11,72 @@ use std::time::Duration;
 use anyhow::anyhow;
 use serde_json::json;
 
-use crate::cli::{EgressAction, GlobalOpts, MirrorCommand};
+use clap::{Args, Subcommand};
+
+use crate::common::GlobalOpts;
 use crate::monitor::{ControlDoc, EgressDoc, MonitorClient, MonitorError, PartitionDoc, PartitionsDoc, StatusDoc};
 use crate::output::{Format, Table};
+use crate::verify::VerifyArgs;
+
+/// `mirror` options.
+#[derive(Args)]
+pub struct MirrorArgs {
+    /// Output format (json passes the monitor's JSON through, for scripts).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: MirrorCommand,
+}
+
+/// `mirror` subcommands.
+#[derive(Subcommand)]
+pub enum MirrorCommand {
+    /// Mirror identity, active route, partition states, lag, rates and totals.
+    Status,
+    /// Per-partition offsets, lag and state.
+    Partitions {
+        /// Only this source topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Redraw every second until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Source routes (egress), or switch and unpin them.
+    Egress {
+        /// Switch or unpin; without one, list the routes.
+        #[command(subcommand)]
+        action: Option<EgressAction>,
+    },
+    /// Pause a mirrored source topic (its partitions stop appending and keep their positions).
+    Pause {
+        /// Source topic.
+        topic: String,
+    },
+    /// Resume a paused (or halted) source topic.
+    Resume {
+        /// Source topic.
+        topic: String,
+    },
+    /// Compare every mirror topic on the target with its source, batch by batch; exit 1 on any difference.
+    Verify(VerifyArgs),
+}
+
+/// `mirror egress` subcommands.
+#[derive(Subcommand)]
+pub enum EgressAction {
+    /// Switch the source route by hand; it stays pinned until `mirror egress unpin`.
+    Switch {
+        /// Route name.
+        route: String,
+        /// Switch even when the route is unhealthy.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove the pin of a manual switch, so automatic failover applies again.
+    Unpin,
+}
 
 /// Runs a `mirror` subcommand (`verify` talks to brokers, not the monitor: it has its own module).
 pub async fn run(cmd: MirrorCommand, format: Format, global: &GlobalOpts) -> anyhow::Result<()> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::cli::{GlobalOpts, UsageError};
+use crate::common::{GlobalOpts, UsageError};
 
 /// Why a monitor call failed.
 #[derive(Debug, thiserror::Error)]
@@ -241,12 +241,16 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// The global options alone, as the command line parses them.
+    #[derive(Parser)]
+    struct Opts {
+        #[command(flatten)]
+        global: GlobalOpts,
+    }
+
     fn client(args: &[&str]) -> anyhow::Result<MonitorClient> {
-        let cli = crate::cli::Cli::try_parse_from(
-            ["ferryctl"].iter().chain(args).chain(["mirror", "status"].iter()).copied(),
-        )
-        .unwrap();
-        MonitorClient::new(&cli.global)
+        let opts = Opts::try_parse_from(["ferryctl"].iter().chain(args).copied()).unwrap();
+        MonitorClient::new(&opts.global)
     }
 
     #[test]

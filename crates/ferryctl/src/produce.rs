@@ -19,8 +19,7 @@ use rand::distr::Alphanumeric;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
-use crate::cli::{GlobalOpts, UsageError, parse_key_value};
-use crate::topic::explain;
+use crate::common::{GlobalOpts, UsageError, explain, parse_key_value};
 
 /// `produce` options.
 #[derive(Args, Debug)]

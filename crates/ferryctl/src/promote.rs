@@ -12,10 +12,9 @@ use clap::Args;
 use ferry_client::Admin;
 use ferry_client::admin::MirrorSource;
 
-use crate::cli::{GlobalOpts, UsageError};
+use crate::common::{GlobalOpts, UsageError, explain};
 use crate::monitor::{MonitorClient, PartitionDoc, PartitionsDoc};
 use crate::output::Table;
-use crate::topic::explain;
 
 /// `topic promote` options.
 #[derive(Args)]

@@ -4,12 +4,11 @@
 //! naming it. Broker errors that operators hit often (a missing or existing topic) are restated as one sentence
 //! naming the topic and the broker.
 
-use anyhow::anyhow;
 use clap::{Args, Subcommand};
+use ferry_client::Admin;
 use ferry_client::admin::{PartitionInfo, TopicConfig, TopicInfo};
-use ferry_client::{Admin, ClientError};
 
-use crate::cli::{GlobalOpts, UsageError, parse_key_value};
+use crate::common::{GlobalOpts, UsageError, explain, parse_key_value};
 use crate::output::{Format, Table, TopicJson};
 
 /// The config keys `--config` accepts.
@@ -119,21 +118,6 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
         TopicCommand::Promote(args) => crate::promote::run(args, &admin, global).await?,
     }
     Ok(())
-}
-
-/// Restates NOT_FOUND and ALREADY_EXISTS about `topic` as one sentence; other errors pass through.
-pub fn explain(err: ClientError, topic: &str, brokers: &str) -> anyhow::Error {
-    let broker = match &err {
-        ClientError::Status { broker, .. } => broker.clone(),
-        _ => brokers.to_owned(),
-    };
-    if err.is_not_found() {
-        anyhow!("topic {topic:?} does not exist on {broker}")
-    } else if err.is_already_exists() {
-        anyhow!("topic {topic:?} already exists on {broker}")
-    } else {
-        err.into()
-    }
 }
 
 /// Parses `--config` pairs into a TopicConfig.
@@ -286,16 +270,6 @@ mod tests {
         assert!(err.0.contains("not key=value"), "{}", err.0);
         let err = parse_config(&strings(&["flush=sync", "flush=async"])).unwrap_err();
         assert!(err.0.contains("twice"), "{}", err.0);
-    }
-
-    #[test]
-    fn not_found_becomes_one_sentence() {
-        let err = ClientError::Status {
-            code: ferry_client::Code::NotFound,
-            message: "unknown topic \"orders\"".into(),
-            broker: "127.0.0.1:7411".into(),
-        };
-        assert_eq!(explain(err, "orders", "x").to_string(), "topic \"orders\" does not exist on 127.0.0.1:7411");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The channels an alarm can go to, behind one type so the queue worker treats them alike.
 
-use super::AlarmError;
 use super::email::EmailChannel;
+use super::error::AlarmError;
 use super::notice::Notice;
 use super::webhook::WebhookChannel;
 

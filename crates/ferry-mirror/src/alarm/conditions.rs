@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::rules::Thresholds;
+use crate::config::rules::Thresholds;
 use crate::events::{Event, EventKind};
 use crate::state::{PartitionState, PartitionStatus, Shared};
 

@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
-use lettre::transport::smtp::authentication::Credentials;
-use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+use lettre::transport::smtp::client::Tls;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-use super::AlarmError;
+use super::error::AlarmError;
 use super::notice::{AlarmIdentity, Notice};
 use super::template::Templates;
 use crate::config::{EmailConfig, SmtpTls};
@@ -36,60 +35,6 @@ impl std::fmt::Debug for EmailChannel {
     }
 }
 
-fn mailbox(channel: &str, key: &str, text: &str) -> Result<Mailbox, AlarmError> {
-    text.parse().map_err(|e| AlarmError::Channel {
-        channel: channel.to_owned(),
-        reason: format!("{key} {text:?} is not an email address: {e}"),
-    })
-}
-
-/// The sender, the recipients and the credentials of `cfg`, checked.
-fn parts(cfg: &EmailConfig) -> Result<(Mailbox, Vec<Mailbox>, Option<Credentials>), AlarmError> {
-    let bad = |reason: String| AlarmError::Channel { channel: cfg.name.clone(), reason };
-    let from = mailbox(&cfg.name, "from", &cfg.from)?;
-    let to = cfg.to.iter().map(|t| mailbox(&cfg.name, "to", t)).collect::<Result<Vec<_>, _>>()?;
-    if to.is_empty() {
-        return Err(bad("to needs one or more email addresses".into()));
-    }
-    let credentials = match (&cfg.username, &cfg.password) {
-        (Some(user), Some(password)) => Some(Credentials::new(user.clone(), password.expose().to_owned())),
-        (Some(_), None) => {
-            return Err(bad(format!(
-                "username is set but there is no password (password_file or {})",
-                crate::config::SMTP_PASSWORD_ENV
-            )));
-        }
-        // A password without a username (e.g. FERRY_SMTP_PASSWORD meant for another channel): no AUTH.
-        (None, _) => None,
-    };
-    Ok((from, to, credentials))
-}
-
-/// The TLS parameters of `cfg`: the server name is the host, trusted by the built-in roots plus the certificates
-/// of `ca_file`.
-fn tls_parameters(cfg: &EmailConfig) -> Result<TlsParameters, String> {
-    let mut builder = TlsParameters::builder(cfg.host.clone());
-    if let Some(path) = &cfg.ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
-        let count = rustls_pemfile::certs(&mut pem.as_slice()).filter(Result::is_ok).count();
-        let cert = Certificate::from_pem(&pem).ok().filter(|_| count > 0).ok_or_else(|| {
-            format!("ca_file {} holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")", path.display())
-        })?;
-        builder = builder.add_root_certificate(cert);
-    }
-    builder.build_rustls().map_err(|e| format!("cannot set up TLS to {}: {e}", cfg.host))
-}
-
-/// Checks `cfg` without building a transport (which needs a runtime): addresses, credentials and the TLS roots.
-pub fn check(cfg: &EmailConfig) -> Result<(), AlarmError> {
-    parts(cfg)?;
-    // A missing ca_file is already reported by the config check.
-    if cfg.tls != SmtpTls::None && cfg.ca_file.as_ref().is_none_or(|p| p.is_file()) {
-        tls_parameters(cfg).map_err(|reason| AlarmError::Channel { channel: cfg.name.clone(), reason })?;
-    }
-    Ok(())
-}
-
 impl EmailChannel {
     /// Builds the channel: parses the addresses and sets up the SMTP transport and its connection pool (no
     /// connection yet). Must run inside a tokio runtime.
@@ -99,21 +44,22 @@ impl EmailChannel {
         identity: Arc<AlarmIdentity>,
     ) -> Result<EmailChannel, AlarmError> {
         let bad = |reason: String| AlarmError::Channel { channel: cfg.name.clone(), reason };
-        let (from, to, credentials) = parts(cfg)?;
+        let (from, to, credentials) = cfg.parts().map_err(bad)?;
         type Transport = AsyncSmtpTransport<Tokio1Executor>;
         // `builder_dangerous` only means "no TLS unless set": every mode but `none` sets it, verifying the server.
         let tls = match cfg.tls {
             SmtpTls::None => Tls::None,
-            SmtpTls::StartTls => Tls::Required(tls_parameters(cfg).map_err(bad)?),
-            SmtpTls::Tls => Tls::Wrapper(tls_parameters(cfg).map_err(bad)?),
+            SmtpTls::StartTls => Tls::Required(cfg.tls_parameters().map_err(bad)?),
+            SmtpTls::Tls => Tls::Wrapper(cfg.tls_parameters().map_err(bad)?),
         };
-        let mut builder = Transport::builder_dangerous(&cfg.host).tls(tls).port(cfg.port).timeout(Some(cfg.timeout));
+        let mut builder =
+            Transport::builder_dangerous(&cfg.smtp.host).tls(tls).port(cfg.smtp.port).timeout(Some(cfg.timeout));
         if let Some(c) = credentials {
             builder = builder.credentials(c);
         }
         Ok(EmailChannel {
             name: cfg.name.clone(),
-            server: format!("{}:{}", cfg.host, cfg.port),
+            server: cfg.smtp.to_string(),
             transport: builder.build(),
             from,
             to,
@@ -160,16 +106,16 @@ impl EmailChannel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
+    use crate::config::{Secret, SmtpServer};
 
     fn cfg() -> EmailConfig {
         EmailConfig {
             name: "oncall".into(),
-            host: "127.0.0.1".into(),
-            port: 2525,
+            smtp: SmtpServer { host: "127.0.0.1".into(), port: 2525 },
             tls: SmtpTls::None,
             ca_file: None,
             username: Some("ferry".into()),
+            password_file: None,
             password: Some(Secret::new("pw")),
             from: "Ferry <ferry@example.org>".into(),
             to: vec!["oncall@example.org".into()],
@@ -196,7 +142,7 @@ mod tests {
         for tls in [SmtpTls::StartTls, SmtpTls::Tls] {
             let mut c = cfg();
             c.tls = tls;
-            c.host = "smtp.example.org".into();
+            c.smtp.host = "smtp.example.org".into();
             let ch = EmailChannel::new(&c, Arc::clone(&t), id()).unwrap();
             assert_eq!(format!("{ch:?}"), "EmailChannel { name: \"oncall\", server: \"smtp.example.org:2525\" }");
         }

@@ -16,15 +16,14 @@
 mod channel;
 pub mod conditions;
 mod email;
+mod error;
 pub mod notice;
 mod queue;
-pub mod rules;
 pub mod template;
 mod throttle;
 mod tracker;
 pub mod webhook;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,16 +32,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::config::rules::{self, Rules, Thresholds};
+pub use error::AlarmError;
 pub use notice::{AlarmIdentity, Notice, NoticeKind};
-pub use rules::{Rules, Thresholds};
 
 use self::channel::Channel;
 use self::conditions::ConditionChecker;
 use self::queue::{NoticeQueue, run_worker};
-use self::rules::Channels;
 use self::template::Templates;
 use self::tracker::{Decision, Tracker};
 use crate::config::AlarmsConfig;
+use crate::config::rules::Channels;
 use crate::events::{Event, EventBus, Severity};
 use crate::metrics::Metrics;
 use crate::state::Shared;
@@ -53,77 +53,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const FORGET_INTERVAL: Duration = Duration::from_secs(60);
 /// The outcomes `ferry_alarms_total` counts per channel.
 const OUTCOMES: [&str; 4] = ["sent", "failed", "suppressed", "dropped"];
-
-/// Why the Alarmer could not be set up, or a notification could not be delivered.
-#[derive(Debug, thiserror::Error)]
-pub enum AlarmError {
-    /// The rules file (or the shipped rules under it) has problems.
-    #[error("alarm rules: {} problem(s):\n  - {}", problems.len(), problems.join("\n  - "))]
-    Rules {
-        /// Each problem, naming its key.
-        problems: Vec<String>,
-    },
-    /// An email template has problems.
-    #[error("alarm templates: {}", problems.join("; "))]
-    Templates {
-        /// Each problem, naming its file.
-        problems: Vec<String>,
-    },
-    /// A channel's settings are unusable.
-    #[error("alarm channel {channel:?}: {reason}")]
-    Channel {
-        /// Channel name.
-        channel: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The SMTP server refused or failed.
-    #[error("alarm channel {channel:?}: sending through {server} failed")]
-    Smtp {
-        /// Channel name.
-        channel: String,
-        /// `host:port`.
-        server: String,
-        /// lettre's error.
-        #[source]
-        source: lettre::transport::smtp::Error,
-    },
-    /// The SMTP exchange did not finish in time.
-    #[error("alarm channel {channel:?}: sending through {server} did not finish within {}", humantime::format_duration(*timeout))]
-    SmtpTimeout {
-        /// Channel name.
-        channel: String,
-        /// `host:port`.
-        server: String,
-        /// The channel's timeout.
-        timeout: Duration,
-    },
-    /// The webhook answered with an error status.
-    #[error("alarm channel {channel:?}: {url} answered HTTP {status} (attempt {attempts})")]
-    WebhookStatus {
-        /// Channel name.
-        channel: String,
-        /// Scheme and host of the URL (its path may hold a token).
-        url: String,
-        /// HTTP status.
-        status: u16,
-        /// Attempts made.
-        attempts: u32,
-    },
-    /// The webhook could not be reached or timed out.
-    #[error("alarm channel {channel:?}: POST to {url} failed (attempt {attempts})")]
-    WebhookRequest {
-        /// Channel name.
-        channel: String,
-        /// Scheme and host of the URL.
-        url: String,
-        /// Attempts made.
-        attempts: u32,
-        /// reqwest's error, without the URL.
-        #[source]
-        source: reqwest::Error,
-    },
-}
 
 /// An error with its causes, `a: b: c`, for one log field.
 fn chain(e: &dyn std::error::Error) -> String {
@@ -137,35 +66,6 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-fn channel_names(config: &AlarmsConfig) -> BTreeSet<String> {
-    config.webhooks.iter().map(|w| w.name.clone()).chain(config.emails.iter().map(|e| e.name.clone())).collect()
-}
-
-/// The problems `ferry-mirror validate` reports for `[alarms]` beyond the config keys themselves: the rules file
-/// (unless it is missing, which the config check reports), the email templates, and email addresses and
-/// credentials. Needs no runtime.
-pub fn check(config: &AlarmsConfig) -> Vec<String> {
-    let mut problems = Vec::new();
-    if config.rules.as_ref().is_none_or(|r| r.is_file())
-        && let Err(ps) = Rules::load(config.rules.as_deref(), &channel_names(config))
-    {
-        problems.extend(ps);
-    }
-    if let Err(ps) = Templates::load(config.rules.as_deref()) {
-        problems.extend(ps);
-    }
-    for e in &config.emails {
-        // Addresses without '@' are already reported by the config check.
-        if e.from.contains('@')
-            && e.to.iter().all(|t| t.contains('@'))
-            && let Err(err) = email::check(e)
-        {
-            problems.push(err.to_string());
-        }
-    }
-    problems
-}
-
 /// Rules and channels built from one [`AlarmsConfig`].
 struct Setup {
     rules: Arc<Rules>,
@@ -175,7 +75,7 @@ struct Setup {
 
 impl Setup {
     fn build(config: &AlarmsConfig, identity: &Arc<AlarmIdentity>) -> Result<Setup, AlarmError> {
-        let rules = Rules::load(config.rules.as_deref(), &channel_names(config))
+        let rules = Rules::load(config.rules.as_deref(), &config.channel_names())
             .map_err(|problems| AlarmError::Rules { problems })?;
         let templates =
             Arc::new(Templates::load(config.rules.as_deref()).map_err(|problems| AlarmError::Templates { problems })?);
@@ -396,7 +296,7 @@ fn log_notice(notice: &Notice, channels: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{EmailConfig, SmtpTls, WebhookConfig};
+    use crate::config::{EmailConfig, SmtpServer, SmtpTls, WebhookConfig};
     use crate::events::EventKind;
 
     fn config(rules: Option<std::path::PathBuf>) -> AlarmsConfig {
@@ -406,45 +306,24 @@ mod tests {
             webhooks: vec![WebhookConfig {
                 name: "ops".into(),
                 url: "http://127.0.0.1:9/hook".into(),
+                secret_file: None,
                 secret: None,
                 timeout: Duration::from_secs(1),
                 retries: 0,
             }],
             emails: vec![EmailConfig {
                 name: "oncall".into(),
-                host: "127.0.0.1".into(),
-                port: 9,
+                smtp: SmtpServer { host: "127.0.0.1".into(), port: 9 },
                 tls: SmtpTls::None,
                 ca_file: None,
                 username: None,
+                password_file: None,
                 password: None,
                 from: "ferry@example.org".into(),
                 to: vec!["oncall@example.org".into()],
                 timeout: Duration::from_secs(1),
             }],
         }
-    }
-
-    #[test]
-    fn check_reports_rules_templates_and_credentials() {
-        assert_eq!(check(&config(None)), Vec::<String>::new());
-        let dir = tempfile::tempdir().unwrap();
-        let rules = dir.path().join("rules.toml");
-        std::fs::write(&rules, "[events.sync_error]\nchannels = [\"ops\", \"pager\"]\n").unwrap();
-        std::fs::create_dir(dir.path().join("templates")).unwrap();
-        std::fs::write(dir.path().join("templates/email_subject.txt"), "{nope}").unwrap();
-        let mut c = config(Some(rules.clone()));
-        c.emails[0].username = Some("ferry".into());
-        let problems = check(&c);
-        assert_eq!(problems.len(), 3, "{problems:#?}");
-        assert!(problems[0].contains("events.sync_error.channels[1]: unknown channel \"pager\""), "{problems:#?}");
-        assert!(problems[1].contains("templates/email_subject.txt: unknown placeholder {nope}"), "{problems:#?}");
-        assert!(
-            problems[2].starts_with("alarm channel \"oncall\": username is set but there is no password"),
-            "{problems:#?}"
-        );
-        // A missing rules file is reported by the config check, not twice.
-        assert_eq!(check(&config(Some(dir.path().join("elsewhere/missing.toml")))), Vec::<String>::new());
     }
 
     #[tokio::test]

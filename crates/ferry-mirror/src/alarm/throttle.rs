@@ -11,7 +11,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::rules::Rules;
+use crate::config::rules::Rules;
 use crate::events::EventKind;
 
 /// governor's clock reading tokio's time (which a test may pause and advance).

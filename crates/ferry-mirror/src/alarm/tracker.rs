@@ -18,8 +18,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::notice::{Notice, NoticeKind};
-use super::rules::{Channels, Rules, is_condition};
 use super::throttle::Throttles;
+use crate::config::rules::{Channels, Rules, is_condition};
 use crate::events::{Event, EventKind};
 
 /// What to do with an event or a due repeat.

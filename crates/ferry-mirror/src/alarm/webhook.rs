@@ -12,7 +12,7 @@ use hmac::{Hmac, Mac};
 use rand::Rng;
 use sha2::Sha256;
 
-use super::AlarmError;
+use super::error::AlarmError;
 use super::notice::{AlarmIdentity, Notice, webhook_body};
 use crate::config::{Secret, WebhookConfig};
 
@@ -175,6 +175,7 @@ mod tests {
         let cfg = WebhookConfig {
             name: "chat".into(),
             url: "https://hooks.example:8443/services/T000/B000/s3cr3t-token".into(),
+            secret_file: None,
             secret: Some(Secret::new("k")),
             timeout: Duration::from_secs(1),
             retries: 0,

@@ -33,7 +33,7 @@ pub enum Item {
     },
 }
 
-/// A source of batches for one side. Implemented over Fetch ([`super::reader::FetchStream`]) and, in tests, over
+/// A source of batches for one side. Implemented over Fetch (`FetchStream` of the reader module) and, in tests, over
 /// a list.
 pub(crate) trait BatchStream {
     /// The next item, or `None` at the end of the range.

@@ -14,13 +14,14 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use clap::Args;
 use ferry_client::admin::{PartitionInfo, TopicInfo};
 use ferry_client::{Admin, BrokerClient};
 use serde::Serialize;
 
 use self::compare::Difference;
 use self::reader::FetchStream;
-use crate::cli::{GlobalOpts, VerifyArgs};
+use crate::common::GlobalOpts;
 use crate::output::Format;
 
 /// The verdict on one partition.
@@ -160,6 +161,20 @@ impl Report {
         out.push('\n');
         out
     }
+}
+
+/// `mirror verify` options.
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// Source cluster broker address(es), comma separated.
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub source: Vec<String>,
+    /// Target cluster broker address(es), comma separated.
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub target: Vec<String>,
+    /// Only this mirror topic (its target or its source name).
+    #[arg(long)]
+    pub topic: Option<String>,
 }
 
 /// Runs `mirror verify`.

@@ -1,0 +1,137 @@
+//! The broker config's tests, and `conf/broker.toml` against the compiled defaults.
+
+use super::*;
+
+#[test]
+fn defaults_serve_loopback_7411_with_local_data() {
+    let cfg = BrokerConfig::load(None, &Overrides::default()).unwrap();
+    assert_eq!(cfg.broker.listen, "127.0.0.1:7411".parse().unwrap());
+    assert_eq!(cfg.broker.data_dir, PathBuf::from("./data"));
+    assert_eq!(cfg.default_log_config().max_batch_bytes, 1024 * 1024);
+}
+
+#[test]
+fn file_values_and_overrides_apply_and_unknown_keys_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broker.toml");
+    std::fs::write(&path, "[broker]\nmax_batch_bytes = \"4MiB\"\n[storage]\nflush = \"sync\"\nretention = \"1h\"\n")
+        .unwrap();
+    let over = Overrides { listen: Some("127.0.0.1:9999".parse().unwrap()), ..Default::default() };
+    let cfg = BrokerConfig::load(Some(&path), &over).unwrap();
+    assert_eq!(cfg.broker.listen.port(), 9999);
+    let log = cfg.default_log_config();
+    assert_eq!(log.max_batch_bytes, 4 * 1024 * 1024);
+    assert_eq!(log.flush, FlushPolicy::Sync);
+    assert_eq!(log.retention_ms, Some(3_600_000));
+
+    std::fs::write(&path, "[storage]\nflushh = \"sync\"\n").unwrap();
+    let err = BrokerConfig::load(Some(&path), &Overrides::default()).unwrap_err().to_string();
+    assert!(err.contains("flushh"), "{err}");
+}
+
+#[test]
+fn the_shipped_reference_config_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/broker.toml");
+    let cfg = BrokerConfig::load(Some(&path), &Overrides::default()).unwrap();
+    assert_eq!(cfg.broker.listen, "127.0.0.1:7411".parse().unwrap());
+    assert_eq!(cfg.storage.segment_age, Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(cfg.default_log_config().retention_bytes, None);
+}
+
+#[test]
+fn bad_cluster_id_is_named() {
+    let over = Overrides { cluster_id: Some("a b".into()), ..Default::default() };
+    let err = BrokerConfig::load(None, &over).unwrap_err().to_string();
+    assert!(err.contains("broker.cluster_id"), "{err}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = "[broker]\nmax_batch_bytes = \"512B\"\nmax_fetch_wait = \"soon\"\nlisten = 5\n[storage]\nflushh = \"sync\"\n\
+                flush = \"sometimes\"\nflush_interval = \"0s\"\n[groups]\nmin_session_timeout = \"10m\"\n";
+    let err = BrokerConfig::from_toml(text, false).unwrap_err();
+    let ConfigError::Invalid(problems) = &err else { panic!("{err}") };
+    let mut got = problems.0.clone();
+    got.sort();
+    assert_eq!(got.len(), 7, "{err}");
+    assert_eq!(got[0], "broker.listen: invalid type: integer `5`, expected socket address");
+    assert_eq!(got[1], "broker.max_batch_bytes: 512 B is outside 1KiB..256MiB");
+    assert!(got[2].starts_with("broker.max_fetch_wait: \"soon\" is not a duration like"), "{err}");
+    assert_eq!(got[3], "groups.min_session_timeout: is larger than groups.max_session_timeout");
+    assert!(got[4].starts_with("storage.flush: \"sometimes\" is not one of \"sync\" or \"async\""), "{err}");
+    assert_eq!(got[5], "storage.flush_interval: must be above 0");
+    assert!(got[6].starts_with("storage.flushh: unknown key (the keys here are flush, flush_interval,"), "{err}");
+    // One line, as the daemon prints errors.
+    assert!(!err.to_string().contains('\n'), "{err}");
+}
+
+/// `conf/broker.toml`, the reference for every key.
+fn reference() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/broker.toml")).unwrap()
+}
+
+fn loaded(text: &str) -> String {
+    format!("{:?}", BrokerConfig::from_toml(text, false).unwrap_or_else(|e| panic!("{e}\nin:\n{text}")))
+}
+
+#[test]
+fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
+    let documented = ferry_config::documented::defaults(&reference()).unwrap();
+    let want = loaded("");
+    for d in &documented {
+        let doc = ferry_config::documented::with_default("", d).unwrap();
+        assert_eq!(
+            loaded(&doc),
+            want,
+            "conf/broker.toml line {}: {} is not the compiled default",
+            d.line,
+            d.assignment
+        );
+    }
+    let keys: Vec<String> = documented.iter().map(|d| d.dotted()).collect();
+    assert_eq!(
+        keys,
+        [
+            "broker.listen",
+            "broker.data_dir",
+            "broker.max_batch_bytes",
+            "broker.max_fetch_wait",
+            "broker.shutdown_timeout",
+            "storage.flush",
+            "storage.flush_interval",
+            "storage.flush_bytes",
+            "storage.segment_bytes",
+            "storage.segment_age",
+            "storage.index_interval_bytes",
+            "storage.retention_bytes",
+            "storage.retention",
+            "storage.retention_check_interval",
+            "groups.min_session_timeout",
+            "groups.max_session_timeout",
+        ],
+        "every optional key with a default is documented so, once"
+    );
+    // A drifted default is caught.
+    let drifted = reference().replace("# max_fetch_wait = \"30s\"", "# max_fetch_wait = \"31s\"");
+    let d = ferry_config::documented::defaults(&drifted).unwrap().into_iter().find(|d| d.key == "max_fetch_wait");
+    let doc = ferry_config::documented::with_default("", &d.unwrap()).unwrap();
+    assert_ne!(loaded(&doc), want);
+}
+
+#[test]
+fn conf_broker_toml_mentions_every_key_of_every_section() {
+    use ferry_config::documented::fields;
+    let mentioned = ferry_config::documented::mentioned(&reference()).unwrap();
+    let sections: [(&str, &[&str]); 4] = [
+        ("broker", fields::<BrokerSection>()),
+        ("broker.tls", fields::<TlsSection>()),
+        ("storage", fields::<StorageSection>()),
+        ("groups", fields::<GroupsSection>()),
+    ];
+    let missing: Vec<String> = sections
+        .iter()
+        .flat_map(|(s, fs)| fs.iter().map(move |f| format!("{s}.{f}")))
+        .filter(|k| !mentioned.contains(k))
+        .collect();
+    assert_eq!(missing, Vec::<String>::new(), "keys conf/broker.toml does not mention");
+}
