@@ -139,6 +139,10 @@ async fn append_with_offsets_handles_every_case_against_the_log_end() -> anyhow:
     // An invalid gap: the batch starts below the source log start (partition 1 is empty).
     let r = t.append(1, 10, batch(5, 2, 0)).await;
     outcome(&r, ErrorCode::GapRefused, 0, 0, 0);
+    // An invalid gap: the batch starts above the source log start, which would skip [10, 20) silently.
+    let r = t.append(1, 10, batch(20, 2, 0)).await;
+    outcome(&r, ErrorCode::GapRefused, 0, 0, 0);
+    assert!(r.message.contains("starts exactly at it"), "{}", r.message);
 
     // Straddling the LEO: [51, 54] against LEO 53.
     let r = t.append(0, 50, batch(51, 4, 0)).await;

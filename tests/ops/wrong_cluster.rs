@@ -2,7 +2,8 @@
 //! with other records) is never used. The source cluster id is not configured: the mirror learns it from the first
 //! route it reaches (the backup's proxy is cut until then). When the primary is cut the mirror stays on it, raises
 //! source_net_not_available for the primary and for "no healthy route" ("*"), and never reads dc-x: no switch
-//! event, no divergence, no group of the mirror on dc-x, dc-x unchanged, and the target identical to dc-a.
+//! event, no divergence, no group of the mirror on dc-x, dc-x unchanged, and the target identical to dc-a. A forced
+//! manual switch into dc-x is refused with 409 `route_wrong_cluster`.
 
 use ferry_testkit::{Proxy, wait_until};
 
@@ -46,6 +47,16 @@ async fn backup_route_into_another_cluster_is_never_used() -> anyhow::Result<()>
     assert_eq!((&backup["healthy"], &backup["active"]), (&false.into(), &false.into()), "{e}");
     let reason = backup["last_error"].as_str().unwrap_or_default();
     assert!(reason.contains("\"dc-x\"") && reason.contains("\"dc-a\""), "the reason names both cluster ids: {e}");
+    // A forced manual switch into the other cluster is refused too: no route into another cluster is ever used.
+    let forced = Some(r#"{"route":"backup","force":true}"#);
+    let refused = post(&mirror, "/api/v1/egress/switch", Auth::Bearer(TOKEN), forced).await?;
+    assert_eq!((refused.status, refused.code()), (409, "route_wrong_cluster"), "{:?}", refused.body);
+    let why = refused.body["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("\"dc-x\"") && why.contains("\"dc-a\""), "the refusal names both cluster ids: {why}");
+    assert_eq!(
+        (egress(&mirror).await?["active"].clone(), egress(&mirror).await?["pinned"].clone()),
+        ("primary".into(), false.into())
+    );
 
     // The primary is cut while more records arrive on dc-a.
     p1.cut();

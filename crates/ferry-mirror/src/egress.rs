@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::SourceCluster;
 use crate::cluster::ferry::FerrySource;
 use crate::config::{Route, SourceConfig, SwitchBack};
-use crate::events::{Event, EventBus, EventKind};
+use crate::events::{Details, Event, EventBus, EventKind, RouteFacts, SwitchFacts};
 
 /// The route the pipeline uses now.
 #[derive(Debug)]
@@ -75,6 +75,15 @@ pub enum SwitchError {
     /// No route has that name.
     #[error("no route named {0:?}")]
     UnknownRoute(String),
+    /// The route leads to another cluster than the source, or the source's id is not known and the route was
+    /// never verified: refused, forced or not.
+    #[error("route {route:?} cannot be used: {reason}")]
+    WrongCluster {
+        /// Route name.
+        route: String,
+        /// Why.
+        reason: String,
+    },
     /// The route is unhealthy and `force` was not set.
     #[error("route {route:?} is unhealthy ({reason}); pass force to switch anyway")]
     RouteUnhealthy {
@@ -305,6 +314,24 @@ impl EgressHandle {
             return Err(SwitchError::UnknownRoute(route.to_owned()));
         };
         let r = &inner.routes[i];
+        // No route into another cluster is ever used, forced or not.
+        match (&inner.expected_cluster_id, &r.cluster_id) {
+            (Some(expected), Some(id)) if id != expected => {
+                return Err(SwitchError::WrongCluster {
+                    route: route.to_owned(),
+                    reason: format!("it leads to cluster {id:?}, not the source cluster {expected:?}"),
+                });
+            }
+            (None, _) if i != inner.active && !r.ever_healthy => {
+                return Err(SwitchError::WrongCluster {
+                    route: route.to_owned(),
+                    reason: "the source cluster's id is not known yet and this route was never verified to lead \
+                             to it (set source.cluster_id, or let the active route answer first)"
+                        .to_owned(),
+                });
+            }
+            _ => {}
+        }
         if !r.healthy && !force {
             let reason = r.last_error.clone().unwrap_or_else(|| "not probed successfully yet".into());
             return Err(SwitchError::RouteUnhealthy { route: route.to_owned(), reason });
@@ -314,6 +341,18 @@ impl EgressHandle {
             self.switch_to(&mut inner, i, "manual switch by an operator");
         }
         Ok(())
+    }
+
+    /// Why `route` must not be fetched from now: it reported another cluster's id than the source's.
+    pub fn leads_elsewhere(&self, route: &str) -> Option<String> {
+        let inner = self.shared.inner.lock();
+        let r = inner.routes.iter().find(|r| r.name == route)?;
+        match (&inner.expected_cluster_id, &r.cluster_id) {
+            (Some(expected), Some(id)) if id != expected => {
+                Some(format!("route {route:?} leads to cluster {id:?}, not the source cluster {expected:?}"))
+            }
+            _ => None,
+        }
     }
 
     /// Removes the pin of a manual switch; automatic switching applies again.
@@ -365,8 +404,11 @@ impl EgressHandle {
                     ),
                 )
                 .route(&r.name)
-                .detail("reason", reason)
-                .detail("brokers", r.brokers.join(",")),
+                .with(Details::Route(RouteFacts {
+                    reason: Some(reason.to_string()),
+                    brokers: Some(r.brokers.join(",")),
+                    active: None,
+                })),
             );
         }
     }
@@ -387,9 +429,7 @@ impl EgressHandle {
                 format!("switched source route {from_name:?} -> {to_name:?}: {reason}"),
             )
             .route(&to_name)
-            .detail("from", from_name)
-            .detail("to", to_name)
-            .detail("reason", reason),
+            .with(Details::Switch(SwitchFacts { from: from_name, to: to_name, reason: reason.to_owned() })),
         );
     }
 
@@ -429,7 +469,7 @@ impl EgressHandle {
                                 format!("no healthy source route to switch to; staying on {:?}", a.name),
                             )
                             .route("*")
-                            .detail("active", a.name.clone()),
+                            .with(Details::Route(RouteFacts { active: Some(a.name.clone()), ..Default::default() })),
                         );
                     }
                 }
@@ -519,8 +559,11 @@ impl EgressHandle {
                                 ),
                             )
                             .route(&name)
-                            .detail("brokers", brokers)
-                            .detail("reason", reason.clone()),
+                            .with(Details::Route(RouteFacts {
+                                reason: Some(reason.clone()),
+                                brokers: Some(brokers),
+                                active: None,
+                            })),
                         );
                     }
                     self.mark_unavailable(&mut inner, i, &reason);
@@ -661,6 +704,34 @@ mod tests {
         assert!(
             bus.recent().iter().any(|ev| ev.kind == EventKind::SyncError && ev.message.contains("has not reached"))
         );
+    }
+
+    #[tokio::test]
+    async fn no_switch_forced_or_not_leads_into_another_cluster() {
+        let bus = EventBus::new(Metrics::new());
+        let mut cfg = source(1, SwitchBack::Manual);
+        cfg.cluster_id = None;
+        let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false), None, bus).unwrap();
+        // The source's id is not known yet: a route never verified is refused, forced or not.
+        e.probe_result(1, Ok("X".into()));
+        assert!(matches!(e.switch("backup", true), Err(SwitchError::WrongCluster { .. })));
+        // Known now: a route reporting another id is refused even when forced, and never fetched from.
+        e.probe_result(0, Ok("A".into()));
+        e.probe_result(1, Ok("X".into()));
+        match e.switch("backup", true) {
+            Err(SwitchError::WrongCluster { route, reason }) => {
+                assert_eq!(route, "backup");
+                assert!(reason.contains("\"X\"") && reason.contains("\"A\""), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((e.active().name.as_str(), e.view().pinned), ("primary", false));
+        assert!(e.leads_elsewhere("backup").is_some_and(|r| r.contains("\"X\"")));
+        assert_eq!(e.leads_elsewhere("primary"), None);
+        // Once it leads to the source, a forced switch to it is taken.
+        e.probe_result(1, Ok("A".into()));
+        e.switch("backup", true).unwrap();
+        assert_eq!(e.active().name, "backup");
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! short history for the monitor, and publishes it on a tokio broadcast channel. The Alarmer and the Monitor
 //! subscribe; nothing parses logs.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -154,6 +154,201 @@ impl Severity {
     }
 }
 
+/// The facts of an event, typed per shape. Serialized as the event's `details` object (webhooks, the API, the
+/// alarm templates), with absent facts left out.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Details {
+    /// No facts beyond the message.
+    #[default]
+    None,
+    /// A topic and its target topic (`add_topic`, `remove_topic`, a refused target topic).
+    Topic(TopicFacts),
+    /// A partition count change (`modify_partition_num`).
+    Resized(ResizeFacts),
+    /// A route's failure or state (`source_net_*`).
+    Route(RouteFacts),
+    /// A route switch (`source_net_be_switched`).
+    Switch(SwitchFacts),
+    /// Lag and latency against the thresholds (`lag_above_threshold`).
+    Lag(LagFacts),
+    /// A partition without progress (`partition_stalled`).
+    Stall(StallFacts),
+    /// Where and why source and target disagree (`partition_diverged`).
+    Diverged(DivergedFacts),
+    /// Why something failed (`sync_error`, `target_net_not_available`).
+    Failure(FailureFacts),
+    /// A range the target records as a gap (`data_lost_before_mirroring`).
+    Gap(GapFacts),
+}
+
+/// Facts of a topic event.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct TopicFacts {
+    /// The target topic.
+    pub target_topic: String,
+    /// Its partition count, when the event concerns it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
+}
+
+/// Facts of a partition count change.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ResizeFacts {
+    /// The count before.
+    pub from: u32,
+    /// The count after.
+    pub to: u32,
+}
+
+/// Facts of a route event.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct RouteFacts {
+    /// Why the route failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The route's brokers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub brokers: Option<String>,
+    /// The route in use (for "no healthy route").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active: Option<String>,
+}
+
+/// Facts of a route switch.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SwitchFacts {
+    /// The route left.
+    pub from: String,
+    /// The route taken.
+    pub to: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Facts of a lag event.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct LagFacts {
+    /// Why it fired (`lag`, `latency`, `lag and latency`); absent on the recovery notice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Lag, records.
+    pub lag: u64,
+    /// Replication latency, ms.
+    pub latency_ms: u64,
+    /// The lag threshold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_threshold: Option<u64>,
+    /// The latency threshold, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_threshold_ms: Option<u64>,
+    /// How long it lasted before firing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub for_duration: Option<String>,
+    /// The source log end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_offset: Option<u64>,
+    /// The cache offset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_offset: Option<u64>,
+}
+
+/// Facts of a stall event.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct StallFacts {
+    /// How long without progress makes a stall.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_after: Option<String>,
+    /// The source log end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_offset: Option<u64>,
+    /// Lag, records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag: Option<u64>,
+    /// The cache offset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_offset: Option<u64>,
+    /// Why (tests and custom checks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Facts of a divergence.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct DivergedFacts {
+    /// The first differing offset.
+    pub offset: u64,
+    /// The cache offset then.
+    pub cache_offset: u64,
+    /// Why.
+    pub reason: String,
+    /// `halt` or `truncate`.
+    pub policy: String,
+}
+
+/// Facts of a failure.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct FailureFacts {
+    /// Why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The source's error code, when one caused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The target's log end, when the target lost records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_offset: Option<u64>,
+    /// The cache offset, when the target lost records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_offset: Option<u64>,
+}
+
+/// Facts of a gap.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct GapFacts {
+    /// First offset lost.
+    pub gap_start: u64,
+    /// One past the last.
+    pub gap_end: u64,
+}
+
+impl Details {
+    /// The facts as a JSON object (empty for none).
+    pub fn to_map(&self) -> serde_json::Map<String, serde_json::Value> {
+        let value = match self {
+            Details::None => return serde_json::Map::new(),
+            Details::Topic(f) => serde_json::to_value(f),
+            Details::Resized(f) => serde_json::to_value(f),
+            Details::Route(f) => serde_json::to_value(f),
+            Details::Switch(f) => serde_json::to_value(f),
+            Details::Lag(f) => serde_json::to_value(f),
+            Details::Stall(f) => serde_json::to_value(f),
+            Details::Diverged(f) => serde_json::to_value(f),
+            Details::Failure(f) => serde_json::to_value(f),
+            Details::Gap(f) => serde_json::to_value(f),
+        };
+        match value {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        }
+    }
+
+    /// Whether there are no facts.
+    pub fn is_empty(&self) -> bool {
+        self.to_map().is_empty()
+    }
+
+    /// A fact by name, `null` when absent.
+    pub fn value(&self, key: &str) -> serde_json::Value {
+        self.to_map().remove(key).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Serialize for Details {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_map().serialize(serializer)
+    }
+}
+
 /// One event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
@@ -172,8 +367,8 @@ pub struct Event {
     pub route: Option<String>,
     /// One sentence for humans.
     pub message: String,
-    /// Structured details (from/to/reason, offsets, ...).
-    pub details: BTreeMap<String, serde_json::Value>,
+    /// The facts, typed per shape.
+    pub details: Details,
     /// True when this notice says the condition ended (lag back under the threshold, stall over).
     pub cleared: bool,
 }
@@ -188,7 +383,7 @@ impl Event {
             partition: None,
             route: None,
             message: message.into(),
-            details: BTreeMap::new(),
+            details: Details::None,
             cleared: false,
         }
     }
@@ -212,9 +407,9 @@ impl Event {
         self
     }
 
-    /// Adds a detail.
-    pub fn detail(mut self, key: &str, value: impl Into<serde_json::Value>) -> Event {
-        self.details.insert(key.to_owned(), value.into());
+    /// Sets the facts.
+    pub fn with(mut self, details: Details) -> Event {
+        self.details = details;
         self
     }
 

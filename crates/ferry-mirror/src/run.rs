@@ -135,7 +135,8 @@ pub async fn run(
     tasks.spawn(alarmer.run(Arc::clone(&shared), config.sync.stall_check_interval, alarms_rx, components.clone()));
 
     let links: Links = Arc::new(dashmap::DashMap::new());
-    let health = &config.source.health;
+    // `[target.health]`, each key defaulting to `[source.health]`'s.
+    let health = &config.target.health;
     let target_health = Arc::new(TargetHealth::new(health.failure_threshold));
     let handle = MirrorHandle {
         name: config.name.clone(),

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::TargetCluster;
-use crate::events::{Event, EventBus, EventKind};
+use crate::events::{Details, Event, EventBus, EventKind, FailureFacts};
 use crate::state::Shared;
 use crate::sync::Links;
 
@@ -49,7 +49,7 @@ impl TargetHealth {
             s.1 = true;
             events.emit(
                 Event::new(EventKind::TargetNetNotAvailable, format!("the target cluster cannot be reached: {reason}"))
-                    .detail("reason", reason),
+                    .with(Details::Failure(FailureFacts { reason: Some(reason.to_owned()), ..Default::default() })),
             );
         }
     }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Rename, TopicsConfig};
 use crate::egress::EgressHandle;
-use crate::events::{Event, EventBus, EventKind};
+use crate::events::{Details, Event, EventBus, EventKind, ResizeFacts, TopicFacts};
 use crate::state::Shared;
 
 /// One mirrored topic.
@@ -229,8 +229,10 @@ impl TopicAndOffsetManager {
                         format!("mirroring {name} -> {} ({} partitions)", m.target, m.partitions),
                     )
                     .topic(name)
-                    .detail("target_topic", m.target.clone())
-                    .detail("partitions", m.partitions),
+                    .with(Details::Topic(TopicFacts {
+                        target_topic: m.target.clone(),
+                        partitions: Some(m.partitions),
+                    })),
                 );
             }
         }
@@ -247,7 +249,7 @@ impl TopicAndOffsetManager {
                         format!("not mirroring {source}: the source topic is gone (deleted on the source); the target topic {target} is kept"),
                     )
                     .topic(&source)
-                    .detail("target_topic", target),
+                    .with(Details::Topic(TopicFacts { target_topic: target, partitions: None })),
                 );
             }
         }
@@ -314,7 +316,7 @@ impl TopicAndOffsetManager {
                         ),
                     )
                     .topic(&t.name)
-                    .detail("target_topic", existing.name.clone()),
+                    .with(Details::Topic(TopicFacts { target_topic: existing.name.clone(), partitions: None })),
                 );
             }
             return None;
@@ -334,8 +336,7 @@ impl TopicAndOffsetManager {
                             ),
                         )
                         .topic(&t.name)
-                        .detail("from", existing.partitions)
-                        .detail("to", t.partitions),
+                        .with(Details::Resized(ResizeFacts { from: existing.partitions, to: t.partitions })),
                     );
                 }
                 Err(e) => tracing::warn!(topic = %t.name, error = %e, "cannot grow the target topic"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ferry_mirror::alarm::{AlarmIdentity, Alarmer};
 use ferry_mirror::config::{AlarmsConfig, EmailConfig, Secret, SmtpServer, SmtpTls, WebhookConfig};
-use ferry_mirror::events::{Event, EventBus, EventKind};
+use ferry_mirror::events::{Details, DivergedFacts, Event, EventBus, EventKind, LagFacts, RouteFacts};
 use ferry_mirror::metrics::Metrics;
 use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
 use ferry_testkit::wait_until;
@@ -129,8 +129,12 @@ async fn email_alarm_reaches_a_real_smtp_server_with_the_rendered_templates() {
     r.bus.emit(at_t0(
         Event::new(EventKind::PartitionDiverged, "orders/3 diverged at offset 120: the source reused offsets")
             .partition("orders", 3)
-            .detail("first_differing_offset", 120)
-            .detail("policy", "halt"),
+            .with(Details::Diverged(DivergedFacts {
+                offset: 120,
+                cache_offset: 150,
+                reason: "the source reused offsets".into(),
+                policy: "halt".into(),
+            })),
     ));
     r.wait_count("oncall", "sent", 1).await;
     let mails = sink.messages();
@@ -155,8 +159,10 @@ Time:       2023-11-14T22:13:20.000Z
 Cleared:    false
 
 Details:
-  first_differing_offset: 120
+  cache_offset: 150
+  offset: 120
   policy: halt
+  reason: the source reused offsets
 
 Runbook: docs/alarms.md, section \"partition_diverged\".
 -- 
@@ -235,7 +241,7 @@ async fn webhook_posts_signed_json_and_retries_after_server_errors() {
     r.bus.emit(at_t0(
         Event::new(EventKind::SourceNetNotAvailable, "source route \"primary\" failed 3 times in a row: timeout")
             .route("primary")
-            .detail("reason", "timeout"),
+            .with(Details::Route(RouteFacts { reason: Some("timeout".into()), ..Default::default() })),
     ));
     r.wait_count("ops", "sent", 1).await;
     // Two 500s, then accepted: three attempts, one delivery, no failure counted.
@@ -314,7 +320,9 @@ async fn an_alarm_storm_is_throttled_per_key_on_every_channel() {
     ));
     for i in 0..1000 {
         r.bus.emit(
-            Event::new(EventKind::LagAboveThreshold, format!("storm {i}")).partition("orders", 0).detail("lag", i),
+            Event::new(EventKind::LagAboveThreshold, format!("storm {i}"))
+                .partition("orders", 0)
+                .with(Details::Lag(LagFacts { lag: i, ..Default::default() })),
         );
     }
     // Another key has its own budget.

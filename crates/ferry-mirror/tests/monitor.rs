@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ferry_mirror::config::{ClusterKind, HealthConfig, MonitorConfig, Route, Secret, SourceConfig, SwitchBack};
 use ferry_mirror::egress::EgressHandle;
-use ferry_mirror::events::{Event, EventBus, EventKind};
+use ferry_mirror::events::{Details, DivergedFacts, Event, EventBus, EventKind};
 use ferry_mirror::metrics::Metrics;
 use ferry_mirror::state::{MeterClock, PartitionState, PartitionStatus, Shared, SideRates};
 use ferry_mirror::target_watch::TargetHealth;
@@ -127,9 +127,14 @@ fn populate(h: &MirrorHandle) {
     set_meter_second(h, 1);
     h.events.emit(Event::new(EventKind::AddTopic, "orders is mirrored").topic("orders"));
     h.events.emit(
-        Event::new(EventKind::PartitionDiverged, "payments/0 diverged at offset 20")
-            .partition("payments", 0)
-            .detail("offset", 20),
+        Event::new(EventKind::PartitionDiverged, "payments/0 diverged at offset 20").partition("payments", 0).with(
+            Details::Diverged(DivergedFacts {
+                offset: 20,
+                cache_offset: 25,
+                reason: "the target holds different data".into(),
+                policy: "halt".into(),
+            }),
+        ),
     );
 }
 
@@ -353,7 +358,10 @@ async fn read_endpoints_report_the_exact_state() {
     assert_eq!(kinds, [&json!("partition_diverged"), &json!("add_topic")]);
     assert_eq!(ev["events"][0]["severity"], "critical");
     assert_eq!((&ev["events"][0]["topic"], &ev["events"][0]["partition"]), (&json!("payments"), &json!(0)));
-    assert_eq!(ev["events"][0]["details"], json!({"offset": 20}));
+    assert_eq!(
+        ev["events"][0]["details"],
+        json!({"offset": 20, "cache_offset": 25, "reason": "the target holds different data", "policy": "halt"})
+    );
     let a = get(&m, "/api/v1/events?limit=1").await;
     assert_eq!(a.checked("get", "/api/v1/events")["events"].as_array().unwrap().len(), 1);
     let a = get(&m, "/api/v1/events?limit=lots").await;
@@ -411,7 +419,7 @@ async fn mutating_calls_need_the_token_and_are_audited() {
     assert_eq!(h.egress.active().name, "backup");
     let switched = h.events.recent().last().unwrap().clone();
     assert_eq!(switched.kind, EventKind::SourceNetBeSwitched);
-    assert_eq!(switched.details["from"], "primary");
+    assert_eq!(switched.details.value("from"), "primary");
 
     // Unpin: automatic switching applies again (no route is healthy, so it stays where it is).
     let a = post(&m, "/api/v1/egress/unpin", Some(TOKEN), None).await;

@@ -91,7 +91,7 @@ impl Log {
     ///   differ);
     /// - a batch starting at the LEO is written as is (its epoch and producer fields are kept); its epoch must not
     ///   be below the latest epoch in the history;
-    /// - a batch starting above the LEO is written only when `LEO < source_log_start <= base`: the range
+    /// - a batch starting above the LEO is written only when `LEO < source_log_start == base`: the range
     ///   `[LEO, base)` was removed by the source's retention. A new segment starts at `base` and the gap is
     ///   recorded (an empty log just moves its log start). With no batches at all, `LEO < source_log_start`
     ///   moves the log end to `source_log_start` the same way;

@@ -144,11 +144,13 @@ impl LogCore {
                 ));
             }
             if base > end {
-                if !(end < source_log_start && source_log_start <= base) {
+                // Only a batch that starts exactly at the source's log start explains the gap: one starting above it
+                // would silently skip [source_log_start, base), records the source may still hold.
+                if !(end < source_log_start && source_log_start == base) {
                     return Err(self.refused(
                         base,
                         format!(
-                            "batch at {base} is above the log end offset {end}; a gap is allowed only when the log end is below the source log start offset ({source_log_start}) and the batch starts at or after it"
+                            "batch at {base} is above the log end offset {end}; a gap is allowed only when the log end is below the source log start offset ({source_log_start}) and the batch starts exactly at it"
                         ),
                     ));
                 }

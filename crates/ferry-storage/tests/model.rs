@@ -285,14 +285,24 @@ fn run(dir: &Path, mut disk: Disk, sync: bool, ops: Vec<Op>) -> Result<(), TestC
                 let base = source_start + extra;
                 let epoch = m.history.last().map_or(0, |&(e, _)| e);
                 let b = batch_of(&next_records(base, n, &mut counter), epoch);
-                let outcome = log.append_with_offsets(&b, source_start).unwrap();
-                prop_assert_eq!(
-                    outcome,
-                    OffsetAppendOutcome::Appended { written: 1, present: 0, log_end_offset: base + n }
-                );
-                m.jump(base);
-                m.mark();
-                m.push(b);
+                if extra > 0 {
+                    // Starting above the source's log start would skip [source_start, base): refused.
+                    let refused = log.append_with_offsets(&b, source_start);
+                    prop_assert!(
+                        matches!(refused, Err(ferry_storage::StorageError::OffsetAppendRefused { .. })),
+                        "{:?}",
+                        refused
+                    );
+                } else {
+                    let outcome = log.append_with_offsets(&b, source_start).unwrap();
+                    prop_assert_eq!(
+                        outcome,
+                        OffsetAppendOutcome::Appended { written: 1, present: 0, log_end_offset: base + n }
+                    );
+                    m.jump(base);
+                    m.mark();
+                    m.push(b);
+                }
             }
             Op::ZeroBatchJump { skip } => {
                 let target = m.log_end + skip;

@@ -143,9 +143,13 @@ fn a_different_batch_below_the_end_diverges_at_the_first_differing_offset() {
 fn a_gap_left_by_source_retention_is_jumped_and_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = source_like(dir.path());
-    // Source log start 50, first batch at 60 (the source has a gap of its own): written at 60.
+    // A batch above the log end that does not start at the source's log start would skip records the source may
+    // still hold ([50, 60) here): refused, nothing written.
     let b = batch_of(&records(60, 3, 600, "g"), 2);
-    assert_eq!(log.append_with_offsets(&b, 50).unwrap(), appended(1, 0, 63));
+    assert!(matches!(log.append_with_offsets(&b, 50), Err(StorageError::OffsetAppendRefused { offset: 60, .. })));
+    assert_eq!(log.log_end_offset(), 10);
+    // Source log start 60, first batch at 60: written at 60, the gap recorded.
+    assert_eq!(log.append_with_offsets(&b, 60).unwrap(), appended(1, 0, 63));
     assert_eq!(log.stats().gaps, vec![(10, 60)]);
     assert_eq!(*log.segment_base_offsets().last().unwrap(), 60);
     // Reading inside the gap returns the first batch above it.

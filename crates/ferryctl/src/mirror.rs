@@ -350,7 +350,7 @@ mod tests {
             commit_offset: 90,
             target_offset: 100,
             lag: 20,
-            state: state.into(),
+            state: ferry_mirror::state::PartitionState::from_name(state).expect("a state name"),
             last_error: err.map(Into::into),
             ..Default::default()
         }

@@ -51,7 +51,7 @@ pub(crate) fn decode_partition(
             if r.offset < pos {
                 continue;
             }
-            pos = r.offset + 1;
+            pos = r.offset.saturating_add(1);
             records.push(ConsumerRecord {
                 topic: topic.to_owned(),
                 partition,
@@ -117,6 +117,15 @@ mod tests {
         // Empty data with a next offset past a gap moves on; an unset next offset (0) never moves back.
         assert_eq!(decode_partition("t", 0, &Bytes::new(), 20, 8).position, 20);
         assert_eq!(decode_partition("t", 0, &Bytes::new(), 0, 8).position, 8);
+    }
+
+    #[test]
+    fn a_record_at_the_last_offset_decodes_without_overflow() {
+        let top = [rec(u64::MAX - 1, "a"), rec(u64::MAX, "b")];
+        let out = decode_partition("t", 0, &batches(&[&top]), 0, u64::MAX - 1);
+        assert!(out.error.is_none(), "{:?}", out.error);
+        assert_eq!(out.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![u64::MAX - 1, u64::MAX]);
+        assert_eq!(out.position, u64::MAX, "the position saturates instead of wrapping to 0");
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl Consumer {
 
     fn mark_consumed(&mut self, record: &ConsumerRecord) {
         if let Some(state) = self.partitions.get_mut(&(record.topic.clone(), record.partition)) {
-            state.consumed = Some(record.offset + 1);
+            state.consumed = Some(record.offset.saturating_add(1));
         }
     }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::rules::Thresholds;
-use crate::events::{Event, EventKind};
+use crate::events::{Details, Event, EventKind, LagFacts, StallFacts};
 use crate::state::{PartitionState, PartitionStatus, Shared};
 
 #[derive(Debug, Default)]
@@ -102,8 +102,7 @@ fn lag(s: &PartitionStatus, t: &mut Track, th: &Thresholds, now: Instant, out: &
                     format!("{topic}/{p} is back under the thresholds: lag {lag} records, replication latency {latency_ms} ms"),
                 )
                 .partition(topic, p)
-                .detail("lag", lag)
-                .detail("latency_ms", latency_ms)
+                .with(Details::Lag(LagFacts { lag, latency_ms, ..Default::default() }))
                 .cleared(),
             );
         }
@@ -130,14 +129,16 @@ fn lag(s: &PartitionStatus, t: &mut Track, th: &Thresholds, now: Instant, out: &
             ),
         )
         .partition(topic, p)
-        .detail("reason", reason)
-        .detail("lag", lag)
-        .detail("latency_ms", latency_ms)
-        .detail("lag_threshold", th.lag_threshold)
-        .detail("latency_threshold_ms", th.latency_threshold.as_millis() as u64)
-        .detail("for_duration", human(th.for_duration))
-        .detail("source_offset", s.source_offset())
-        .detail("cache_offset", s.cache_offset()),
+        .with(Details::Lag(LagFacts {
+            reason: Some(reason.to_owned()),
+            lag,
+            latency_ms,
+            lag_threshold: Some(th.lag_threshold),
+            latency_threshold_ms: Some(th.latency_threshold.as_millis() as u64),
+            for_duration: Some(human(th.for_duration)),
+            source_offset: Some(s.source_offset()),
+            cache_offset: Some(s.cache_offset()),
+        })),
     );
 }
 
@@ -168,8 +169,11 @@ fn stall(s: &PartitionStatus, t: &mut Track, th: &Thresholds, now: Instant, out:
                 s.source_offset()
             ),
         )
-        .detail("stall_after", human(th.stall_after))
-        .detail("source_offset", s.source_offset())
+        .with(Details::Stall(StallFacts {
+            stall_after: Some(human(th.stall_after)),
+            source_offset: Some(s.source_offset()),
+            ..Default::default()
+        }))
     } else {
         let why = match state {
             PartitionState::Mirroring if lag == 0 => "caught up".to_owned(),
@@ -179,7 +183,8 @@ fn stall(s: &PartitionStatus, t: &mut Track, th: &Thresholds, now: Instant, out:
         Event::new(EventKind::PartitionStalled, format!("{topic}/{p} {why} (cache offset {cache}, lag {lag})"))
             .cleared()
     };
-    out.push(event.partition(topic, p).detail("lag", lag).detail("cache_offset", cache));
+    let facts = StallFacts { lag: Some(lag), cache_offset: Some(cache), ..Default::default() };
+    out.push(event.partition(topic, p).with(Details::Stall(facts)));
 }
 
 #[cfg(test)]
@@ -226,11 +231,11 @@ mod tests {
         assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
         let e = &ev[0];
         assert_eq!((e.topic.as_deref(), e.partition), (Some("orders"), Some(0)));
-        assert_eq!(e.details["lag"], 500);
-        assert_eq!(e.details["lag_threshold"], 100);
-        assert_eq!(e.details["latency_threshold_ms"], 10_000);
-        assert_eq!(e.details["reason"], "lag");
-        assert_eq!(e.details["for_duration"], "30s");
+        assert_eq!(e.details.value("lag"), 500);
+        assert_eq!(e.details.value("lag_threshold"), 100);
+        assert_eq!(e.details.value("latency_threshold_ms"), 10_000);
+        assert_eq!(e.details.value("reason"), "lag");
+        assert_eq!(e.details.value("for_duration"), "30s");
         // Still above: nothing new.
         s.set_cache(501);
         assert!(c.check(&shared, &th(), start + 45 * SEC).is_empty());
@@ -238,7 +243,7 @@ mod tests {
         s.set_cache(950);
         let ev = c.check(&shared, &th(), start + 46 * SEC);
         assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, true)]);
-        assert_eq!(ev[0].details["lag"], 50);
+        assert_eq!(ev[0].details.value("lag"), 50);
         assert!(c.check(&shared, &th(), start + 47 * SEC).is_empty());
     }
 
@@ -263,7 +268,7 @@ mod tests {
         s.set_cache(4);
         let ev = c.check(&shared, &th(), t0 + 51 * SEC);
         assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
-        assert_eq!(ev[0].details["reason"], "latency");
+        assert_eq!(ev[0].details.value("reason"), "latency");
         // High latency without lag is no condition.
         s.set_cache(50);
         assert_eq!(kinds(&c.check(&shared, &th(), t0 + 52 * SEC)), [(EventKind::LagAboveThreshold, true)]);
@@ -281,7 +286,7 @@ mod tests {
         assert!(!s.stalled());
         let ev = c.check(&shared, &th(), t0 + 60 * SEC);
         assert_eq!(kinds(&ev), [(EventKind::PartitionStalled, false)]);
-        assert_eq!((ev[0].details["lag"].clone(), ev[0].details["cache_offset"].clone()), (5.into(), 5.into()));
+        assert_eq!((ev[0].details.value("lag"), ev[0].details.value("cache_offset")), (5.into(), 5.into()));
         assert!(s.stalled());
         assert_eq!(s.view().state, crate::state::PartitionState::Stalled);
         assert!(c.check(&shared, &th(), t0 + 90 * SEC).is_empty(), "raised once");

@@ -99,7 +99,7 @@ struct Payload<'a> {
     partition: Option<u32>,
     route: Option<&'a str>,
     message: &'a str,
-    details: &'a std::collections::BTreeMap<String, serde_json::Value>,
+    details: &'a crate::events::Details,
     cleared: bool,
     timestamp: String,
     key: String,
@@ -141,8 +141,12 @@ mod tests {
     fn webhook_body_has_the_documented_shape() {
         let mut e = Event::new(EventKind::LagAboveThreshold, "orders/3 lags 20000 records")
             .partition("orders", 3)
-            .detail("lag", 20000)
-            .detail("lag_threshold", 10000);
+            .with(crate::events::Details::Lag(crate::events::LagFacts {
+                lag: 20000,
+                latency_ms: 1500,
+                lag_threshold: Some(10000),
+                ..Default::default()
+            }));
         e.timestamp_ms = 1_700_000_000_123;
         let n = Notice { event: Arc::new(e), severity: Severity::Critical, kind: NoticeKind::Alarm };
         let body: serde_json::Value = serde_json::from_slice(&webhook_body(&n, &id())).unwrap();
@@ -159,7 +163,7 @@ mod tests {
                 "partition": 3,
                 "route": null,
                 "message": "orders/3 lags 20000 records",
-                "details": {"lag": 20000, "lag_threshold": 10000},
+                "details": {"lag": 20000, "latency_ms": 1500, "lag_threshold": 10000},
                 "cleared": false,
                 "timestamp": "2023-11-14T22:13:20.123Z",
                 "key": "lag_above_threshold/orders/3/-"

@@ -38,6 +38,7 @@ fn value(name: &str, n: &Notice, id: &AlarmIdentity) -> String {
         "details" if e.details.is_empty() => "  (none)".to_owned(),
         "details" => e
             .details
+            .to_map()
             .iter()
             .map(|(k, v)| match v {
                 serde_json::Value::String(s) => format!("  {k}: {s}"),
@@ -79,7 +80,11 @@ mod tests {
 
     fn notice(kind: NoticeKind, cleared: bool) -> Notice {
         let mut e = Event::new(EventKind::PartitionStalled, "orders/2 made no progress for 1m").partition("orders", 2);
-        e = e.detail("cache_offset", 40).detail("reason", "no progress");
+        e = e.with(crate::events::Details::Stall(crate::events::StallFacts {
+            cache_offset: Some(40),
+            reason: Some("no progress".into()),
+            ..Default::default()
+        }));
         e.timestamp_ms = 1_700_000_000_000;
         e.cleared = cleared;
         Notice { event: Arc::new(e), severity: Severity::Warning, kind }

@@ -193,6 +193,17 @@ impl FetchLoop {
                 }
             }
             let route = routes.borrow_and_update().clone();
+            // A route into another cluster is never fetched from, pinned or not.
+            if let Some(reason) = self.egress.leads_elsewhere(&route.name) {
+                tracing::error!(route = %route.name, %reason, "not fetching over a route into another cluster");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                    _ = routes.changed() => {}
+                }
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
             let end = tokio::select! {
                 end = session.run(Arc::clone(&route), &self.set, &stop) => end,
                 changed = routes.changed() => {

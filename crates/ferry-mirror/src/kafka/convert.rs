@@ -97,7 +97,7 @@ impl PartitionBatcher {
             }
         };
         self.builder.push(delta, timestamp, key, value, headers);
-        self.expected = offset + 1;
+        self.expected = offset.saturating_add(1);
         match completed {
             Some((bytes, records)) => Pushed::Completed(bytes, records),
             None => Pushed::Added,

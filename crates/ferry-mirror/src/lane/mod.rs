@@ -28,7 +28,7 @@ use self::io::Call;
 pub use self::io::LaneIo;
 use self::link::LaneLink;
 use crate::config::OnDivergence;
-use crate::events::{Event, EventKind};
+use crate::events::{Details, DivergedFacts, Event, EventKind, FailureFacts, GapFacts};
 use crate::metrics::Metrics;
 use crate::state::{PartitionStatus, Shared};
 
@@ -117,6 +117,12 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Replication latency: now less the newest record's timestamp, which the producer chose (a hostile one neither
+/// overflows nor goes below zero).
+fn latency_ms(now_ms: i64, max_timestamp: i64) -> u64 {
+    u64::try_from(now_ms.saturating_sub(max_timestamp).max(0)).unwrap_or(u64::MAX)
+}
+
 impl Driver {
     async fn run(mut self, stop: CancellationToken, kill: CancellationToken, drain: Duration) {
         let mut in_flight: Option<InFlight> = None;
@@ -183,8 +189,8 @@ impl Driver {
             }
             Action::Emit(event) => self.ctx.io.events.emit(self.event(event)),
             Action::Copied { records, bytes, max_timestamp } => {
-                let latency = (now_ms().saturating_sub(max_timestamp)).max(0);
-                self.status.set_latency_ms(u64::try_from(latency).unwrap_or(u64::MAX));
+                let latency = latency_ms(now_ms(), max_timestamp);
+                self.status.set_latency_ms(latency);
                 self.ctx.metrics.appended(records, bytes, Some(latency as f64 / 1000.0));
                 self.ctx.shared.target_rates.add(records, bytes);
             }
@@ -197,21 +203,17 @@ impl Driver {
         match event {
             CoreEvent::Diverged { at: offset, cache, reason, policy } => {
                 at(Event::new(EventKind::PartitionDiverged, format!("{tp} diverged at offset {offset}: {reason}")))
-                    .detail("offset", offset)
-                    .detail("cache_offset", cache)
-                    .detail("reason", reason)
-                    .detail("policy", if policy == OnDivergence::Halt { "halt" } else { "truncate" })
+                    .with(Details::Diverged(DivergedFacts {
+                        offset,
+                        cache_offset: cache,
+                        reason,
+                        policy: if policy == OnDivergence::Halt { "halt" } else { "truncate" }.to_owned(),
+                    }))
             }
-            CoreEvent::Halted { reason } => {
-                at(Event::new(EventKind::SyncError, format!("{tp} halted: {reason}"))).detail("reason", reason)
-            }
-            CoreEvent::SyncError { reason, code } => {
-                let e = at(Event::new(EventKind::SyncError, reason.clone())).detail("reason", reason);
-                match code {
-                    Some(code) => e.detail("code", code),
-                    None => e,
-                }
-            }
+            CoreEvent::Halted { reason } => at(Event::new(EventKind::SyncError, format!("{tp} halted: {reason}")))
+                .with(Details::Failure(FailureFacts { reason: Some(reason), ..Default::default() })),
+            CoreEvent::SyncError { reason, code } => at(Event::new(EventKind::SyncError, reason.clone()))
+                .with(Details::Failure(FailureFacts { reason: Some(reason), code, ..Default::default() })),
             CoreEvent::TargetLost { log_end, cache } => at(Event::new(
                 EventKind::SyncError,
                 format!(
@@ -220,8 +222,11 @@ impl Driver {
                     cache - log_end
                 ),
             ))
-            .detail("target_offset", log_end)
-            .detail("cache_offset", cache),
+            .with(Details::Failure(FailureFacts {
+                target_offset: Some(log_end),
+                cache_offset: Some(cache),
+                ..Default::default()
+            })),
             CoreEvent::DataLost { start, end } => at(Event::new(
                 EventKind::DataLostBeforeMirroring,
                 format!(
@@ -230,8 +235,20 @@ impl Driver {
                     end - start
                 ),
             ))
-            .detail("gap_start", start)
-            .detail("gap_end", end),
+            .with(Details::Gap(GapFacts { gap_start: start, gap_end: end })),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::latency_ms;
+
+    #[test]
+    fn latency_survives_hostile_timestamps() {
+        assert_eq!(latency_ms(10_000, 9_000), 1_000);
+        assert_eq!(latency_ms(10_000, i64::MAX), 0, "a timestamp in the future");
+        assert_eq!(latency_ms(10_000, i64::MIN), i64::MAX as u64, "a timestamp before anything");
+        assert_eq!(latency_ms(i64::MIN, i64::MAX), 0);
     }
 }

@@ -107,6 +107,14 @@ pub enum ApiError {
         /// Why it is unhealthy.
         reason: String,
     },
+    /// 409: the route leads to another cluster (or cannot be verified to lead to the source): never used.
+    #[error("route {route:?} cannot be used: {reason}")]
+    RouteWrongCluster {
+        /// The route.
+        route: String,
+        /// Why.
+        reason: String,
+    },
     /// 413: the request body is over the limit.
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge {
@@ -126,6 +134,7 @@ impl ApiError {
             ApiError::UnknownTopic { .. } => "unknown_topic",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::RouteUnhealthy { .. } => "route_unhealthy",
+            ApiError::RouteWrongCluster { .. } => "route_wrong_cluster",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
         }
     }
@@ -139,7 +148,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::RouteUnhealthy { .. } => StatusCode::CONFLICT,
+            ApiError::RouteUnhealthy { .. } | ApiError::RouteWrongCluster { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
@@ -149,6 +158,7 @@ impl ApiError {
         match e {
             SwitchError::UnknownRoute(route) => ApiError::UnknownRoute { route, known: known.join(", ") },
             SwitchError::RouteUnhealthy { route, reason } => ApiError::RouteUnhealthy { route, reason },
+            SwitchError::WrongCluster { route, reason } => ApiError::RouteWrongCluster { route, reason },
         }
     }
 
@@ -214,6 +224,7 @@ mod tests {
             (ApiError::UnknownTopic { topic: "t".into() }, "unknown_topic", 404),
             (ApiError::MethodNotAllowed { method: "PUT".into(), path: "/x".into() }, "method_not_allowed", 405),
             (ApiError::RouteUnhealthy { route: "r".into(), reason: "down".into() }, "route_unhealthy", 409),
+            (ApiError::RouteWrongCluster { route: "r".into(), reason: "x".into() }, "route_wrong_cluster", 409),
             (ApiError::PayloadTooLarge { limit: 16 }, "payload_too_large", 413),
         ];
         for (e, code, status) in cases {

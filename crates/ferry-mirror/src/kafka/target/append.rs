@@ -62,7 +62,7 @@ impl KafkaTarget {
             written += 1;
             for r in decoded {
                 if r.offset >= cursor {
-                    cursor = r.offset + 1;
+                    cursor = r.offset.saturating_add(1);
                     records.push(r);
                 }
             }
