@@ -158,6 +158,14 @@ async fn append_with_offsets_handles_every_case_against_the_log_end() -> anyhow:
     let r = t.append(0, 50, batch(55, 2, 2)).await;
     outcome(&r, ErrorCode::EpochRegressed, 0, 0, 55);
     assert!(r.message.contains("epoch"), "{}", r.message);
+    // An epoch older than all a partition knows ended where its known history begins (partition 1's starts with
+    // epoch 5 at offset 10); a partition with no history answers its log end.
+    let none = admin.epoch_end("dc-a.orders", 1, 0).await?;
+    assert_eq!((none.found, none.end_offset), (false, 0));
+    let r = t.append(1, 10, batch(10, 2, 5)).await;
+    outcome(&r, ErrorCode::None, 1, 0, 12);
+    let before = admin.epoch_end("dc-a.orders", 1, 4).await?;
+    assert_eq!((before.found, before.end_offset), (false, 10));
 
     // A different source topic id (the source topic was re-created) is refused before anything else.
     let r = admin

@@ -585,6 +585,7 @@ pub struct PartitionRow {
     pub last_error: Option<String>,
     pub cache_offset: u64,
     pub target_offset: u64,
+    pub lag: u64,
 }
 
 /// The partitions the mirror reports, keyed by (source topic, partition).
@@ -600,6 +601,7 @@ pub async fn monitor_partitions(mirror: &MirrorProcess) -> anyhow::Result<BTreeM
             last_error: item["last_error"].as_str().map(str::to_owned),
             cache_offset: item["cache_offset"].as_u64().unwrap_or(0),
             target_offset: item["target_offset"].as_u64().unwrap_or(0),
+            lag: item["lag"].as_u64().unwrap_or(0),
         };
         out.insert((row.topic.clone(), row.partition), row);
     }

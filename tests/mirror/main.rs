@@ -32,4 +32,5 @@ mod soak;
 mod source_changes;
 mod split;
 mod target_diverged;
+mod target_loss;
 mod zombie;

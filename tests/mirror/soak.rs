@@ -40,7 +40,7 @@
 //! `FERRY_SOAK_SECS=600 cargo nextest run --profile soak --test mirror soak`.
 
 mod faults;
-mod oracle;
+pub(crate) mod oracle;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -238,7 +238,13 @@ impl Broker for BrokerService {
         let part = self.core.partition(&req.topic, req.partition)?;
         ok(match part.log().epoch_end(req.epoch) {
             Some(e) => pb::EpochEndResponse { found: true, epoch: e.epoch, end_offset: e.end_offset },
-            None => pb::EpochEndResponse { found: false, epoch: 0, end_offset: 0 },
+            // An epoch older than all the partition knows ended where its known history begins (KIP-279): the
+            // first entry's start, or the log end of a partition with no history.
+            None => {
+                let log = part.log();
+                let first = log.epoch_history().first().map_or(log.log_end_offset(), |&(_, start)| start);
+                pb::EpochEndResponse { found: false, epoch: 0, end_offset: first }
+            }
         })
     }
 

@@ -55,10 +55,11 @@ pub fn session_factory(
     metrics: Metrics,
     shared: Arc<Shared>,
 ) -> SessionFactory {
+    let settings = FerrySessionSettings { heartbeat: config.sync.position_heartbeat, ..FerrySessionSettings::default() };
     match config.source.kind {
         ClusterKind::Ferry => Box::new(move || {
             Box::new(FerrySession::new(
-                FerrySessionSettings::default(),
+                settings.clone(),
                 egress.clone(),
                 metrics.clone(),
                 Arc::clone(&shared),

@@ -43,6 +43,10 @@ pub struct SyncConfig {
     /// How often partition progress is checked for stalls.
     #[serde(deserialize_with = "de::duration")]
     pub stall_check_interval: Duration,
+    /// How often the source sends every fetched partition's position while it has no data for it; six missed
+    /// beats (plus 2 s) make the fetch stream count as failed.
+    #[serde(deserialize_with = "de::duration")]
+    pub position_heartbeat: Duration,
 }
 
 impl Default for SyncConfig {
@@ -58,6 +62,7 @@ impl Default for SyncConfig {
             group_session_timeout: Duration::from_secs(10),
             max_request_bytes: 4 << 20,
             stall_check_interval: Duration::from_secs(1),
+            position_heartbeat: Duration::from_millis(500),
         }
     }
 }
@@ -80,6 +85,7 @@ impl SyncConfig {
         p.at_least("sync.shutdown_timeout", self.shutdown_timeout, Duration::from_millis(100));
         p.at_least("sync.group_session_timeout", self.group_session_timeout, Duration::from_secs(1));
         p.at_least("sync.stall_check_interval", self.stall_check_interval, Duration::from_millis(50));
+        p.at_least("sync.position_heartbeat", self.position_heartbeat, Duration::from_millis(10));
         if self.queue_bytes < MIN_BYTES {
             p.push("sync.queue_bytes", "must be at least 64KiB");
         }

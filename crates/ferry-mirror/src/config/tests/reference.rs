@@ -92,6 +92,7 @@ fn every_documented_default_in_conf_mirror_toml_is_the_compiled_default() {
         "sync.group_session_timeout",
         "sync.max_request_bytes",
         "sync.stall_check_interval",
+        "sync.position_heartbeat",
         "monitor.listen",
         "alarms.queue_size",
         "alarms.webhook.timeout",

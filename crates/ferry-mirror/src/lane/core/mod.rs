@@ -472,6 +472,9 @@ impl PartitionCore {
             }
             return;
         }
+        // Nothing on the target: no epoch was copied (a truncation may have removed every batch of the old one).
+        self.copied_epoch = None;
+        self.checked_epoch = 0;
         let start = match committed {
             Some(c) if c > 0 => {
                 let reason = format!(

@@ -423,6 +423,26 @@ fn a_truncation_resumes_from_the_target() {
 }
 
 #[test]
+fn a_truncation_to_an_empty_target_forgets_the_epoch_it_removed() {
+    // The source lost its whole epoch 0; the target held only epoch-0 batches and is truncated to nothing.
+    let mut h = H::mirroring_at(config(OnDivergence::Truncate, SourceKind::Ferry, false), 300, 0);
+    assert_eq!(h.data(vec![batch(300, 10, 1)], pos(0, 400, 1)), vec![Out::EpochEnd(0)]);
+    let out = h.answer(Answer::EpochEnd(EpochAnswer::Before { first: 0 }));
+    assert_eq!(out, vec![Out::Diverged(0, OnDivergence::Truncate), Out::Seat(None), Out::Truncate(0)]);
+    assert_eq!(h.answer(Answer::Truncated(Ok(0))), vec![Out::Seat(None), Out::ReadResume]);
+    let facts = ResumeFacts {
+        target: TargetPartition::at(0, 0, None),
+        committed: None,
+        source_earliest: 0,
+        source_latest: 400,
+    };
+    assert_eq!(h.answer(Answer::Resume(facts)), vec![Out::Seat(Some(0))]);
+    // Epoch 1 from offset 0 is appended as it is: no check of the epoch the truncation removed.
+    assert_eq!(h.data(vec![batch(0, 10, 1)], pos(0, 400, 1)), vec![Out::Append(0, 9, 1)]);
+    assert_eq!(h.answer(appended(10)), vec![Out::Copied(10)]);
+}
+
+#[test]
 fn source_positions() {
     struct Case {
         name: &'static str,
