@@ -67,8 +67,10 @@ async fn a_target_that_loses_its_tail_is_copied_again_also_on_quiet_partitions()
     // so with the exact offsets.
     let events = monitor_events(&mirror, Some("sync_error")).await?;
     for partition in 2..4u32 {
-        let lost: Vec<_> =
-            events.iter().filter(|e| e["partition"] == partition && e["details"].get("target_offset").is_some()).collect();
+        let lost: Vec<_> = events
+            .iter()
+            .filter(|e| e["partition"] == partition && e["details"].get("target_offset").is_some())
+            .collect();
         assert_eq!(lost.len(), 1, "one sync_error for {TOPIC}/{partition}: {events:?}");
         assert_eq!(lost[0]["details"]["target_offset"], lost_to[partition as usize], "{}", lost[0]);
         assert_eq!(lost[0]["details"]["cache_offset"], 400, "{}", lost[0]);
@@ -125,7 +127,7 @@ async fn whole_first_epoch_lost(policy: &str) -> anyhow::Result<()> {
         let after = read_topic(&b, TOPIC).await?;
         assert_same_partition("the halted target stays as it was", &target_before[0], &after[0]);
     } else {
-        if let Err(e) = wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await { std::fs::copy(mirror.log_path(), "/tmp/trunc-mirror.log")?; return Err(e); }
+        wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
         assert_identical(&a, TOPIC, &b, TOPIC).await?;
         let target = read_topic(&b, TOPIC).await?;
         assert!(target[0].batches.iter().all(|b| b.2 == 1), "only the new epoch's batches are left");
@@ -179,10 +181,14 @@ async fn a_target_behind_the_source_log_start_never_skips_records_the_source_sti
         produce_range(&p, TOPIC, "first", chunk * 50, (chunk + 1) * 50, 300).await?;
     }
     // Retention deleted the oldest segments and is done before the mirror looks.
-    wait_until("source retention to settle", deadline(&[RETENTION_CHECK, IO_BUDGET]), async || -> anyhow::Result<bool> {
-        let d = a.admin.describe_topic(TOPIC).await?;
-        Ok(d.partitions[0].log_start_offset > 0 && d.partitions[0].size_bytes <= RETENTION)
-    })
+    wait_until(
+        "source retention to settle",
+        deadline(&[RETENTION_CHECK, IO_BUDGET]),
+        async || -> anyhow::Result<bool> {
+            let d = a.admin.describe_topic(TOPIC).await?;
+            Ok(d.partitions[0].log_start_offset > 0 && d.partitions[0].size_bytes <= RETENTION)
+        },
+    )
     .await?;
     let mirror = MirrorProcess::builder(MirrorConf::new(&a, &b).toml())
         .env("FERRY_MONITOR_TOKEN", MONITOR_TOKEN)
@@ -203,9 +209,13 @@ async fn a_target_behind_the_source_log_start_never_skips_records_the_source_sti
     while a.offsets(TOPIC).await?[0].0 <= lost_to {
         produce_range(&p, TOPIC, "more", chunk * 50, (chunk + 1) * 50, 300).await?;
         chunk += 1;
-        wait_until("source retention to settle", deadline(&[RETENTION_CHECK, IO_BUDGET]), async || -> anyhow::Result<bool> {
-            Ok(a.admin.describe_topic(TOPIC).await?.partitions[0].size_bytes <= RETENTION)
-        })
+        wait_until(
+            "source retention to settle",
+            deadline(&[RETENTION_CHECK, IO_BUDGET]),
+            async || -> anyhow::Result<bool> {
+                Ok(a.admin.describe_topic(TOPIC).await?.partitions[0].size_bytes <= RETENTION)
+            },
+        )
         .await?;
     }
     p.close().await;

@@ -55,15 +55,11 @@ pub fn session_factory(
     metrics: Metrics,
     shared: Arc<Shared>,
 ) -> SessionFactory {
-    let settings = FerrySessionSettings { heartbeat: config.sync.position_heartbeat, ..FerrySessionSettings::default() };
+    let settings =
+        FerrySessionSettings { heartbeat: config.sync.position_heartbeat, ..FerrySessionSettings::default() };
     match config.source.kind {
         ClusterKind::Ferry => Box::new(move || {
-            Box::new(FerrySession::new(
-                settings.clone(),
-                egress.clone(),
-                metrics.clone(),
-                Arc::clone(&shared),
-            ))
+            Box::new(FerrySession::new(settings.clone(), egress.clone(), metrics.clone(), Arc::clone(&shared)))
         }),
         ClusterKind::Kafka => kafka_sessions(config, egress, metrics, shared),
     }
