@@ -188,7 +188,14 @@ async fn append_with_offsets_handles_every_case_against_the_log_end() -> anyhow:
     let mut expected = as_recs(0, &records(0, 12));
     expected.extend(as_recs(0, &records(50, 5)));
     assert_same_records("mirrored partition 0", &expected, &read_partition(&client, "dc-a.orders", 0).await);
-    assert_eq!(t.partition(1).await.log_end_offset, 0);
+    // Partition 1 holds only the epoch-5 batch at the source log start: none of the refused gaps wrote anything.
+    let p1 = t.partition(1).await;
+    assert_eq!((p1.log_start_offset, p1.log_end_offset, p1.epoch), (10, 12, 5));
+    assert_same_records(
+        "mirrored partition 1",
+        &as_recs(1, &records(10, 2)),
+        &read_partition(&client, "dc-a.orders", 1).await,
+    );
     Ok(())
 }
 
