@@ -447,6 +447,7 @@ impl EventBus {
     /// A bus whose emits are counted in `metrics`.
     pub fn new(metrics: Metrics) -> EventBus {
         let (tx, _) = broadcast::channel(4096);
+        metrics.expose_events(EventKind::ALL.iter().map(|k| k.name()));
         EventBus { tx, history: Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY))), metrics }
     }
 
@@ -495,6 +496,21 @@ impl EventBus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_event_kind_is_exposed_at_zero_from_the_start() {
+        let metrics = Metrics::new();
+        let bus = EventBus::new(metrics.clone());
+        let text = metrics.encode();
+        for kind in EventKind::ALL {
+            let line = format!("ferry_mirror_events_total{{event=\"{}\"}} 0", kind.name());
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        bus.emit(Event::new(EventKind::PartitionDiverged, "test"));
+        let text = metrics.encode();
+        assert!(text.lines().any(|l| l == "ferry_mirror_events_total{event=\"partition_diverged\"} 1"), "{text}");
+        assert!(text.lines().any(|l| l == "ferry_mirror_events_total{event=\"add_topic\"} 0"), "{text}");
+    }
 
     #[test]
     fn names_are_the_seed_snake_case_and_round_trip() {

@@ -7,7 +7,7 @@ use crate::events::EventBus;
 use crate::metrics::Metrics;
 use crate::state::Shared;
 use crate::sync::Links;
-use crate::target_watch::TargetHealth;
+use crate::target_health::TargetHealth;
 
 /// A topic name that is not mirrored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -41,6 +41,7 @@ pub mod run;
 pub mod sides;
 pub mod state;
 pub mod sync;
+pub mod target_health;
 pub mod target_watch;
 pub mod topics;
 pub mod tp;

@@ -29,7 +29,8 @@ use crate::metrics::Metrics;
 use crate::ratelimit::RateLimits;
 use crate::state::Shared;
 use crate::sync::{Links, SyncManager, SyncSettings};
-use crate::target_watch::{TargetHealth, TargetProbe, TargetWatch};
+use crate::target_health::TargetHealth;
+use crate::target_watch::{TargetProbe, TargetWatch};
 use crate::topics::{Naming, TopicAndOffsetManager, TopicSet};
 
 /// Why the mirror could not run.

@@ -14,7 +14,6 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::lane::core::{CoreView, Phase};
 use crate::tp::SourceTp;
 
 /// The life of one partition in this process, as the monitor shows it.
@@ -59,16 +58,23 @@ impl PartitionState {
     pub fn from_name(name: &str) -> Option<PartitionState> {
         PartitionState::ALL.into_iter().find(|s| s.name() == name)
     }
+}
 
-    /// The state a lane's core snapshot shows.
-    pub fn of(view: &CoreView) -> PartitionState {
-        match (&view.phase, view.paused) {
-            (Phase::Halted(_), _) => PartitionState::Halted,
-            (_, true) => PartitionState::Paused,
-            (Phase::Mirroring, false) => PartitionState::Mirroring,
-            _ => PartitionState::Starting,
-        }
-    }
+/// What a lane publishes of its partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The partition's state.
+    pub state: PartitionState,
+    /// The next offset to copy.
+    pub cache: u64,
+    /// The source log start as last seen (0 with the end: not seen yet).
+    pub source_log_start: u64,
+    /// The source log end as last seen.
+    pub source_log_end: u64,
+    /// The target's log end as last read from the target.
+    pub target_log_end: Option<u64>,
+    /// The last error, or the failure being retried.
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug)]
@@ -152,21 +158,21 @@ impl PartitionStatus {
 
     /// Publishes a lane's snapshot: offsets (the target's as last read from the target, never the cache offset),
     /// state and last error (or the failure being retried).
-    pub fn publish(&self, view: &CoreView, retrying: Option<String>) {
-        if view.source.log_end > 0 || view.source.log_start > 0 {
-            self.set_source(view.source.log_start, view.source.log_end);
+    pub fn publish(&self, snapshot: Snapshot) {
+        let Snapshot { state, cache, source_log_start, source_log_end, target_log_end, last_error } = snapshot;
+        if source_log_end > 0 || source_log_start > 0 {
+            self.set_source(source_log_start, source_log_end);
         }
-        self.set_cache(view.cache);
-        if let Some(t) = view.target_log_end {
+        self.set_cache(cache);
+        if let Some(t) = target_log_end {
             self.set_target(t);
         }
-        let state = PartitionState::of(view);
         let mut i = self.inner.lock();
         if i.state != state {
             i.state = state;
             i.last_progress = Instant::now();
         }
-        i.last_error = view.last_error.clone().or(retrying);
+        i.last_error = last_error;
     }
 
     /// Records the source log start and end.

@@ -10,7 +10,7 @@ use ferry_client::{Admin, BrokerClient, ClientError, OffsetSpec};
 use super::{
     AppendOutcome, GroupState, Membership, Result, SourceCluster, TargetCluster, TargetLimits, TargetPartition,
 };
-use crate::lane::core::{EpochAnswer, TailBatch};
+use crate::cluster::{EpochAnswer, TailBatch};
 use crate::tp::{SourceTp, TargetTp};
 
 /// The first stored batch at or after `offset` of a partition: its base offset, the topic id, and the batch

@@ -18,11 +18,44 @@ pub mod ferry;
 use std::time::Duration;
 
 use ferry_client::ClientError;
-use ferry_client::batch::Batch;
+use ferry_client::batch::{Batch, Record};
 use ferry_client::proto as pb;
 
-use crate::lane::core::{EpochAnswer, TailBatch};
 use crate::tp::{SourceTp, TargetTp};
+
+/// One batch as the tail check reads it on one side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TailBatch {
+    /// First offset.
+    pub base: u64,
+    /// Last offset.
+    pub last: u64,
+    /// Epoch.
+    pub epoch: u32,
+    /// CRC.
+    pub crc: u32,
+    /// Its records.
+    pub records: Vec<Record>,
+}
+
+/// The answer to `EpochEnd(epoch)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpochAnswer {
+    /// The largest epoch at or below the asked one, and the first offset after it.
+    Found {
+        /// The epoch found.
+        epoch: u32,
+        /// The first offset after it.
+        end: u64,
+    },
+    /// The source knows no epoch at or below the asked one; its history starts at `first`.
+    Before {
+        /// The first offset of the source's oldest known epoch.
+        first: u64,
+    },
+    /// The source keeps no history the mirror can read.
+    Unknown,
+}
 
 /// What an append with offsets did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,8 +21,8 @@ use rdkafka::error::RDKafkaErrorCode;
 use super::client::KafkaClients;
 use super::error::{KafkaSetupError, map_error, status};
 use super::props::{Side, blocking};
+use crate::cluster::EpochAnswer;
 use crate::cluster::{Result, SourceCluster};
-use crate::lane::core::EpochAnswer;
 use crate::tp::SourceTp;
 
 /// Timeout of admin and offset calls (probes use their own).

@@ -16,7 +16,7 @@ use crate::cluster::{AppendOutcome, SourceCluster, TargetCluster};
 use crate::egress::EgressHandle;
 use crate::events::EventBus;
 use crate::ratelimit::RateLimits;
-use crate::target_watch::TargetHealth;
+use crate::target_health::TargetHealth;
 
 /// What the lane's requests need.
 pub struct LaneIo {

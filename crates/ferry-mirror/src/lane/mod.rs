@@ -23,14 +23,14 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::core::{Action, Answer, CoreConfig, CoreEvent, Input, PartitionCore};
+use self::core::{Action, Answer, CoreConfig, CoreEvent, CoreView, Input, PartitionCore, Phase};
 use self::io::Call;
 pub use self::io::LaneIo;
 use self::link::LaneLink;
 use crate::config::OnDivergence;
 use crate::events::{Details, DivergedFacts, Event, EventKind, FailureFacts, GapFacts};
 use crate::metrics::Metrics;
-use crate::state::{PartitionStatus, Shared};
+use crate::state::{PartitionState, PartitionStatus, Shared, Snapshot};
 
 /// What every lane shares.
 #[derive(Debug, Clone)]
@@ -117,6 +117,24 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// What the monitor shows of a core's view; `retrying` is the failure being retried, if the core has no error.
+fn snapshot(view: &CoreView, retrying: Option<String>) -> Snapshot {
+    let state = match (&view.phase, view.paused) {
+        (Phase::Halted(_), _) => PartitionState::Halted,
+        (_, true) => PartitionState::Paused,
+        (Phase::Mirroring, false) => PartitionState::Mirroring,
+        _ => PartitionState::Starting,
+    };
+    Snapshot {
+        state,
+        cache: view.cache,
+        source_log_start: view.source.log_start,
+        source_log_end: view.source.log_end,
+        target_log_end: view.target_log_end,
+        last_error: view.last_error.clone().or(retrying),
+    }
+}
+
 /// Replication latency: now less the newest record's timestamp, which the producer chose (a hostile one neither
 /// overflows nor goes below zero).
 fn latency_ms(now_ms: i64, max_timestamp: i64) -> u64 {
@@ -132,7 +150,7 @@ impl Driver {
                 self.act(action, &mut in_flight, draining.is_some());
             }
             self.link.set_fetch_from(self.core.fetch_from());
-            self.status.publish(&self.core.view(), self.note.lock().clone());
+            self.status.publish(snapshot(&self.core.view(), self.note.lock().clone()));
             if let Some(deadline) = draining {
                 let appending = in_flight.as_ref().is_some_and(|(_, append, _)| *append);
                 if (self.core.view().pending_bytes == 0 && !appending) || tokio::time::Instant::now() >= deadline {

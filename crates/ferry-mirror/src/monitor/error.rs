@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::egress::SwitchError;
-use crate::run::UnknownTopic;
+use crate::handle::UnknownTopic;
 
 /// Why the monitor could not start.
 #[derive(Debug, thiserror::Error)]

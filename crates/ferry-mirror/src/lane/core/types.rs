@@ -2,9 +2,10 @@
 //! answers to its requests, operator controls, target probes) and its outputs (requests to perform, seats to take,
 //! events to raise).
 
-use ferry_client::batch::{Batch, Record};
+use ferry_client::batch::Batch;
 
 use crate::cluster::{AppendOutcome, TargetPartition};
+pub use crate::cluster::{EpochAnswer, TailBatch};
 use crate::config::OnDivergence;
 use crate::lane::budget::Held;
 use crate::tp::{SourceTp, TargetTp};
@@ -77,21 +78,6 @@ pub struct ResumeFacts {
     pub source_latest: u64,
 }
 
-/// One batch as the tail check reads it on one side.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TailBatch {
-    /// First offset.
-    pub base: u64,
-    /// Last offset.
-    pub last: u64,
-    /// Epoch.
-    pub epoch: u32,
-    /// CRC.
-    pub crc: u32,
-    /// Its records.
-    pub records: Vec<Record>,
-}
-
 /// The batch holding the target's last offset, on both sides.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TailFacts {
@@ -99,25 +85,6 @@ pub struct TailFacts {
     pub target: Option<TailBatch>,
     /// On the source (`None`: the source no longer holds that offset, or cannot say).
     pub source: Option<TailBatch>,
-}
-
-/// The answer to `EpochEnd(epoch)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EpochAnswer {
-    /// The largest epoch at or below the asked one, and the first offset after it.
-    Found {
-        /// The epoch found.
-        epoch: u32,
-        /// The first offset after it.
-        end: u64,
-    },
-    /// The source knows no epoch at or below the asked one; its history starts at `first`.
-    Before {
-        /// The first offset of the source's oldest known epoch.
-        first: u64,
-    },
-    /// The source keeps no history the mirror can read.
-    Unknown,
 }
 
 /// Why a request failed for good (retriable failures are retried by the driver and never reach the core).
