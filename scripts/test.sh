@@ -24,7 +24,7 @@ if ! has_aiosmtpd; then
   has_aiosmtpd || python3 -m pip install --quiet aiosmtpd
 fi
 
-# Headless Chromium for the dashboard test (crates/ferry-mirror/tests/monitor.rs).
+# Headless Chromium for the dashboard test (crates/ferry-mirror/tests/monitor/dashboard.rs).
 if ! command -v chromium >/dev/null 2>&1; then
   log "installing chromium"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -7,7 +7,8 @@
 //! here. `systemd-analyze` is checked where the machine has it (Debian's systemd package).
 //!
 //! The dashboard's and the rules' metric names are checked against the monitor's real exposition in
-//! crates/ferry-mirror/tests/monitor.rs (`the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves`).
+//! crates/ferry-mirror/tests/monitor/metrics.rs
+//! (`metrics::the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,8 @@
 //! Repository hygiene, crate by crate: no two modules import each other (directly or around a circle), and no
-//! source file grows past `MAX_LINES`. The cycle check is `scripts/module-cycles.py` (python3, standard library
-//! only), run on every crate under crates/; both checks report every crate and assert on the crates listed in
-//! `CYCLE_FREE` and `SIZE_LIMITED`, which grow as the other crates are cleaned up.
+//! source file (library, binaries, tests, benches, build script) grows past `MAX_LINES`. The cycle check is
+//! `scripts/module-cycles.py` (python3, standard library only), run on every crate under crates/; both checks report
+//! every crate and assert on the crates listed in `CYCLE_FREE` and `SIZE_LIMITED`, which grow as the other crates
+//! are cleaned up.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,18 @@ const CYCLE_FREE: &[&str] = &[
     "ferryctl",
 ];
 
-/// Crates none of whose `src/**/*.rs` files may be longer than `MAX_LINES`.
-const SIZE_LIMITED: &[&str] = &["ferry-batch", "ferry-client", "ferry-storage"];
+/// Crates none of whose `.rs` files (anywhere in the crate: `src/`, `tests/`, `benches/`, `build.rs`) may be longer
+/// than `MAX_LINES`.
+const SIZE_LIMITED: &[&str] = &[
+    "ferry-batch",
+    "ferry-broker",
+    "ferry-client",
+    "ferry-config",
+    "ferry-proto",
+    "ferry-storage",
+    "ferry-testkit",
+    "ferryctl",
+];
 
 /// Longest source file allowed in a `SIZE_LIMITED` crate (conventions: split by responsibility before ~700).
 const MAX_LINES: usize = 600;
@@ -100,9 +111,10 @@ fn source_files_of_the_size_limited_crates_stay_under_the_limit() {
     let crates = crates();
     let mut too_long = Vec::new();
     for (name, dir) in &crates {
+        // The whole crate: its library and binaries, its tests and their helper modules, benches, build script.
         let mut files = Vec::new();
-        line_counts(&dir.join("src"), &mut files);
-        assert!(!files.is_empty(), "{name} has no .rs file under src/");
+        line_counts(dir, &mut files);
+        assert!(files.iter().any(|(path, _)| path.starts_with(dir.join("src"))), "{name} has no .rs file under src/");
         for (path, lines) in files.into_iter().filter(|(_, lines)| *lines > MAX_LINES) {
             let shown = path.strip_prefix(repo()).unwrap_or(&path).display().to_string();
             println!("{shown}: {lines} lines (over {MAX_LINES})");

@@ -3,124 +3,22 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_mirror::alarm::{AlarmIdentity, Alarmer};
-use ferry_mirror::config::{AlarmsConfig, EmailConfig, Secret, SmtpServer, SmtpTls, WebhookConfig};
-use ferry_mirror::events::{Details, DivergedFacts, Event, EventBus, EventKind, LagFacts, RouteFacts};
-use ferry_mirror::metrics::Metrics;
-use ferry_mirror::state::{PartitionState, PartitionStatus, Shared};
+use ferry_mirror::config::SmtpTls;
+use ferry_mirror::events::{Details, DivergedFacts, Event, EventKind, LagFacts, RouteFacts};
+use ferry_mirror::state::{PartitionState, PartitionStatus};
 use ferry_testkit::wait_until;
-use hmac::{Hmac, Mac};
 use serde_json::json;
-use sha2::Sha256;
+use support::alarmer::{Capture, Running, alarms, at_t0, deadline, email, hmac_hex, rules_file, webhook};
 use support::{Hook, SmtpSink};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 const SMTP_USER: &str = "ferry-alarms";
 const SMTP_PASSWORD: &str = "smtp-Pa55word-never-logged";
 const WRONG_PASSWORD: &str = "wrong-Pa55word-never-logged";
 const HOOK_SECRET: &str = "hook-hmac-key-never-logged";
 const URL_TOKEN: &str = "url-token-never-logged";
-/// A fixed event time: 2023-11-14T22:13:20Z.
-const T0_MS: i64 = 1_700_000_000_000;
-
-/// How long any awaited delivery may take (3x a 5 s budget): a bound on a hang, not a measurement.
-fn deadline() -> Duration {
-    ferry_testkit::deadline(&[Duration::from_secs(5)])
-}
-
-fn identity() -> AlarmIdentity {
-    AlarmIdentity { mirror: "dc-a_to_dc-b".into(), source_cluster: "dc-a".into(), target_cluster: "dc-b".into() }
-}
-
-fn webhook(name: &str, url: &str, secret: Option<&str>, retries: u32) -> WebhookConfig {
-    WebhookConfig {
-        name: name.into(),
-        url: url.into(),
-        secret_file: None,
-        secret: secret.map(Secret::new),
-        timeout: Duration::from_secs(5),
-        retries,
-    }
-}
-
-fn email(name: &str, port: u16, auth: Option<(&str, &str)>, timeout: Duration) -> EmailConfig {
-    EmailConfig {
-        name: name.into(),
-        smtp: SmtpServer { host: "127.0.0.1".into(), port },
-        tls: SmtpTls::None,
-        ca_file: None,
-        username: auth.map(|a| a.0.to_owned()),
-        password_file: None,
-        password: auth.map(|a| Secret::new(a.1)),
-        from: "Ferry Alarms <ferry@example.org>".into(),
-        to: vec!["oncall@example.org".into(), "backup@example.org".into()],
-        timeout,
-    }
-}
-
-fn alarms(rules: Option<PathBuf>, webhooks: Vec<WebhookConfig>, emails: Vec<EmailConfig>) -> AlarmsConfig {
-    AlarmsConfig { rules, queue_size: 1000, webhooks, emails }
-}
-
-fn rules_file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn at_t0(mut e: Event) -> Event {
-    e.timestamp_ms = T0_MS;
-    e
-}
-
-/// A running Alarmer and what drives it.
-struct Running {
-    bus: EventBus,
-    metrics: Metrics,
-    shared: Arc<Shared>,
-    reload: watch::Sender<AlarmsConfig>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    fn start(config: AlarmsConfig) -> Running {
-        let metrics = Metrics::new();
-        let bus = EventBus::new(metrics.clone());
-        let shared = Arc::new(Shared::default());
-        let alarmer = Alarmer::new(&config, identity(), bus.clone(), metrics.clone()).unwrap();
-        let (reload, rx) = watch::channel(config);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(alarmer.run(Arc::clone(&shared), Duration::from_millis(50), rx, stop.clone()));
-        Running { bus, metrics, shared, reload, stop, task }
-    }
-
-    fn count(&self, channel: &str, outcome: &str) -> u64 {
-        self.metrics.alarm_count(channel, outcome)
-    }
-
-    async fn wait_count(&self, channel: &str, outcome: &str, n: u64) {
-        let what = format!("ferry_alarms_total{{channel={channel:?},outcome={outcome:?}}} = {n}");
-        wait_until(&what, deadline(), async || self.count(channel, outcome) >= n).await.unwrap();
-        assert_eq!(self.count(channel, outcome), n, "{what}");
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
-}
-
-fn hmac_hex(key: &str, body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key.as_bytes()).unwrap();
-    mac.update(body);
-    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
 
 #[tokio::test]
 async fn email_alarm_reaches_a_real_smtp_server_with_the_rendered_templates() {
@@ -478,21 +376,6 @@ async fn a_reload_switches_rules_and_channels() {
     let a: Vec<serde_json::Value> = hook_a.received().iter().map(|q| q.json()["message"].clone()).collect();
     assert_eq!(a, [json!("first")]);
     r.stop().await;
-}
-
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<parking_lot::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[tokio::test]

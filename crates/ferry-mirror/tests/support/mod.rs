@@ -1,5 +1,8 @@
 //! Real endpoints for the alarm tests: an SMTP server (aiosmtpd, through `smtp_sink.py`) and a webhook receiver
-//! (axum), both on free loopback ports, recording exactly what they received.
+//! (axum), both on free loopback ports, recording exactly what they received; and in [`alarmer`], the Alarmer
+//! under test and the configs that point it at them.
+
+pub mod alarmer;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,0 +1,265 @@
+//! Consumer groups: membership with session timeouts, the assignment rule, generation fencing, and committed
+//! offsets that survive restarts.
+//!
+//! **Assignment** (Zeze's rule, generalised to many topics): list every (topic, partition) of the topics the
+//! members subscribe to in sorted order, sort the members by id, and give item `i` to member `i mod n`; when that
+//! member does not subscribe to the item's topic, the next member (cyclically) that does takes it. Any change of
+//! the assignment bumps the generation; members learn it on their next heartbeat (eager rebalancing).
+//!
+//! **Commits** from a member must carry the current generation (fencing a member that was expelled). Commits
+//! without membership (empty member id, generation 0) are for manual assignment and tools, and are refused while
+//! the group has active members.
+//!
+//! **Durability**: every commit request is appended to a JSON-lines journal and fsynced before it is acknowledged.
+//! On open the journal is replayed (a torn last line is dropped) and compacted.
+
+mod assignment;
+mod offsets;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ferry_proto as pb;
+use ferry_storage::fs::FsRef;
+use parking_lot::Mutex;
+
+use self::assignment::{Group, Member};
+use self::offsets::OffsetStore;
+use crate::error::{BrokerError, Result};
+
+/// Journal file name inside the broker's meta directory.
+pub const OFFSETS_FILE: &str = "group-offsets.jsonl";
+
+/// What a join returns.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    /// The member's id.
+    pub member_id: String,
+    /// Current generation.
+    pub generation: u64,
+    /// The member's partitions.
+    pub assignment: Vec<pb::TopicPartition>,
+    /// All member ids.
+    pub members: Vec<String>,
+}
+
+/// The group coordinator of one broker.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    offsets: Mutex<OffsetStore>,
+    min_session: Duration,
+    max_session: Duration,
+}
+
+fn check_group_name(group: &str) -> Result<()> {
+    if group.is_empty() || group.len() > 255 {
+        return Err(BrokerError::InvalidArgument(format!("group name {group:?} must be 1-255 characters")));
+    }
+    Ok(())
+}
+
+impl GroupCoordinator {
+    /// Opens the offsets journal in `meta_dir`. Blocking.
+    pub fn open(fs: FsRef, meta_dir: &Path, min_session: Duration, max_session: Duration) -> Result<GroupCoordinator> {
+        Ok(GroupCoordinator {
+            groups: Mutex::new(HashMap::new()),
+            offsets: Mutex::new(OffsetStore::open(fs, meta_dir.join(OFFSETS_FILE))?),
+            min_session,
+            max_session,
+        })
+    }
+
+    /// Adds (or refreshes) a member and returns its assignment.
+    pub fn join(&self, req: &pb::JoinGroupRequest, counts: &dyn Fn(&str) -> u32) -> Result<Joined> {
+        check_group_name(&req.group)?;
+        if req.topics.is_empty() {
+            return Err(BrokerError::InvalidArgument(format!(
+                "group \"{}\": a member must subscribe to a topic",
+                req.group
+            )));
+        }
+        let session =
+            Duration::from_millis(u64::from(req.session_timeout_ms)).clamp(self.min_session, self.max_session);
+        let member_id = if req.member_id.is_empty() {
+            let prefix = if req.client_id.is_empty() { "member" } else { req.client_id.as_str() };
+            format!("{prefix}-{}", uuid::Uuid::new_v4())
+        } else {
+            req.member_id.clone()
+        };
+        let mut groups = self.groups.lock();
+        let group = groups.entry(req.group.clone()).or_default();
+        group.members.insert(
+            member_id.clone(),
+            Member {
+                client_id: req.client_id.clone(),
+                topics: req.topics.iter().cloned().collect(),
+                session_timeout: session,
+                last_seen: Instant::now(),
+            },
+        );
+        if group.rebalance(counts) {
+            tracing::info!(group = %req.group, member = %member_id, generation = group.generation, "member joined; rebalanced");
+        }
+        Ok(Joined {
+            assignment: group.assignment_of(&member_id),
+            generation: group.generation,
+            members: group.members.keys().cloned().collect(),
+            member_id,
+        })
+    }
+
+    /// Refreshes a member's session and returns the current generation and its assignment.
+    pub fn heartbeat(&self, req: &pb::HeartbeatRequest, counts: &dyn Fn(&str) -> u32) -> pb::HeartbeatResponse {
+        let mut groups = self.groups.lock();
+        let Some(group) = groups.get_mut(&req.group) else {
+            return pb::HeartbeatResponse { generation: 0, assignment: vec![], member_known: false };
+        };
+        let Some(member) = group.members.get_mut(&req.member_id) else {
+            return pb::HeartbeatResponse { generation: group.generation, assignment: vec![], member_known: false };
+        };
+        member.last_seen = Instant::now();
+        if group.rebalance(counts) {
+            tracing::info!(group = %req.group, generation = group.generation, "partitions changed; rebalanced");
+        }
+        pb::HeartbeatResponse {
+            generation: group.generation,
+            assignment: group.assignment_of(&req.member_id),
+            member_known: true,
+        }
+    }
+
+    /// Removes a member.
+    pub fn leave(&self, group_name: &str, member_id: &str, counts: &dyn Fn(&str) -> u32) {
+        let mut groups = self.groups.lock();
+        if let Some(group) = groups.get_mut(group_name)
+            && group.members.remove(member_id).is_some()
+        {
+            group.rebalance(counts);
+            tracing::info!(
+                group = group_name,
+                member = member_id,
+                generation = group.generation,
+                "member left; rebalanced"
+            );
+        }
+    }
+
+    /// Expels members whose session timed out. Returns how many were expelled.
+    pub fn expire(&self, counts: &dyn Fn(&str) -> u32) -> usize {
+        let now = Instant::now();
+        let mut expelled = 0;
+        let mut groups = self.groups.lock();
+        for (name, group) in groups.iter_mut() {
+            let dead: Vec<String> = group
+                .members
+                .iter()
+                .filter(|(_, m)| now.duration_since(m.last_seen) > m.session_timeout)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &dead {
+                group.members.remove(id);
+                tracing::warn!(group = %name, member = %id, "member session timed out; expelled");
+            }
+            if !dead.is_empty() {
+                expelled += dead.len();
+                group.rebalance(counts);
+            }
+        }
+        groups.retain(|_, g| !g.members.is_empty() || g.generation == 0);
+        expelled
+    }
+
+    /// Commits offsets, fencing stale generations. Blocking (fsync).
+    pub fn commit(&self, req: &pb::CommitOffsetsRequest) -> Result<()> {
+        check_group_name(&req.group)?;
+        {
+            let groups = self.groups.lock();
+            let group = groups.get(&req.group);
+            let active = group.is_some_and(|g| !g.members.is_empty());
+            if req.member_id.is_empty() {
+                if active {
+                    return Err(BrokerError::Group {
+                        group: req.group.clone(),
+                        reason: "has active members; commit as a member with its generation, or stop the members first"
+                            .into(),
+                    });
+                }
+            } else {
+                let Some(g) = group.filter(|g| g.members.contains_key(&req.member_id)) else {
+                    return Err(BrokerError::Group {
+                        group: req.group.clone(),
+                        reason: format!("member {} is not in the group (expired?); join again", req.member_id),
+                    });
+                };
+                if g.generation != req.generation {
+                    return Err(BrokerError::Group {
+                        group: req.group.clone(),
+                        reason: format!(
+                            "stale generation {} (current {}); rejoin and commit again",
+                            req.generation, g.generation
+                        ),
+                    });
+                }
+            }
+        }
+        self.offsets.lock().commit(&req.group, &req.offsets)
+    }
+
+    /// Drops every group's committed offsets of the topics `gone` names: a deleted topic's offsets must not apply
+    /// to a topic later created under the same name, which starts from offset 0. Run after a topic is deleted and
+    /// at start-up (for a deletion that a crash interrupted). Returns how many offsets were dropped. Blocking.
+    pub fn forget_topics(&self, gone: &dyn Fn(&str) -> bool) -> Result<usize> {
+        self.offsets.lock().forget(gone)
+    }
+
+    /// Committed offsets of a group, optionally restricted to some partitions.
+    pub fn committed(&self, group: &str, only: &[pb::TopicPartition]) -> Vec<pb::CommittedOffset> {
+        let all = self.offsets.lock().of_group(group);
+        if only.is_empty() {
+            return all;
+        }
+        all.into_iter().filter(|o| only.iter().any(|tp| tp.topic == o.topic && tp.partition == o.partition)).collect()
+    }
+
+    /// Every group with members or committed offsets.
+    pub fn list(&self) -> Vec<pb::GroupSummary> {
+        let groups = self.groups.lock();
+        let mut names = self.offsets.lock().groups();
+        names.extend(groups.keys().cloned());
+        names
+            .into_iter()
+            .map(|name| {
+                let (members, generation) =
+                    groups.get(&name).map_or((0, 0), |g| (g.members.len() as u32, g.generation));
+                pb::GroupSummary { group: name, members, generation }
+            })
+            .collect()
+    }
+
+    /// Members, assignment and committed offsets of a group.
+    pub fn describe(&self, group_name: &str) -> pb::DescribeGroupResponse {
+        let offsets = self.offsets.lock().of_group(group_name);
+        let groups = self.groups.lock();
+        let (generation, members) = match groups.get(group_name) {
+            None => (0, vec![]),
+            Some(g) => (
+                g.generation,
+                g.members
+                    .iter()
+                    .map(|(id, m)| pb::GroupMember {
+                        member_id: id.clone(),
+                        client_id: m.client_id.clone(),
+                        assignment: g.assignment_of(id),
+                        topics: m.topics.iter().cloned().collect(),
+                    })
+                    .collect(),
+            ),
+        };
+        pb::DescribeGroupResponse { group: group_name.to_owned(), generation, members, offsets }
+    }
+}
+
+#[cfg(test)]
+mod tests;
