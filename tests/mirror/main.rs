@@ -32,5 +32,6 @@ mod soak;
 mod source_changes;
 mod split;
 mod target_diverged;
+mod target_down;
 mod target_loss;
 mod zombie;

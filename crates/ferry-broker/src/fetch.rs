@@ -31,6 +31,9 @@ use crate::core::BrokerCore;
 use crate::error::BrokerError;
 use crate::partition::Partition;
 
+/// The shortest idle heartbeat a subscribe stream may ask for, ms.
+const MIN_HEARTBEAT_MS: u64 = 10;
+
 /// Bytes of batches one fetch or subscribe response may carry: twice the largest batch. The gRPC message limit is
 /// `2 x max_batch_bytes + ferry_proto::MESSAGE_OVERHEAD_BYTES`, so this leaves the overhead for framing and the
 /// other fields.
@@ -364,7 +367,9 @@ fn apply(
                 *max_response = start.max_response_bytes.max(64 * 1024).min(limit);
             }
             if start.idle_heartbeat_ms > 0 {
-                *heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(50));
+                // The floor is the mirror's lowest `sync.position_heartbeat` (10 ms): a client asking for a beat
+                // that short gets it, rather than a silently slower one.
+                *heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(MIN_HEARTBEAT_MS));
             }
             for p in start.partitions {
                 subs.insert(

@@ -109,15 +109,23 @@ pub async fn run(
 
     let target = crate::sides::target(&config)?;
     // Learn the source cluster id recorded on existing mirror topics, so a route into another cluster is refused
-    // from the first probe.
-    let learned = match target.list_topics().await {
-        Ok(topics) => topics
+    // from the first probe. Bounded by the target probe's timeout: the monitor starts after this, and it must serve
+    // while the target is down, also when the target hangs rather than refuses (the client would retry its request
+    // timeout several times over).
+    let listed = tokio::time::timeout(config.target.health.timeout, target.list_topics()).await;
+    let learned = match listed {
+        Ok(Ok(topics)) => topics
             .iter()
             .filter_map(|t| t.mirror.as_ref())
             .find(|m| m.source_cluster == config.source.cluster && !m.source_cluster_id.is_empty())
             .map(|m| m.source_cluster_id.clone()),
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "target not reachable at start; will keep trying");
+            None
+        }
+        Err(_) => {
+            let timeout = config.target.health.timeout;
+            tracing::warn!(?timeout, "target did not answer at start; will keep trying");
             None
         }
     };
