@@ -347,6 +347,10 @@ async fn a_partition_stuck_in_append_retries_delays_only_itself() -> anyhow::Res
         stalled.iter().any(|e| e["topic"] == STUCK_TOPIC && e["partition"] == STUCK && e["cleared"] == false),
         "partition_stalled for {STUCK_TOPIC}/{STUCK}: {stalled:?}"
     );
+    // One partition's storage error is the target answering: the target is reachable, no target alarm (the
+    // other partitions' successes keep it so too; `lane::io` unit-tests which failures count).
+    let target_down = monitor_events(&mirror, Some("target_net_not_available")).await?;
+    assert!(target_down.is_empty(), "a partition's storage error is not the target being down: {target_down:?}");
 
     // The obstacle gone, the next retry rolls the segment and the partition catches up.
     std::fs::remove_dir(&obstacle)?;

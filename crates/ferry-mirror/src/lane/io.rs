@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ferry_client::batch::Batch;
 
-use ferry_client::{ClientError, RetryPolicy};
+use ferry_client::{ClientError, Code, RetryPolicy};
 use parking_lot::Mutex;
 
 use super::core::{Answer, AppendPlan, CoreConfig, EpochAnswer, Failure, Request, ResumeFacts, TailFacts};
@@ -47,6 +47,14 @@ fn passing(e: &ClientError) -> bool {
     e.is_transport() || e.is_timeout() || e.is_retriable()
 }
 
+/// Whether a failed target call says the target cannot be reached (what `target_net_not_available` counts). A
+/// status the target answered (a storage error on one partition, say) is retried, but says the target is there.
+fn unreachable(e: &ClientError) -> bool {
+    e.is_transport()
+        || e.is_timeout()
+        || matches!(e, ClientError::Status { code: Code::Unavailable | Code::DeadlineExceeded, .. })
+}
+
 /// One request of one partition.
 pub(super) struct Call {
     pub io: Arc<LaneIo>,
@@ -81,7 +89,7 @@ impl Call {
                 Ok(_) if target => {
                     self.io.target_health.success(&self.io.events);
                 }
-                Err(e) if target && passing(e) => self.io.target_health.failure(&self.io.events, &e.to_string()),
+                Err(e) if target && unreachable(e) => self.io.target_health.failure(&self.io.events, &e.to_string()),
                 _ => {}
             }
             match result {
@@ -212,5 +220,28 @@ impl Call {
             )
             .await;
         r.map_err(|e| if e.is_not_found() { Failure::NotFound(e.to_string()) } else { Failure::Refused(e.to_string()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code) -> ClientError {
+        ClientError::Status { code, message: "m".into(), broker: "b:1".into() }
+    }
+
+    #[test]
+    fn only_failures_to_reach_the_target_count_against_its_health() {
+        let transport = ClientError::Transport { broker: "b:1".into(), message: "connection refused".into() };
+        assert!(unreachable(&transport) && passing(&transport));
+        let timeout =
+            ClientError::Timeout { rpc: "Append", broker: "b:1".into(), after: std::time::Duration::from_secs(1) };
+        assert!(unreachable(&timeout) && passing(&timeout));
+        assert!(unreachable(&status(Code::Unavailable)) && unreachable(&status(Code::DeadlineExceeded)));
+        // A storage error on one partition is retried, but the target answered it: it is reachable.
+        assert!(!unreachable(&status(Code::Internal)) && passing(&status(Code::Internal)));
+        assert!(!unreachable(&status(Code::Unknown)) && passing(&status(Code::Unknown)));
+        assert!(!unreachable(&status(Code::InvalidArgument)) && !passing(&status(Code::InvalidArgument)));
     }
 }
