@@ -208,6 +208,26 @@ impl LogCore {
         Ok(())
     }
 
+    /// `Log::roll`.
+    pub(crate) fn roll_now(&self) -> Result<bool> {
+        let mut w = self.writer.lock();
+        let (empty, leo) = {
+            let st = self.state.read();
+            if st.closed {
+                return Err(self.closed_error());
+            }
+            (st.segments.last().is_none_or(Segment::is_empty), st.log_end())
+        };
+        if empty {
+            return Ok(false);
+        }
+        self.roll(&mut w, leo)?;
+        if !w.sealed_unflushed.is_empty() || w.dir_unsynced {
+            self.flush_locked(&mut w)?;
+        }
+        Ok(true)
+    }
+
     /// Seals the active segment and starts a new empty one at `new_base`.
     ///
     /// Under the sync policy the sealed segment is already durable (every append was fsynced). Under the async

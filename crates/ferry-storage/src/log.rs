@@ -159,6 +159,20 @@ impl Log {
         self.core.retain(now_ms)
     }
 
+    /// Seals the active segment, when it holds anything, and starts a new one at the log end; the sealed segment
+    /// is made durable before this returns (so recovery trusts it from then on). Returns whether it rolled.
+    pub fn roll(&self) -> Result<bool> {
+        self.core.roll_now()
+    }
+
+    /// Deletes the whole sealed segments that end at or before `offset` (every offset they hold is below it),
+    /// returning how many were deleted; the log start becomes the base of the first remaining segment. The
+    /// active segment always stays, as does a segment holding `offset`. For a partition whose owner has rewritten
+    /// everything it still needs at or above `offset` (the broker's group offsets partition).
+    pub fn delete_segments_before(&self, offset: u64) -> Result<usize> {
+        self.core.delete_before(offset)
+    }
+
     /// fsyncs everything appended so far.
     pub fn flush(&self) -> Result<()> {
         let mut w = self.core.writer.lock();

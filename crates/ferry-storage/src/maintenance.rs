@@ -1,4 +1,4 @@
-//! Operations that remove data: truncation to an offset and retention.
+//! Operations that remove data: truncation to an offset, retention, and deleting the segments below an offset.
 //!
 //! Both hold the writer mutex and, while they change files, the state write lock: readers wait for them rather
 //! than read a file being cut. They bump `generation` before touching any file, so a reader that snapshotted
@@ -120,6 +120,33 @@ impl LogCore {
         drop(st);
         checkpoint::sync_dir(&*self.fs, &self.dir)?;
         Ok(new_end)
+    }
+
+    /// `Log::delete_segments_before`.
+    pub(crate) fn delete_before(&self, offset: u64) -> Result<usize> {
+        let _w = self.writer.lock();
+        let count = {
+            let st = self.state.read();
+            if st.closed {
+                return Err(self.closed_error());
+            }
+            let sealed = st.segments.len().saturating_sub(1);
+            st.segments[..sealed].iter().take_while(|s| s.next_offset <= offset).count()
+        };
+        if count == 0 {
+            return Ok(0);
+        }
+        {
+            let mut st = self.state.write();
+            self.bump_generation();
+            for seg in st.segments.drain(..count) {
+                seg.remove_files(&*self.fs)?;
+            }
+            tracing::info!(dir = %self.dir.display(), deleted = count, log_start = st.log_start(), "deleted segments below an offset");
+        }
+        checkpoint::sync_dir(&*self.fs, &self.dir)?;
+        self.refresh_gaps()?;
+        Ok(count)
     }
 
     /// `Log::apply_retention`.

@@ -292,6 +292,42 @@ fn retention_by_bytes_and_by_age_deletes_whole_sealed_segments() {
 }
 
 #[test]
+fn rolling_and_deleting_segments_before_an_offset_keep_the_segment_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..40u64 {
+        let info = log.append(&producer_batch(3, i as i64, "d")).unwrap();
+        expected.extend(rebased(&records(0, 3, i as i64, "d"), info.base_offset));
+    }
+    let segments = log.segment_base_offsets();
+    let n = segments.len();
+    assert!(n >= 5);
+    // Below the second segment's base: only whole segments ending at or before the offset go.
+    assert_eq!(log.delete_segments_before(segments[1] - 1).unwrap(), 0);
+    assert_eq!(log.delete_segments_before(segments[1]).unwrap(), 1);
+    assert_eq!(log.log_start_offset(), segments[1]);
+    // An offset inside the third segment keeps it.
+    assert_eq!(log.delete_segments_before(segments[2] + 1).unwrap(), 1);
+    assert_eq!(log.segment_base_offsets(), segments[2..].to_vec());
+    assert_eq!(read_all(&log), expected[segments[2] as usize..].to_vec());
+    // Past the log end: every sealed segment goes, the active one stays and the log end does not move.
+    let end = log.log_end_offset();
+    assert_eq!(log.delete_segments_before(u64::MAX).unwrap(), n - 3);
+    assert_eq!(log.segment_base_offsets(), vec![segments[n - 1]]);
+    assert_eq!(log.log_end_offset(), end);
+    // A roll seals the active segment at the log end; an empty active segment does not roll.
+    assert!(log.roll().unwrap());
+    assert_eq!(log.segment_base_offsets(), vec![segments[n - 1], end]);
+    assert!(!log.roll().unwrap());
+    log.close().unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![segments[n - 1], end]);
+    assert_eq!(log.log_start_offset(), segments[n - 1]);
+    assert_eq!(read_all(&log), expected[segments[n - 1] as usize..].to_vec());
+}
+
+#[test]
 fn epochs_bump_on_unclean_open_and_answer_epoch_end() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), small_config()).unwrap();
