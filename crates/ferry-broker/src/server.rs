@@ -18,7 +18,7 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Status};
 
 use crate::config::BrokerConfig;
-use crate::core::{BrokerCore, META_DIR};
+use crate::core::BrokerCore;
 use crate::groups::GroupCoordinator;
 use crate::service::BrokerService;
 
@@ -131,12 +131,8 @@ pub async fn run(
     let fs = options.fs.clone().unwrap_or_else(ferry_storage::fs::os);
     let (core, groups) = tokio::task::spawn_blocking(move || -> Result<_, crate::error::BrokerError> {
         let core = BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults)?;
-        let groups = GroupCoordinator::open(
-            fs,
-            &data_dir.join(META_DIR),
-            groups_cfg.min_session_timeout,
-            groups_cfg.max_session_timeout,
-        )?;
+        let groups =
+            GroupCoordinator::open(fs, &data_dir, groups_cfg.min_session_timeout, groups_cfg.max_session_timeout)?;
         // Offsets of topics that no longer exist (a deletion interrupted before its offsets were dropped).
         let dropped = groups.forget_topics(&|t| core.topic(t).is_err())?;
         if dropped > 0 {
@@ -218,8 +214,14 @@ pub async fn run(
     if tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await.is_err() {
         tracing::warn!("background tasks did not stop within shutdown_timeout");
     }
-    let closing = Arc::clone(&core);
-    let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+    let (closing, closing_groups) = (Arc::clone(&core), Arc::clone(&groups));
+    let _ = tokio::task::spawn_blocking(move || {
+        closing.close();
+        if let Err(e) = closing_groups.close() {
+            tracing::error!(error = %e, "closing the committed offsets partition failed");
+        }
+    })
+    .await;
     tracing::info!("ferry-broker stopped cleanly");
     served.map_err(ServerError::from)
 }

@@ -10,8 +10,10 @@
 //! without membership (empty member id, generation 0) are for manual assignment and tools, and are refused while
 //! the group has active members.
 //!
-//! **Durability**: every commit request is appended to a JSON-lines journal and fsynced before it is acknowledged.
-//! On open the journal is replayed (a torn last line is dropped) and compacted.
+//! **Durability**: committed offsets live in the reserved internal partition `__ferry_offsets/0`, a segmented log
+//! like any partition's (CRC per batch, exact recovery) written with the sync flush policy: a commit is on disk
+//! before it is acknowledged, and a failed write (a full disk) is taken back whole and acknowledges nothing. On open
+//! the partition is replayed, last write wins (module `offsets`).
 
 mod assignment;
 mod offsets;
@@ -25,11 +27,10 @@ use ferry_storage::fs::FsRef;
 use parking_lot::Mutex;
 
 use self::assignment::{Group, Member};
-use self::offsets::OffsetStore;
+use self::offsets::{OffsetStore, Tuning};
 use crate::error::{BrokerError, Result};
 
-/// Journal file name inside the broker's meta directory.
-pub const OFFSETS_FILE: &str = "group-offsets.jsonl";
+pub use self::offsets::{OFFSETS_FILE, OFFSETS_TOPIC};
 
 /// What a join returns.
 #[derive(Debug, Clone)]
@@ -61,14 +62,36 @@ fn check_group_name(group: &str) -> Result<()> {
 }
 
 impl GroupCoordinator {
-    /// Opens the offsets journal in `meta_dir`. Blocking.
-    pub fn open(fs: FsRef, meta_dir: &Path, min_session: Duration, max_session: Duration) -> Result<GroupCoordinator> {
+    /// Opens the committed offsets partition under `data_dir` (importing the journal of an earlier version, if
+    /// one is left in the meta directory). Blocking.
+    pub fn open(fs: FsRef, data_dir: &Path, min_session: Duration, max_session: Duration) -> Result<GroupCoordinator> {
+        GroupCoordinator::open_tuned(fs, data_dir, min_session, max_session, Tuning::default())
+    }
+
+    fn open_tuned(
+        fs: FsRef,
+        data_dir: &Path,
+        min_session: Duration,
+        max_session: Duration,
+        tuning: Tuning,
+    ) -> Result<GroupCoordinator> {
         Ok(GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
-            offsets: Mutex::new(OffsetStore::open(fs, meta_dir.join(OFFSETS_FILE))?),
+            offsets: Mutex::new(OffsetStore::open(fs, data_dir, tuning)?),
             min_session,
             max_session,
         })
+    }
+
+    /// Offset ranges of the batches of the offsets partition that were found corrupt on open and skipped (their
+    /// commits are lost; the error log names each one).
+    pub fn skipped_batches(&self) -> Vec<(u64, u64)> {
+        self.offsets.lock().skipped().to_vec()
+    }
+
+    /// Closes the offsets partition cleanly (at shutdown). Blocking.
+    pub fn close(&self) -> Result<()> {
+        self.offsets.lock().close()
     }
 
     /// Adds (or refreshes) a member and returns its assignment.
@@ -171,7 +194,8 @@ impl GroupCoordinator {
         expelled
     }
 
-    /// Commits offsets, fencing stale generations. Blocking (fsync).
+    /// Commits offsets, fencing stale generations. Blocking (fsync). On error the batch that failed is taken back
+    /// whole; a commit spanning several batches (over 1 MiB of offsets) keeps those written before it.
     pub fn commit(&self, req: &pb::CommitOffsetsRequest) -> Result<()> {
         check_group_name(&req.group)?;
         {
@@ -261,5 +285,7 @@ impl GroupCoordinator {
     }
 }
 
+#[cfg(test)]
+mod store_tests;
 #[cfg(test)]
 mod tests;

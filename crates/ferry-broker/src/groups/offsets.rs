@@ -1,117 +1,278 @@
-//! Committed offsets and their journal: every commit is appended as a JSON line and fsynced before it is
-//! acknowledged; on open the journal is replayed (a torn last line is dropped) and compacted.
+//! Committed offsets, kept in the broker's reserved internal partition `__ferry_offsets/0`: a `ferry-storage`
+//! [`Log`] like any partition's (CRC per batch, exact recovery), written with the sync flush policy so a commit is
+//! on disk before it is acknowledged. The in-memory map is rebuilt on open by replaying the partition (last write
+//! wins); see docs/broker.md ("Committed offsets") for the record format, the snapshots that bound the
+//! partition's size, and what a corrupt batch costs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::Path;
+use std::sync::Arc;
 
+use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_proto as pb;
-use ferry_storage::fs::{FileRef, FsRef, OpenMode};
+use ferry_storage::fs::{FileSystem, FsRef};
+use ferry_storage::{FlushPolicy, Log, LogConfig, StorageError, SystemClock};
 use serde::{Deserialize, Serialize};
 
+use crate::core::{META_DIR, now_ms};
 use crate::error::{BrokerError, Result};
-use crate::topic::write_atomic;
 
-/// One journal line (short keys keep the journal small): group, topic, partition, offset, metadata.
+/// The reserved internal topic holding committed offsets (one partition, `0`).
+pub const OFFSETS_TOPIC: &str = "__ferry_offsets";
+/// The journal file of earlier versions, inside the meta directory: imported once, then removed.
+pub const OFFSETS_FILE: &str = "group-offsets.jsonl";
+
+/// Record key: group, topic, partition (JSON with short keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct JournalLine {
+struct Key {
     g: String,
     t: String,
     p: u32,
+}
+
+/// Record value: offset and metadata. A null value (tombstone) forgets the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Value {
     o: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     m: String,
 }
 
-/// Committed offsets with their journal.
+/// A line of the old journal: a key and a value.
+#[derive(Debug, Deserialize)]
+struct JournalLine {
+    #[serde(flatten)]
+    key: Key,
+    #[serde(flatten)]
+    value: Value,
+}
+
+/// (group, topic, partition).
+type Slot = (String, String, u32);
+/// A record to write: a slot and its (offset, metadata), or `None` for a tombstone.
+type Entry = (Slot, Option<(u64, String)>);
+type Map = BTreeMap<Slot, (u64, String)>;
+
+/// Sizes of the offsets partition.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tuning {
+    /// Segment roll size.
+    pub segment_bytes: u64,
+    /// A snapshot is written once the partition holds this many bytes and twice what it held after the last one.
+    pub snapshot_min_bytes: u64,
+    /// Most record bytes put in one batch (a commit larger than this spans batches).
+    pub batch_bytes: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning { segment_bytes: 4 << 20, snapshot_min_bytes: 64 << 20, batch_bytes: 1 << 20 }
+    }
+}
+
+/// Committed offsets over the internal partition.
 #[derive(Debug)]
 pub(super) struct OffsetStore {
-    fs: FsRef,
-    path: PathBuf,
-    map: BTreeMap<(String, String, u32), (u64, String)>,
-    file: FileRef,
-    lines: usize,
+    log: Log,
+    map: Map,
+    tuning: Tuning,
+    /// Partition size after the last snapshot (or the open).
+    base_size: u64,
+    /// Offset ranges of batches that failed their CRC check on open and were skipped.
+    skipped: Vec<(u64, u64)>,
+}
+
+fn storage(source: StorageError) -> BrokerError {
+    BrokerError::storage(OFFSETS_TOPIC, 0, source)
+}
+
+fn encode_key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
+    serde_json::to_vec(&Key { g: group.to_owned(), t: topic.to_owned(), p: partition }).unwrap_or_default()
 }
 
 impl OffsetStore {
-    /// Replays and compacts the journal at `path` (created when missing). Blocking.
-    pub(super) fn open(fs: FsRef, path: PathBuf) -> Result<OffsetStore> {
-        let io = |source| BrokerError::Io { path: path.clone(), source };
-        let mut map = BTreeMap::new();
-        match fs.read(&path) {
-            Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes);
-                for line in text.lines() {
-                    match serde_json::from_str::<JournalLine>(line) {
-                        Ok(l) => {
-                            map.insert((l.g, l.t, l.p), (l.o, l.m));
-                        }
-                        Err(_) => {
-                            tracing::warn!(path = %path.display(), "dropping a torn line at the end of the group offsets journal");
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(e)),
+    /// Opens (creating) the partition under `data_dir`, replays it, and imports an old journal. Blocking.
+    pub(super) fn open(fs: FsRef, data_dir: &Path, tuning: Tuning) -> Result<OffsetStore> {
+        let config = LogConfig {
+            segment_bytes: tuning.segment_bytes,
+            max_batch_bytes: (tuning.batch_bytes as u64).saturating_mul(2).max(1 << 20),
+            flush: FlushPolicy::Sync,
+            ..LogConfig::default()
+        };
+        let dir = data_dir.join(OFFSETS_TOPIC).join("0");
+        let log = Log::open_on(fs.clone(), dir, config, Arc::new(SystemClock)).map_err(storage)?;
+        let mut store = OffsetStore { log, map: Map::new(), tuning, base_size: 0, skipped: Vec::new() };
+        store.replay()?;
+        store.import_journal(&*fs, &data_dir.join(META_DIR))?;
+        store.base_size = store.log.stats().size_bytes;
+        if !store.skipped.is_empty() {
+            // Rewrite what was read around the corrupt batches and drop the segments holding them at once: left in
+            // the active segment, a corrupt batch would make the next unclean open cut the log there, taking every
+            // commit after it along.
+            store.rewrite("dropping corrupt batches");
         }
-        let file = fs.open(&path, OpenMode::Create).map_err(io)?;
-        let mut store = OffsetStore { fs, file, path, map, lines: 0 };
-        store.compact()?;
         Ok(store)
     }
 
-    fn compact(&mut self) -> Result<()> {
-        let mut text = Vec::new();
-        for ((g, t, p), (o, m)) in &self.map {
-            let line = JournalLine { g: g.clone(), t: t.clone(), p: *p, o: *o, m: m.clone() };
-            serde_json::to_writer(&mut text, &line).map_err(|e| BrokerError::Internal(e.to_string()))?;
-            text.push(b'\n');
+    /// Rebuilds the map from the partition. A batch whose CRC check fails is skipped (and said so): the batches
+    /// before and after it still count, so only the commits inside it are lost.
+    fn replay(&mut self) -> Result<()> {
+        let mut batches = Vec::new();
+        self.log
+            .for_each_batch_header(self.log.log_start_offset(), &mut |h| batches.push((h.base_offset, h.last_offset())))
+            .map_err(storage)?;
+        for (base, last) in batches {
+            let read = match self.log.read(base, 1) {
+                Ok(read) => read,
+                Err(e @ StorageError::CorruptSegment { .. }) => {
+                    tracing::error!(
+                        partition = %format!("{OFFSETS_TOPIC}/0"),
+                        offsets = %format!("{base}..={last}"),
+                        error = %e,
+                        "a batch of committed offsets is corrupt and was skipped: the commits in it are lost, \
+                         everything before and after it is kept"
+                    );
+                    self.skipped.push((base, last));
+                    continue;
+                }
+                Err(e) => return Err(storage(e)),
+            };
+            let records = ferry_batch::decode_records(&read.batches).map_err(|e| {
+                BrokerError::Internal(format!("{OFFSETS_TOPIC}/0: batch at offset {base} does not decode: {e}"))
+            })?;
+            for r in records.iter().filter(|r| r.offset >= base && r.offset <= last) {
+                let key = r.key.as_deref().and_then(|k| serde_json::from_slice::<Key>(k).ok());
+                let Some(key) = key else {
+                    return Err(BrokerError::Internal(format!(
+                        "{OFFSETS_TOPIC}/0: record at offset {} has no valid key",
+                        r.offset
+                    )));
+                };
+                let k = (key.g, key.t, key.p);
+                match r.value.as_deref().map(serde_json::from_slice::<Value>) {
+                    None => {
+                        self.map.remove(&k);
+                    }
+                    Some(Ok(v)) => {
+                        self.map.insert(k, (v.o, v.m));
+                    }
+                    Some(Err(e)) => {
+                        return Err(BrokerError::Internal(format!(
+                            "{OFFSETS_TOPIC}/0: record at offset {} has an invalid value: {e}",
+                            r.offset
+                        )));
+                    }
+                }
+            }
         }
-        write_atomic(&*self.fs, &self.path, &text)?;
-        self.file = self
-            .fs
-            .open(&self.path, OpenMode::Create)
-            .map_err(|source| BrokerError::Io { path: self.path.clone(), source })?;
-        self.lines = self.map.len();
+        Ok(())
+    }
+
+    /// Imports the journal of an earlier version (as far as it parses), then removes it.
+    fn import_journal(&mut self, fs: &dyn FileSystem, meta_dir: &Path) -> Result<()> {
+        let path = meta_dir.join(OFFSETS_FILE);
+        let io = |source| BrokerError::Io { path: path.clone(), source };
+        let Some(bytes) = ferry_storage::fs::read_optional(fs, &path).map_err(io)? else { return Ok(()) };
+        let text = String::from_utf8_lossy(&bytes);
+        let mut entries = Map::new();
+        for line in text.lines() {
+            match serde_json::from_str::<JournalLine>(line) {
+                Ok(l) => {
+                    entries.insert((l.key.g, l.key.t, l.key.p), (l.value.o, l.value.m));
+                }
+                Err(_) => {
+                    tracing::warn!(path = %path.display(), "the old group offsets journal stops at a torn line");
+                    break;
+                }
+            }
+        }
+        let count = entries.len();
+        self.write(entries.into_iter().map(|(k, v)| (k, Some(v))).collect())?;
+        ferry_storage::fs::remove_if_exists(fs, &path).map_err(io)?;
+        fs.sync_dir(meta_dir).map_err(|source| BrokerError::Io { path: meta_dir.to_owned(), source })?;
+        tracing::info!(offsets = count, "imported the old group offsets journal into {OFFSETS_TOPIC}");
+        Ok(())
+    }
+
+    /// Appends records (a `None` value is a tombstone), as few batches as `batch_bytes` allows, and applies each
+    /// written batch to the map. On error the batches written before it stay (they are durable and applied).
+    fn write(&mut self, records: Vec<Entry>) -> Result<()> {
+        let ts = now_ms();
+        let mut pending: Vec<Entry> = Vec::new();
+        let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+        let count = records.len();
+        for (i, (k, v)) in records.into_iter().enumerate() {
+            let key = encode_key(&k.0, &k.1, k.2);
+            let value = v.as_ref().map(|(o, m)| serde_json::to_vec(&Value { o: *o, m: m.clone() }).unwrap_or_default());
+            builder.push(pending.len() as u32, ts, Some(&key), value.as_deref(), &[]);
+            pending.push((k, v));
+            if builder.estimated_size() >= self.tuning.batch_bytes || i + 1 == count {
+                self.log.append(&builder.build(0, 0)).map_err(storage)?;
+                for (k, v) in pending.drain(..) {
+                    match v {
+                        Some(v) => self.map.insert(k, v),
+                        None => self.map.remove(&k),
+                    };
+                }
+                builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+            }
+        }
         Ok(())
     }
 
     pub(super) fn commit(&mut self, group: &str, offsets: &[pb::CommittedOffset]) -> Result<()> {
-        let mut text = Vec::new();
-        for o in offsets {
-            let line = JournalLine {
-                g: group.to_owned(),
-                t: o.topic.clone(),
-                p: o.partition,
-                o: o.offset,
-                m: o.metadata.clone(),
-            };
-            serde_json::to_writer(&mut text, &line).map_err(|e| BrokerError::Internal(e.to_string()))?;
-            text.push(b'\n');
-        }
-        let io = |source| BrokerError::Io { path: self.path.clone(), source };
-        self.file.append(&[&text]).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
-        for o in offsets {
-            self.map.insert((group.to_owned(), o.topic.clone(), o.partition), (o.offset, o.metadata.clone()));
-        }
-        self.lines += offsets.len();
-        if self.lines > 10_000 && self.lines > self.map.len() * 4 {
-            self.compact()?;
-        }
+        let records = offsets
+            .iter()
+            .map(|o| ((group.to_owned(), o.topic.clone(), o.partition), Some((o.offset, o.metadata.clone()))))
+            .collect();
+        self.write(records)?;
+        self.snapshot_if_due();
         Ok(())
     }
 
-    /// Drops the offsets of every topic `gone` says no longer exists, rewriting the journal when any were dropped.
-    pub(super) fn forget(&mut self, gone: &dyn Fn(&str) -> bool) -> Result<usize> {
-        let before = self.map.len();
-        self.map.retain(|(_, topic, _), _| !gone(topic));
-        let dropped = before - self.map.len();
-        if dropped > 0 {
-            self.compact()?;
+    /// Bounds the partition: once it has grown past `snapshot_min_bytes` and twice its size after the last
+    /// snapshot, it is rewritten (see [`OffsetStore::rewrite`]). A failure here (a full disk) fails no commit: the
+    /// rewrite is retried after the partition doubles again.
+    fn snapshot_if_due(&mut self) {
+        let size = self.log.stats().size_bytes;
+        if size > self.tuning.snapshot_min_bytes.max(self.base_size.saturating_mul(2)) {
+            self.rewrite("snapshot");
         }
-        Ok(dropped)
+    }
+
+    /// Rolls a new segment, writes the whole map into it, and deletes every segment before it: replaying from the
+    /// copy's start gives the same map, and nothing older is needed. Failures are logged; what was written stays
+    /// harmless (copies of current values).
+    fn rewrite(&mut self, why: &str) {
+        let start = self.log.log_end_offset();
+        let records = self.map.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        let done = self
+            .log
+            .roll()
+            .map_err(storage)
+            .and_then(|_| self.write(records))
+            .and_then(|()| self.log.delete_segments_before(start).map_err(storage));
+        match done {
+            Ok(deleted) => tracing::info!(
+                offsets = self.map.len(),
+                rewritten_at = start,
+                deleted_segments = deleted,
+                "rewrote the committed offsets partition ({why})"
+            ),
+            Err(e) => tracing::warn!(error = %e, "rewriting the committed offsets partition ({why}) failed"),
+        }
+        self.base_size = self.log.stats().size_bytes;
+    }
+
+    /// Drops the offsets of every topic `gone` says no longer exists, with tombstones. Returns how many.
+    pub(super) fn forget(&mut self, gone: &dyn Fn(&str) -> bool) -> Result<usize> {
+        let dropped: Vec<_> = self.map.keys().filter(|(_, topic, _)| gone(topic)).map(|k| (k.clone(), None)).collect();
+        let count = dropped.len();
+        if count > 0 {
+            self.write(dropped)?;
+            self.snapshot_if_due();
+        }
+        Ok(count)
     }
 
     pub(super) fn of_group(&self, group: &str) -> Vec<pb::CommittedOffset> {
@@ -129,5 +290,21 @@ impl OffsetStore {
 
     pub(super) fn groups(&self) -> BTreeSet<String> {
         self.map.keys().map(|(g, _, _)| g.clone()).collect()
+    }
+
+    /// Offset ranges of the corrupt batches skipped on open.
+    pub(super) fn skipped(&self) -> &[(u64, u64)] {
+        &self.skipped
+    }
+
+    /// The partition's log (tests look at its shape).
+    #[cfg(test)]
+    pub(super) fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// Flushes and closes the partition (a clean shutdown).
+    pub(super) fn close(&self) -> Result<()> {
+        self.log.close().map_err(storage)
     }
 }

@@ -1,4 +1,5 @@
-//! Unit tests of the group coordinator: the assignment rule, generation fencing, and the offsets journal.
+//! Unit tests of the group coordinator: the assignment rule, generation fencing, committed offsets across
+//! reopens, and the import of an old journal.
 
 use super::*;
 
@@ -110,14 +111,39 @@ fn offsets_of_deleted_topics_are_forgotten_durably() {
 }
 
 #[test]
-fn a_torn_journal_line_is_dropped() {
+fn an_old_journal_is_imported_once_as_far_as_it_parses_then_removed() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(OFFSETS_FILE), "{\"g\":\"g\",\"t\":\"t\",\"p\":0,\"o\":5}\n{\"g\":\"g\",\"t\"")
-        .unwrap();
-    let c =
+    let meta = dir.path().join(crate::core::META_DIR);
+    std::fs::create_dir_all(&meta).unwrap();
+    let journal = meta.join(OFFSETS_FILE);
+    std::fs::write(
+        &journal,
+        "{\"g\":\"g\",\"t\":\"t\",\"p\":0,\"o\":5}\n{\"g\":\"g\",\"t\":\"t\",\"p\":1,\"o\":9,\"m\":\"x\"}\n\
+         {\"g\":\"g\",\"t\":\"t\",\"p\":0,\"o\":7}\n{\"g\":\"h\",\"t\"",
+    )
+    .unwrap();
+    let offset = |p, o, m: &str| pb::CommittedOffset { topic: "t".into(), partition: p, offset: o, metadata: m.into() };
+    let open = || {
         GroupCoordinator::open(ferry_storage::fs::os(), dir.path(), Duration::from_millis(1), Duration::from_secs(60))
-            .unwrap();
-    assert_eq!(c.committed("g", &[]).len(), 1);
+            .unwrap()
+    };
+    let c = open();
+    assert_eq!(c.committed("g", &[]), vec![offset(0, 7, ""), offset(1, 9, "x")]);
+    assert_eq!(c.list().len(), 1, "the torn last line (group h) is not imported");
+    assert!(!journal.exists(), "the journal is removed once imported");
+    // A commit after the import wins over the imported value, and nothing is imported again.
+    c.commit(&pb::CommitOffsetsRequest {
+        group: "g".into(),
+        member_id: String::new(),
+        generation: 0,
+        offsets: vec![offset(0, 8, "")],
+    })
+    .unwrap();
+    c.close().unwrap();
+    drop(c);
+    let c = open();
+    assert_eq!(c.committed("g", &[]), vec![offset(0, 8, ""), offset(1, 9, "x")]);
+    assert!(dir.path().join(OFFSETS_TOPIC).join("0").is_dir());
 }
 
 #[test]
