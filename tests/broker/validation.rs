@@ -68,6 +68,42 @@ async fn bad_requests_get_their_status_and_write_nothing() -> anyhow::Result<()>
     ] {
         assert_status(admin.create_topic(name, 1, TopicConfig::default(), None).await, Code::InvalidArgument, &[rule]);
     }
+    // The reserved prefix holds the broker's internal partitions (committed offsets live in __ferry_offsets): no
+    // client writes, alters or deletes them, and they are not listed.
+    admin
+        .commit_offsets(
+            "reserved-check",
+            vec![ferry_client::admin::CommittedOffset {
+                topic: "valid".into(),
+                partition: 0,
+                offset: 1,
+                metadata: String::new(),
+            }],
+        )
+        .await?;
+    let reserved = ["reserved for the broker's internal partitions"];
+    assert_status(
+        client.produce(produce("__ferry_offsets", Some(0), plain_batch(&["x"], TS0))).await,
+        Code::InvalidArgument,
+        &reserved,
+    );
+    assert_status(admin.delete_topic("__ferry_offsets").await, Code::InvalidArgument, &reserved);
+    assert_status(admin.alter_partitions("__ferry_offsets", 2).await, Code::InvalidArgument, &reserved);
+    assert_status(
+        admin.alter_topic_config("__ferry_offsets", TopicConfig::default()).await,
+        Code::InvalidArgument,
+        &reserved,
+    );
+    assert_status(admin.promote("__ferry_offsets").await, Code::InvalidArgument, &reserved);
+    assert_status(admin.truncate_partition("__ferry_offsets", 0, 0).await, Code::InvalidArgument, &reserved);
+    assert_status(
+        admin.append_with_offsets("__ferry_offsets", 0, "id", 0, plain_batch(&["x"], TS0)).await,
+        Code::InvalidArgument,
+        &reserved,
+    );
+    let names: Vec<String> = admin.list_topics().await?.into_iter().map(|t| t.name).collect();
+    assert_eq!(names, vec!["dc-a.valid".to_owned(), "valid".to_owned()]);
+    assert_eq!(admin.fetch_committed_offsets("reserved-check", &[]).await?.len(), 1);
     // Other bad create fields: zero partitions, an unknown flush mode.
     assert_status(
         admin.create_topic("zero", 0, TopicConfig::default(), None).await,

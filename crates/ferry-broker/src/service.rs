@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::core::BrokerCore;
 use crate::error::{BrokerError, RefusalKind};
 use crate::groups::GroupCoordinator;
-use crate::topic::{MirrorMark, TopicSettings};
+use crate::topic::{MirrorMark, TopicSettings, refuse_reserved};
 
 /// The service implementation.
 #[derive(Debug, Clone)]
@@ -99,6 +99,7 @@ impl Broker for BrokerService {
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Rpc<pb::DeleteTopicResponse> {
         let name = req.into_inner().name;
+        refuse_reserved(&name)?;
         self.core.delete_topic(&name).await?;
         // Its committed offsets go with it: a topic created later under the name starts from offset 0.
         let groups = Arc::clone(&self.groups);
@@ -121,19 +122,23 @@ impl Broker for BrokerService {
 
     async fn alter_partitions(&self, req: Request<pb::AlterPartitionsRequest>) -> Rpc<pb::AlterPartitionsResponse> {
         let req = req.into_inner();
+        refuse_reserved(&req.name)?;
         let t = self.core.alter_partitions(&req.name, req.partitions).await?;
         ok(pb::AlterPartitionsResponse { topic: Some(self.core.topic_info(&t)) })
     }
 
     async fn alter_topic_config(&self, req: Request<pb::AlterTopicConfigRequest>) -> Rpc<pb::AlterTopicConfigResponse> {
         let req = req.into_inner();
+        refuse_reserved(&req.name)?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
         let t = self.core.alter_config(&req.name, settings).await?;
         ok(pb::AlterTopicConfigResponse { topic: Some(self.core.topic_info(&t)) })
     }
 
     async fn promote(&self, req: Request<pb::PromoteRequest>) -> Rpc<pb::PromoteResponse> {
-        let (t, was_mirror) = self.core.promote(&req.into_inner().name).await?;
+        let name = req.into_inner().name;
+        refuse_reserved(&name)?;
+        let (t, was_mirror) = self.core.promote(&name).await?;
         ok(pb::PromoteResponse { topic: Some(self.core.topic_info(&t)), was_mirror })
     }
 
@@ -145,6 +150,7 @@ impl Broker for BrokerService {
 
     async fn produce(&self, req: Request<pb::ProduceRequest>) -> Rpc<pb::ProduceResponse> {
         let req = req.into_inner();
+        refuse_reserved(&req.topic)?;
         let topic = self.core.topic(&req.topic)?;
         if let Some(mark) = topic.mirror() {
             return Err(BrokerError::MirrorTopicReadOnly {
@@ -175,6 +181,7 @@ impl Broker for BrokerService {
         req: Request<pb::AppendWithOffsetsRequest>,
     ) -> Rpc<pb::AppendWithOffsetsResponse> {
         let req = req.into_inner();
+        refuse_reserved(&req.topic)?;
         let topic = self.core.topic(&req.topic)?;
         let part = topic.partition(req.partition)?;
         let (leo, start) = (part.log().log_end_offset(), part.log().log_start_offset());
@@ -253,6 +260,7 @@ impl Broker for BrokerService {
         req: Request<pb::TruncatePartitionRequest>,
     ) -> Rpc<pb::TruncatePartitionResponse> {
         let req = req.into_inner();
+        refuse_reserved(&req.topic)?;
         let topic = self.core.topic(&req.topic)?;
         if topic.mirror().is_none() {
             return Err(BrokerError::NotAMirrorTopic { topic: req.topic, what: "truncation" }.into());

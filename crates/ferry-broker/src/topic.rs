@@ -42,6 +42,20 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a client's write or admin request (produce, append with offsets, truncate, alter, promote, delete) on
+/// a name with the reserved prefix: the broker's internal partitions (the committed offsets in `__ferry_offsets`)
+/// are written by the broker alone. Creation is refused by [`validate_topic_name`].
+pub fn refuse_reserved(name: &str) -> Result<()> {
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(BrokerError::InvalidTopicName {
+            name: name.to_owned(),
+            reason: "names starting with __ferry are reserved for the broker's internal partitions, \
+                     which clients cannot write, alter or delete",
+        });
+    }
+    Ok(())
+}
+
 /// Per-topic overrides of the broker's storage defaults. Unset fields follow the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -277,6 +291,14 @@ mod tests {
             assert!(matches!(err, BrokerError::InvalidTopicName { .. }), "{bad}: {err}");
             assert_eq!(err.code(), tonic::Code::InvalidArgument);
         }
+        refuse_reserved("orders").unwrap();
+        let err = refuse_reserved("__ferry_offsets").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            err.to_string(),
+            "invalid topic name \"__ferry_offsets\": names starting with __ferry are reserved for the broker's \
+             internal partitions, which clients cannot write, alter or delete"
+        );
     }
 
     #[test]
