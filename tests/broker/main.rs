@@ -11,6 +11,7 @@ mod ferryctl;
 mod groups;
 mod idempotence;
 mod lifecycle;
+mod limits;
 mod mirror_append;
 mod produce_consume;
 mod restart;

@@ -30,6 +30,8 @@ pub struct BrokerConfig {
     pub storage: StorageSection,
     /// `[groups]`: consumer group coordination.
     pub groups: GroupsSection,
+    /// `[limits]`: bounds on what clients can create or hold open.
+    pub limits: LimitsSection,
 }
 
 /// `[broker]`.
@@ -161,6 +163,57 @@ impl Default for GroupsSection {
     }
 }
 
+/// `[limits]`: bounds on state that clients control. Each one refuses the request that would pass it with
+/// RESOURCE_EXHAUSTED and a message naming the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Topics the broker holds at most.
+    pub max_topics: u32,
+    /// Partitions over all topics at most.
+    pub max_partitions: u32,
+    /// Partitions one Subscribe stream may follow at once.
+    pub max_subscribe_partitions: u32,
+    /// Concurrent HTTP/2 streams (calls) per client connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_topics: 10_000,
+            max_partitions: 100_000,
+            max_subscribe_partitions: 100_000,
+            max_concurrent_streams: 1024,
+        }
+    }
+}
+
+impl LimitsSection {
+    /// Every problem of `[limits]`.
+    fn validate(&self, p: &mut Problems) {
+        for (key, value) in [
+            ("limits.max_topics", self.max_topics),
+            ("limits.max_partitions", self.max_partitions),
+            ("limits.max_subscribe_partitions", self.max_subscribe_partitions),
+            ("limits.max_concurrent_streams", self.max_concurrent_streams),
+        ] {
+            if value == 0 {
+                p.push(key, "must be above 0");
+            }
+        }
+    }
+
+    /// The limits the broker core enforces.
+    pub fn core_limits(&self) -> crate::core::Limits {
+        crate::core::Limits {
+            max_topics: self.max_topics,
+            max_partitions: self.max_partitions,
+            max_subscribe_partitions: self.max_subscribe_partitions,
+        }
+    }
+}
+
 /// Overrides from the command line; they win over file and environment.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -280,6 +333,7 @@ impl BrokerConfig {
         self.broker.validate(p);
         self.storage.validate(p);
         self.groups.validate(p);
+        self.limits.validate(p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

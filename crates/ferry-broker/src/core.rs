@@ -78,10 +78,28 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Bounds on state clients control (`[limits]` of the broker config, whose defaults these are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Topics at most.
+    pub max_topics: u32,
+    /// Partitions over all topics at most.
+    pub max_partitions: u32,
+    /// Partitions one Subscribe stream follows at most.
+    pub max_subscribe_partitions: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_topics: 10_000, max_partitions: 100_000, max_subscribe_partitions: 100_000 }
+    }
+}
+
 /// The broker's topics and identity.
 #[derive(Debug)]
 pub struct BrokerCore {
     data_dir: PathBuf,
+    limits: Limits,
     /// Every file the broker touches is reached through this (the real file system outside tests).
     fs: FsRef,
     /// The data directory's lock, held while the core lives: two brokers on one directory would corrupt it.
@@ -112,6 +130,7 @@ impl BrokerCore {
         let (arrivals, _) = watch::channel(0u64);
         let core = BrokerCore {
             data_dir: data_dir.to_owned(),
+            limits: Limits::default(),
             fs: fs.clone(),
             _lock: lock,
             cluster_id,
@@ -148,6 +167,43 @@ impl BrokerCore {
             partitions.push(Arc::new(part));
         }
         Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(partitions) })
+    }
+
+    /// Enforces `limits` on later creations (what is on disk already loads whatever the limits).
+    pub fn with_limits(mut self, limits: Limits) -> BrokerCore {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits on client-controlled state.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Refuses growing the broker by `topics` topics and `partitions` partitions past its limits.
+    fn check_limits(&self, name: &str, topics: u32, partitions: u32) -> Result<()> {
+        let (count, total) = {
+            let map = self.topics.read();
+            (map.len() as u64, map.values().map(|t| u64::from(t.partition_count())).sum::<u64>())
+        };
+        let limits = self.limits;
+        if count + u64::from(topics) > u64::from(limits.max_topics) {
+            return Err(BrokerError::LimitReached {
+                what: format!("creating topic \"{name}\" would pass the broker's {} topics", limits.max_topics),
+                key: "limits.max_topics",
+            });
+        }
+        if total + u64::from(partitions) > u64::from(limits.max_partitions) {
+            return Err(BrokerError::LimitReached {
+                what: format!(
+                    "{partitions} more partitions for topic \"{name}\" would pass the broker's {} partitions ({total} \
+                     exist)",
+                    limits.max_partitions
+                ),
+                key: "limits.max_partitions",
+            });
+        }
+        Ok(())
     }
 
     /// The cluster id.
@@ -203,6 +259,7 @@ impl BrokerCore {
         if let Some(existing) = self.topics.read().get(name) {
             return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: existing.id() });
         }
+        self.check_limits(name, 1, partitions)?;
         let meta = TopicMeta {
             name: name.to_owned(),
             topic_id: uuid::Uuid::new_v4().to_string(),
@@ -292,6 +349,7 @@ impl BrokerCore {
         if count == current {
             return Ok(topic);
         }
+        self.check_limits(name, 0, count - current)?;
         let mut meta = topic.meta();
         meta.partitions = count;
         let cfg = meta.settings.log_config(&self.defaults);

@@ -37,6 +37,14 @@ pub enum BrokerError {
     /// A request field is invalid.
     #[error("invalid request: {0}")]
     InvalidArgument(String),
+    /// A configured limit on client-controlled state would be passed.
+    #[error("{what} (the limit is {key} in the broker config)")]
+    LimitReached {
+        /// What would pass which limit.
+        what: String,
+        /// The config key of the limit.
+        key: &'static str,
+    },
     /// The topic exists already.
     #[error("topic \"{topic}\" already exists (id {topic_id}); delete it first or choose another name")]
     TopicExists {
@@ -253,7 +261,7 @@ impl BrokerError {
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
             | BrokerError::Group { .. } => Code::FailedPrecondition,
-            BrokerError::BatchTooLarge { .. } => Code::ResourceExhausted,
+            BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
             BrokerError::Storage { .. }

@@ -200,6 +200,7 @@ pub async fn subscribe(
     shutdown: CancellationToken,
 ) {
     let mut subs: BTreeMap<(String, u32), Sub> = BTreeMap::new();
+    let max_subs = core.limits().max_subscribe_partitions as usize;
     let mut max_response: u64 = limit.min(4 * 1024 * 1024);
     let mut heartbeat = Duration::from_millis(1000);
     let mut arrivals = core.arrivals();
@@ -286,7 +287,12 @@ pub async fn subscribe(
             // Take in any credit or stop messages that arrived meanwhile before reading more.
             while let Some(msg) = requests.message().now_or_never() {
                 match msg {
-                    Ok(Some(req)) => apply(&mut subs, req, limit, &mut max_response, &mut heartbeat),
+                    Ok(Some(req)) => {
+                        if let Err(status) = apply(&mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs) {
+                            let _ = tx.send(Err(status)).await;
+                            return;
+                        }
+                    }
                     Ok(None) | Err(_) => return,
                 }
             }
@@ -299,7 +305,12 @@ pub async fn subscribe(
                 return;
             }
             msg = requests.message() => match msg {
-                Ok(Some(req)) => apply(&mut subs, req, limit, &mut max_response, &mut heartbeat),
+                Ok(Some(req)) => {
+                    if let Err(status) = apply(&mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs) {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                }
                 Ok(None) => return,
                 Err(status) => {
                     tracing::debug!(%status, "subscribe stream closed by client");
@@ -354,13 +365,16 @@ fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::
     }
 }
 
+/// Takes in one client message. A start that would make the stream follow more than `max_subs` partitions ends it
+/// with RESOURCE_EXHAUSTED (partitions of topics that do not exist count too: each is answered with its error).
 fn apply(
     subs: &mut BTreeMap<(String, u32), Sub>,
     req: pb::SubscribeRequest,
     limit: u64,
     max_response: &mut u64,
     heartbeat: &mut Duration,
-) {
+    max_subs: usize,
+) -> Result<(), Status> {
     match req.kind {
         Some(pb::subscribe_request::Kind::Start(start)) => {
             if start.max_response_bytes > 0 {
@@ -370,6 +384,14 @@ fn apply(
                 // The floor is the mirror's lowest `sync.position_heartbeat` (10 ms): a client asking for a beat
                 // that short gets it, rather than a silently slower one.
                 *heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(MIN_HEARTBEAT_MS));
+            }
+            let added = start.partitions.iter().filter(|p| !subs.contains_key(&(p.topic.clone(), p.partition))).count();
+            if subs.len() + added > max_subs {
+                return Err(Status::resource_exhausted(format!(
+                    "a subscribe stream follows at most {max_subs} partitions; this one follows {} and asked for {added} \
+                     more (the limit is limits.max_subscribe_partitions in the broker config)",
+                    subs.len()
+                )));
             }
             for p in start.partitions {
                 subs.insert(
@@ -392,6 +414,7 @@ fn apply(
         }
         None => {}
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -128,9 +128,10 @@ pub async fn run(
     let defaults = config.default_log_config();
     let cluster = config.broker.cluster_id.clone();
     let groups_cfg = config.groups.clone();
+    let limits = config.limits.core_limits();
     let fs = options.fs.clone().unwrap_or_else(ferry_storage::fs::os);
     let (core, groups) = tokio::task::spawn_blocking(move || -> Result<_, crate::error::BrokerError> {
-        let core = BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults)?;
+        let core = BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults)?.with_limits(limits);
         let groups =
             GroupCoordinator::open(fs, &data_dir, groups_cfg.min_session_timeout, groups_cfg.max_session_timeout)?;
         // Offsets of topics that no longer exist (a deletion interrupted before its offsets were dropped).
@@ -177,6 +178,8 @@ pub async fn run(
         .initial_connection_window_size(CONNECTION_WINDOW)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        // Without it tonic sets no limit at all, overriding hyper's default.
+        .max_concurrent_streams(Some(config.limits.max_concurrent_streams))
         .tcp_nodelay(true);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).map_err(|e| ServerError::Tls(e.to_string()))?;

@@ -108,6 +108,10 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "storage.retention_check_interval",
             "groups.min_session_timeout",
             "groups.max_session_timeout",
+            "limits.max_topics",
+            "limits.max_partitions",
+            "limits.max_subscribe_partitions",
+            "limits.max_concurrent_streams",
         ],
         "every optional key with a default is documented so, once"
     );
@@ -122,11 +126,12 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
 fn conf_broker_toml_mentions_every_key_of_every_section() {
     use ferry_config::documented::fields;
     let mentioned = ferry_config::documented::mentioned(&reference()).unwrap();
-    let sections: [(&str, &[&str]); 4] = [
+    let sections: [(&str, &[&str]); 5] = [
         ("broker", fields::<BrokerSection>()),
         ("broker.tls", fields::<TlsSection>()),
         ("storage", fields::<StorageSection>()),
         ("groups", fields::<GroupsSection>()),
+        ("limits", fields::<LimitsSection>()),
     ];
     let missing: Vec<String> = sections
         .iter()
@@ -134,4 +139,30 @@ fn conf_broker_toml_mentions_every_key_of_every_section() {
         .filter(|k| !mentioned.contains(k))
         .collect();
     assert_eq!(missing, Vec::<String>::new(), "keys conf/broker.toml does not mention");
+}
+
+#[test]
+fn limits_must_be_above_zero() {
+    let text =
+        "[limits]\nmax_topics = 0\nmax_partitions = 0\nmax_subscribe_partitions = 0\nmax_concurrent_streams = 0\n";
+    let err = BrokerConfig::from_toml(text, false).unwrap_err();
+    let ConfigError::Invalid(problems) = &err else { panic!("{err}") };
+    let mut got = problems.0.clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "limits.max_concurrent_streams: must be above 0",
+            "limits.max_partitions: must be above 0",
+            "limits.max_subscribe_partitions: must be above 0",
+            "limits.max_topics: must be above 0",
+        ]
+    );
+    let limits = BrokerConfig::from_toml("[limits]\nmax_topics = 3\n", false).unwrap().limits;
+    assert_eq!(
+        limits.core_limits(),
+        crate::core::Limits { max_topics: 3, max_partitions: 100_000, max_subscribe_partitions: 100_000 }
+    );
+    // The core's own defaults are the config's.
+    assert_eq!(LimitsSection::default().core_limits(), crate::core::Limits::default());
 }
