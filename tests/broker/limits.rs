@@ -1,11 +1,11 @@
 //! `[limits]`: state that clients control is bounded, and the request that would pass a bound is refused with
 //! RESOURCE_EXHAUSTED naming the config key, while everything under it still works.
 
+use ferry_client::Code;
 use ferry_client::admin::TopicConfig;
 use ferry_client::proto::{self as pb, ErrorCode};
 use ferry_testkit::{deadline, wait_for};
 use tokio::sync::mpsc;
-use ferry_client::Code;
 
 use crate::common::{IO_BUDGET, assert_status, connect, start_broker};
 

@@ -303,8 +303,9 @@ impl BrokerCore {
         Ok(topic)
     }
 
-    /// Deletes a topic and its data.
-    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+    /// Deletes a topic and its data, then runs `then` (forgetting the topic's committed offsets) before another
+    /// admin call can start: a topic created again under the name right away keeps the offsets committed to it.
+    pub async fn delete_topic(&self, name: &str, then: Box<dyn FnOnce() -> Result<()> + Send>) -> Result<()> {
         let _admin = self.admin.lock().await;
         let topic = self.topic(name)?;
         self.topics.write().remove(name);
@@ -326,7 +327,8 @@ impl BrokerCore {
             fs.rename(&dir, &trash).map_err(io(&dir))?;
             fs.sync_dir(&data_dir).map_err(io(&data_dir))?;
             fs.remove_dir_all(&trash).map_err(io(&trash))?;
-            fs.sync_dir(&data_dir).map_err(io(&data_dir))
+            fs.sync_dir(&data_dir).map_err(io(&data_dir))?;
+            then()
         })
         .await
         .map_err(|e| BrokerError::Internal(e.to_string()))??;
@@ -508,3 +510,6 @@ fn resolve_cluster_id(fs: &FsRef, data_dir: &Path, configured: Option<&str>) -> 
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -100,12 +100,11 @@ impl Broker for BrokerService {
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Rpc<pb::DeleteTopicResponse> {
         let name = req.into_inner().name;
         refuse_reserved(&name)?;
-        self.core.delete_topic(&name).await?;
-        // Its committed offsets go with it: a topic created later under the name starts from offset 0.
+        // Its committed offsets go with it, under the same admin turn: a topic created later under the name starts
+        // from offset 0, and one created right after keeps what is committed to it.
         let groups = Arc::clone(&self.groups);
-        tokio::task::spawn_blocking(move || groups.forget_topics(&|t| t == name))
-            .await
-            .map_err(|e| Status::internal(format!("forgetting the topic's offsets failed: {e}")))??;
+        let gone = name.clone();
+        self.core.delete_topic(&name, Box::new(move || groups.forget_topics(&|t| t == gone).map(drop))).await?;
         ok(pb::DeleteTopicResponse {})
     }
 
