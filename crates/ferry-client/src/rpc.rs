@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ferry_batch::BatchHeader;
+use ferry_batch::BatchIter;
 use ferry_proto as pb;
 
 use crate::connection::{BrokerClient, Retry};
@@ -138,12 +138,14 @@ impl BrokerClient {
     }
 }
 
-/// Produce is idempotent exactly when the broker can recognise a resend: the batch carries a producer id.
+/// Produce is idempotent exactly when the broker can recognise a resend of every batch in it: each one carries a
+/// producer id (a request whose first batch is idempotent but a later one is not would write that one twice).
 fn produce_retry(request: &pb::ProduceRequest) -> Retry {
-    match BatchHeader::parse(&request.batches) {
-        Ok(header) if header.is_idempotent() => Retry::Idempotent,
-        _ => Retry::Once,
+    let mut batches = BatchIter::new(&request.batches).peekable();
+    if batches.peek().is_none() {
+        return Retry::Once;
     }
+    if batches.all(|b| b.is_ok_and(|(header, _)| header.is_idempotent())) { Retry::Idempotent } else { Retry::Once }
 }
 
 #[cfg(test)]
@@ -167,5 +169,20 @@ mod tests {
         };
         assert_eq!(produce_retry(&idem), Retry::Idempotent);
         assert_eq!(produce_retry(&pb::ProduceRequest::default()), Retry::Once);
+        // Every batch counts, not only the first.
+        let idem_batch = batch(ProducerInfo { producer_id: 7, producer_epoch: 0, base_sequence: 1 });
+        let both = |first: &bytes::Bytes, second: &bytes::Bytes| pb::ProduceRequest {
+            batches: [first.as_ref(), second.as_ref()].concat().into(),
+            ..Default::default()
+        };
+        assert_eq!(produce_retry(&both(&idem.batches, &idem_batch)), Retry::Idempotent);
+        assert_eq!(produce_retry(&both(&idem.batches, &plain.batches)), Retry::Once);
+        assert_eq!(produce_retry(&both(&plain.batches, &idem.batches)), Retry::Once);
+        // A cut-short later batch: the broker refuses the request anyway; never retried.
+        let cut = pb::ProduceRequest {
+            batches: both(&idem.batches, &idem_batch).batches.slice(..idem.batches.len() + 10),
+            ..Default::default()
+        };
+        assert_eq!(produce_retry(&cut), Retry::Once);
     }
 }
