@@ -31,11 +31,12 @@ impl LogCore {
             }
             (st.log_end(), st.epochs.latest(), st.config.max_batch_bytes)
         };
-        let header = batch::verify(batch).map_err(|source| StorageError::InvalidBatch {
-            dir: self.dir.clone(),
-            offset: leo,
-            source,
-        })?;
+        // A plain append takes one offset per record: a sparse header (say one record claiming a span of 2^32)
+        // would move the log end by billions and roll a segment per append. Sparse batches from a compacted
+        // source come through append-with-offsets only.
+        let header = batch::verify(batch)
+            .and_then(|h| h.check_dense().map(|()| h))
+            .map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: leo, source })?;
         if batch.len() as u64 > max {
             return Err(StorageError::BatchTooLarge {
                 dir: self.dir.clone(),
