@@ -112,6 +112,8 @@ pub struct StorageSection {
     /// How often retention runs.
     #[serde(deserialize_with = "de::duration")]
     pub retention_check_interval: Duration,
+    /// Per partition: most sealed-segment files held open at once (opened on demand, least recently used closed).
+    pub max_open_segments: usize,
 }
 
 impl Default for StorageSection {
@@ -126,6 +128,7 @@ impl Default for StorageSection {
             retention_bytes: ByteSize::b(0),
             retention: Duration::ZERO,
             retention_check_interval: Duration::from_secs(30),
+            max_open_segments: 8,
         }
     }
 }
@@ -221,6 +224,18 @@ impl StorageSection {
         }
         if self.retention_check_interval.is_zero() {
             p.push("storage.retention_check_interval", "must be above 0");
+        }
+        if !(1..=4096).contains(&self.max_open_segments) {
+            p.push("storage.max_open_segments", format!("{} is outside 1..4096", self.max_open_segments));
+        }
+        if self.segment_age.as_millis() < u128::from(ferry_storage::MIN_SEGMENT_MS) {
+            p.push(
+                "storage.segment_age",
+                format!(
+                    "{:?} is below the 1s minimum (a shorter age would roll a segment, two files, on nearly every append)",
+                    self.segment_age
+                ),
+            );
         }
     }
 }
@@ -321,6 +336,7 @@ impl BrokerConfig {
             },
             retention_bytes: (s.retention_bytes.as_u64() > 0).then(|| s.retention_bytes.as_u64()),
             retention_ms: (!s.retention.is_zero()).then_some(s.retention.as_millis() as u64),
+            max_open_segments: s.max_open_segments,
         }
     }
 }

@@ -102,6 +102,7 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "storage.flush_bytes",
             "storage.segment_bytes",
             "storage.segment_age",
+            "storage.max_open_segments",
             "storage.index_interval_bytes",
             "storage.retention_bytes",
             "storage.retention",
@@ -134,4 +135,18 @@ fn conf_broker_toml_mentions_every_key_of_every_section() {
         .filter(|k| !mentioned.contains(k))
         .collect();
     assert_eq!(missing, Vec::<String>::new(), "keys conf/broker.toml does not mention");
+}
+
+#[test]
+fn a_segment_age_below_one_second_is_refused() {
+    let err = BrokerConfig::from_toml("[storage]\nsegment_age = \"999ms\"\n", false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid broker config: storage.segment_age: 999ms is below the 1s minimum (a shorter age would roll a \
+         segment, two files, on nearly every append)"
+    );
+    let ok = BrokerConfig::from_toml("[storage]\nsegment_age = \"1s\"\nmax_open_segments = 2\n", false).unwrap();
+    assert_eq!((ok.default_log_config().segment_ms, ok.default_log_config().max_open_segments), (1000, 2));
+    let err = BrokerConfig::from_toml("[storage]\nmax_open_segments = 0\n", false).unwrap_err();
+    assert_eq!(err.to_string(), "invalid broker config: storage.max_open_segments: 0 is outside 1..4096");
 }
