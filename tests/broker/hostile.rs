@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use ferry_batch::{self as batch, Compression, ProducerInfo, Record};
-use ferry_client::Code;
 use ferry_client::admin::{MirrorSource, TopicConfig};
 use ferry_client::proto::{self as pb, ErrorCode};
+use ferry_client::{ClientError, Code, OffsetSpec};
 
 use crate::common::{
     Rec, assert_same_records, assert_status, connect, leos, plain_batch, read_partition, start_broker,
@@ -15,6 +15,10 @@ const TS0: i64 = 1_700_000_000_000;
 /// Byte positions of the header fields these tests rewrite (the table in ferry-batch's crate docs).
 const OFF_CRC: usize = 17;
 const OFF_LAST_OFFSET_DELTA: usize = 23;
+const OFF_LENGTH: usize = 8;
+const OFF_FIRST_TS: usize = 27;
+const OFF_MAX_TS: usize = 35;
+const OFF_RECORD_COUNT: usize = 57;
 
 fn produce(topic: &str, batches: Bytes) -> pb::ProduceRequest {
     pb::ProduceRequest { topic: topic.into(), partition: Some(0), key: None, batches }
@@ -123,5 +127,90 @@ async fn produce_refuses_a_batch_whose_offset_span_is_not_its_record_count() -> 
         })
         .collect();
     assert_same_records("dc-a.compacted/0", &want, &read_partition(&client, "dc-a.compacted", 0).await);
+    Ok(())
+}
+
+/// A zstd frame of `blocks` RLE blocks of 128 KiB of zeros each: 4 bytes per block on the wire.
+fn rle_frame(blocks: usize) -> Vec<u8> {
+    // Magic; a frame header without content size, checksum or dictionary; a 2^17-byte window.
+    let mut f = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3];
+    for i in 0..blocks {
+        let block_header = (128 * 1024) << 3 | (1 << 1) | u32::from(i + 1 == blocks);
+        f.extend_from_slice(&block_header.to_le_bytes()[..3]);
+        f.push(0);
+    }
+    f
+}
+
+/// The reviewer's bomb: an 8 KiB zstd batch claiming u32::MAX records (dense, so it passes every header check
+/// of produce) whose records section inflates to 256 MiB of zeros; its timestamps are `ts`.
+fn bomb(ts: i64) -> Bytes {
+    let mut b = batch::BatchBuilder::new(Compression::Zstd, ProducerInfo::NONE);
+    b.push(0, ts, None, Some(b"v"), &[]);
+    let mut out = b.build(0, 0)[..batch::HEADER_LEN].to_vec();
+    out.extend_from_slice(&rle_frame(2048));
+    let length = u32::try_from(out.len() - 12).expect("small");
+    out[OFF_LENGTH..OFF_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    out[OFF_LAST_OFFSET_DELTA..OFF_LAST_OFFSET_DELTA + 4].copy_from_slice(&(u32::MAX - 1).to_be_bytes());
+    out[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+    out[OFF_FIRST_TS..OFF_FIRST_TS + 8].copy_from_slice(&ts.to_be_bytes());
+    out[OFF_MAX_TS..OFF_MAX_TS + 8].copy_from_slice(&ts.to_be_bytes());
+    let crc = batch::compute_crc(&out);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(out)
+}
+
+/// The broker's peak resident set (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the broker's /proc status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("a VmHWM line");
+    line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).expect("VmHWM in kB") * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decompression_bomb_looked_up_by_timestamp_is_refused_without_inflating() -> anyhow::Result<()> {
+    // Default max_batch_bytes (1 MiB): each decode holds at most 4 MiB; decode_concurrency 2.
+    let broker = start_broker("").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("bombed", 1, TopicConfig::default(), None).await?;
+    client.produce(produce("bombed", plain_batch(&["before"], TS0))).await?;
+    let bomb = bomb(TS0 + 1000);
+    assert!(bomb.len() < 9 * 1024, "{} bytes", bomb.len());
+    // Produce checks headers only (bodies stay off the hot path), and the bomb's header is consistent.
+    let r = client.produce(produce("bombed", bomb)).await?;
+    assert_eq!((r.base_offset, r.last_offset), (1, u64::from(u32::MAX)));
+    let mut after = batch::BatchBuilder::new(Compression::Zstd, ProducerInfo::NONE);
+    after.push(0, TS0 + 2000, Some(b"k"), Some(b"after the bomb"), &[]);
+    let r = client.produce(produce("bombed", after.build(0, 0))).await?;
+    let after_offset = u64::from(u32::MAX) + 1;
+    assert_eq!(r.base_offset, after_offset);
+
+    let data_dir = broker.data_dir().display().to_string();
+    let before = peak_rss(broker.pid());
+    // Ten concurrent lookups whose timestamp falls in the bomb: each must decode it.
+    let lookups = (0..10).map(|_| admin.list_offset("bombed", 0, OffsetSpec::Timestamp(TS0 + 500)));
+    let results = futures::future::join_all(lookups).await;
+    let grew = peak_rss(broker.pid()).saturating_sub(before);
+    // Two decodes at a time, 4 MiB of output and a 128 KiB window each; unbounded, each would inflate 256 MiB.
+    assert!(grew < 64 * 1024 * 1024, "the broker's peak RSS grew by {grew} bytes");
+    for result in results {
+        match result {
+            Err(ClientError::Partition { code, message, .. }) => {
+                assert_eq!(code, ErrorCode::StorageError, "{message}");
+                assert!(
+                    message.contains("(batch offset 1): records section inflates past the 4194304-byte decode limit"),
+                    "{message}"
+                );
+                assert!(!message.contains(&data_dir), "the message shows the broker's data dir: {message}");
+                assert!(!message.contains(".log"), "the message names a segment file: {message}");
+            }
+            other => panic!("expected the bomb to be refused, got {other:?}"),
+        }
+    }
+
+    // Lookups that do not land in the bomb still answer, and the broker keeps serving.
+    assert_eq!(admin.list_offset("bombed", 0, OffsetSpec::Timestamp(TS0)).await?.offset, Some(0));
+    assert_eq!(admin.list_offset("bombed", 0, OffsetSpec::Timestamp(TS0 + 1500)).await?.offset, Some(after_offset));
+    assert_eq!(admin.list_offset("bombed", 0, OffsetSpec::Timestamp(TS0 + 5000)).await?.offset, None);
     Ok(())
 }

@@ -47,6 +47,16 @@ pub enum BatchError {
     /// The batch holds no records.
     #[error("batch holds no records")]
     Empty,
+    /// The records section inflates past the decoder's limit (a decompression bomb, or a batch larger than the
+    /// broker's `max_batch_bytes` allows). Decompression stopped at the limit.
+    #[error(
+        "records section inflates past the {limit}-byte decode limit (max(2 x max_batch_bytes, 4 MiB)); \
+         decompression stopped there"
+    )]
+    InflatesPastLimit {
+        /// The limit, in decompressed bytes.
+        limit: usize,
+    },
     /// A batch offered to ordinary produce whose offset span is not its record count: a produced batch is dense
     /// (offset deltas 0..record_count), only append-with-offsets takes the sparse batches of a compacted source.
     #[error(

@@ -56,6 +56,8 @@ pub struct BrokerSection {
     /// Graceful shutdown budget after SIGTERM.
     #[serde(deserialize_with = "de::duration")]
     pub shutdown_timeout: Duration,
+    /// Most decodes of record bodies the broker runs at once (timestamp lookups), off the async workers.
+    pub decode_concurrency: usize,
 }
 
 impl Default for BrokerSection {
@@ -70,6 +72,7 @@ impl Default for BrokerSection {
             token_file: None,
             tls: None,
             shutdown_timeout: Duration::from_secs(30),
+            decode_concurrency: 2,
         }
     }
 }
@@ -207,6 +210,9 @@ impl BrokerSection {
         let batch = self.max_batch_bytes.as_u64();
         if !(1024..=256 * 1024 * 1024).contains(&batch) {
             p.push("broker.max_batch_bytes", format!("{} is outside 1KiB..256MiB", self.max_batch_bytes));
+        }
+        if !(1..=64).contains(&self.decode_concurrency) {
+            p.push("broker.decode_concurrency", format!("{} is outside 1..64", self.decode_concurrency));
         }
         if let Some(id) = &self.cluster_id
             && (id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))

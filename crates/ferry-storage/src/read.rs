@@ -127,17 +127,20 @@ impl LogCore {
     /// `Log::offset_for_timestamp`.
     pub(crate) fn lookup_timestamp(&self, timestamp_ms: i64) -> Result<Option<u64>> {
         self.with_retry(|| {
-            let segments: Vec<SegmentSnapshot> = {
+            let (segments, limit): (Vec<SegmentSnapshot>, usize) = {
                 let st = self.state.read();
                 if st.closed {
                     return Err(self.closed_error());
                 }
+                let limit = batch::decode_limit(st.config.max_batch_bytes);
                 // Whole segments whose newest record is older are skipped without reading them.
-                st.segments
+                let segments = st
+                    .segments
                     .iter()
                     .filter(|s| s.max_timestamp >= timestamp_ms && !s.is_empty())
                     .map(|s| SegmentSnapshot { file: s.file.clone(), path: s.log_path.clone(), start: 0, end: s.size })
-                    .collect()
+                    .collect();
+                (segments, limit)
             };
             for snapshot in &segments {
                 let seg = &snapshot.open()?;
@@ -147,7 +150,7 @@ impl LogCore {
                     if header.max_timestamp < timestamp_ms {
                         return true;
                     }
-                    match first_record_at_or_after(seg, pos, header, timestamp_ms) {
+                    match first_record_at_or_after(seg, pos, header, timestamp_ms, limit) {
                         Ok(Some(offset)) => {
                             found = Some(offset);
                             false
@@ -221,10 +224,12 @@ fn first_record_at_or_after(
     pos: u64,
     header: &BatchHeader,
     timestamp_ms: i64,
+    decode_limit: usize,
 ) -> Result<Option<u64>> {
     let mut buf = vec![0u8; header.total_len().max(HEADER_LEN)];
     read_exact_at(&*seg.file, seg.path, &mut buf, pos)?;
-    let records = batch::decode_records(&buf).map_err(|source| StorageError::CorruptSegment {
+    // The one place the log decodes record bodies: bounded, so a small batch cannot inflate without limit.
+    let records = batch::decode_records_bounded(&buf, decode_limit).map_err(|source| StorageError::CorruptSegment {
         file: seg.path.clone(),
         position: pos,
         offset: Some(header.base_offset),

@@ -97,6 +97,7 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "broker.max_batch_bytes",
             "broker.max_fetch_wait",
             "broker.shutdown_timeout",
+            "broker.decode_concurrency",
             "storage.flush",
             "storage.flush_interval",
             "storage.flush_bytes",
