@@ -176,6 +176,7 @@ impl LogCore {
 
     /// `Log::for_each_batch_header`.
     pub(crate) fn scan_headers(&self, from_offset: u64, f: &mut dyn FnMut(&BatchHeader)) -> Result<()> {
+        let generation = self.current_generation();
         let segments: Vec<SegmentSnapshot> = {
             let st = self.state.read();
             if st.closed {
@@ -193,7 +194,16 @@ impl LogCore {
                 .collect()
         };
         for snapshot in &segments {
-            let seg = snapshot.open()?;
+            let seg = match snapshot.open() {
+                // A sealed segment is opened only now: if retention or a truncation removed it since the
+                // snapshot, its headers are gone from the log too.
+                Err(StorageError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && self.current_generation() != generation =>
+                {
+                    continue;
+                }
+                other => other?,
+            };
             scan_headers(&*seg.file, seg.path, seg.start, seg.end, &mut |_, header| {
                 if header.last_offset() >= from_offset {
                     f(header);
