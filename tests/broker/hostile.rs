@@ -214,3 +214,67 @@ async fn a_decompression_bomb_looked_up_by_timestamp_is_refused_without_inflatin
     assert_eq!(admin.list_offset("bombed", 0, OffsetSpec::Timestamp(TS0 + 5000)).await?.offset, None);
     Ok(())
 }
+
+/// Open descriptors of process `pid` on files inside `dir`.
+fn open_files_in(pid: u32, dir: &std::path::Path) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the broker's /proc fd list")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sparse_mirrored_batches_that_roll_every_append_keep_the_partitions_open_files_bounded() -> anyhow::Result<()> {
+    let broker = start_broker("[storage]\nmax_open_segments = 4\n").await?;
+    let (client, admin) = connect(&broker);
+    let source = MirrorSource {
+        source_cluster_id: "dc-a-cluster".into(),
+        source_topic_id: "1f6e2d3c-4b5a-4978-8a6b-5c4d3e2f1a0b".into(),
+        source_topic: "compacted".into(),
+        source_cluster: "dc-a".into(),
+    };
+    admin.create_topic("dc-a.compacted", 1, TopicConfig::default(), Some(source.clone())).await?;
+    let dir = broker.data_dir().join("dc-a.compacted").join("0");
+    // Each batch keeps the first and last record of a span of 2^32 offsets: every append rolls a segment.
+    let span = 1u64 << 32;
+    let mut kept = Vec::new();
+    let mut peak = 0;
+    for i in 0..200u64 {
+        let records: Vec<Record> = [(i * span, "first"), (i * span + span - 1, "last")]
+            .map(|(offset, v)| Record {
+                offset,
+                timestamp: TS0 + i as i64,
+                key: Some(Bytes::from_static(b"key")),
+                value: Some(Bytes::from(format!("{v}-{i}"))),
+                headers: vec![],
+            })
+            .to_vec();
+        let b = batch::encode_records(&records, 0, Compression::None, ProducerInfo::NONE);
+        let r = admin.append_with_offsets("dc-a.compacted", 0, &source.source_topic_id, 0, b).await?;
+        assert_eq!((ErrorCode::try_from(r.error).ok(), r.log_end_offset), (Some(ErrorCode::None), (i + 1) * span));
+        kept.extend(records);
+        peak = peak.max(open_files_in(broker.pid(), &dir));
+    }
+    let segments = std::fs::read_dir(&dir)?
+        .filter(|e| e.as_ref().is_ok_and(|e| e.path().extension() == Some("log".as_ref())))
+        .count();
+    assert_eq!(segments, 200);
+    let want: Vec<Rec> = kept
+        .iter()
+        .map(|r| Rec {
+            partition: 0,
+            offset: r.offset,
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: vec![],
+            timestamp: r.timestamp,
+        })
+        .collect();
+    assert_same_records("dc-a.compacted/0", &want, &read_partition(&client, "dc-a.compacted", 0).await);
+    // The reads went through sealed segments, so the cache is full: its 4 files and the active segment's .log and
+    // .index. Before the cache, every one of the 200 segments kept its file open.
+    assert_eq!(open_files_in(broker.pid(), &dir), 4 + 2);
+    assert!(peak <= 4 + 2, "the partition held {peak} files open between appends");
+    Ok(())
+}
