@@ -9,6 +9,7 @@ mod common;
 mod config_env;
 mod ferryctl;
 mod groups;
+mod hostile;
 mod idempotence;
 mod lifecycle;
 mod limits;

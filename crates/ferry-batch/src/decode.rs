@@ -7,23 +7,43 @@ use crate::compression::{Compression, decompress_zstd};
 use crate::error::BatchError;
 use crate::header::{BatchHeader, verify};
 use crate::layout::HEADER_LEN;
+use crate::layout::MAX_DECOMPRESSED_BYTES;
 use crate::record::{Header, Record};
 
-/// Decodes every record of one whole batch. Verifies the CRC first.
+/// The fewest bytes one encoded record takes: length, attributes, timestamp delta, offset delta, key length,
+/// value length and header count, one byte each.
+const MIN_RECORD_BYTES: usize = 7;
+
+/// Decodes every record of one whole batch. Verifies the CRC first. A compressed section may inflate to at most
+/// [`MAX_DECOMPRESSED_BYTES`]; where the largest batch is known, use [`decode_records_bounded`].
 pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
+    decode_records_bounded(batch, MAX_DECOMPRESSED_BYTES)
+}
+
+/// [`decode_records`] holding at most `max_decompressed` bytes of decompressed records (see
+/// [`decode_limit`](crate::decode_limit)). Decompression streams and stops at the limit; the header's record
+/// count is checked against what the body can hold before any record is decoded, and decoding stops at the
+/// first inconsistency.
+pub fn decode_records_bounded(batch: &[u8], max_decompressed: usize) -> Result<Vec<Record>, BatchError> {
     let header = verify(batch)?;
     let section = &batch[HEADER_LEN..];
     let decompressed;
     let records: &[u8] = match header.compression()? {
         Compression::None => section,
         Compression::Zstd => {
-            decompressed = decompress_zstd(section)?;
+            decompressed = decompress_zstd(section, max_decompressed)?;
             &decompressed
         }
     };
+    // The count comes from an untrusted header: a body too short for it is refused before decoding anything.
+    if header.record_count as usize > records.len() / MIN_RECORD_BYTES {
+        return Err(BatchError::Malformed {
+            what: "record count larger than the records section can hold",
+            position: records.len(),
+        });
+    }
     let mut reader = Reader { buf: records, pos: 0 };
-    // The count comes from an untrusted header: cap the pre-allocation by what the bytes could possibly hold.
-    let mut out = Vec::with_capacity((header.record_count as usize).min(records.len() / 7 + 1));
+    let mut out = Vec::with_capacity(header.record_count as usize);
     for _ in 0..header.record_count {
         let at = reader.pos;
         let record = reader.record(&header)?;

@@ -47,4 +47,27 @@ pub enum BatchError {
     /// The batch holds no records.
     #[error("batch holds no records")]
     Empty,
+    /// The records section inflates past the decoder's limit (a decompression bomb, or a batch larger than the
+    /// broker's `max_batch_bytes` allows). Decompression stopped at the limit.
+    #[error(
+        "records section inflates past the {limit}-byte decode limit (max(2 x max_batch_bytes, 4 MiB)); \
+         decompression stopped there"
+    )]
+    InflatesPastLimit {
+        /// The limit, in decompressed bytes.
+        limit: usize,
+    },
+    /// A batch offered to ordinary produce whose offset span is not its record count: a produced batch is dense
+    /// (offset deltas 0..record_count), only append-with-offsets takes the sparse batches of a compacted source.
+    #[error(
+        "batch claims last_offset_delta {last_offset_delta} for {record_count} records; a produced batch must have \
+         last_offset_delta = record_count - 1 ({}): build it with offset deltas 0, 1, 2, ...",
+        u64::from(*record_count).saturating_sub(1)
+    )]
+    NotDense {
+        /// Records the header claims.
+        record_count: u32,
+        /// The header's offset span.
+        last_offset_delta: u32,
+    },
 }

@@ -104,6 +104,17 @@ impl BatchHeader {
         Compression::from_code(self.attributes & COMPRESSION_MASK)
     }
 
+    /// Checks that the batch is dense, as ordinary produce requires: `last_offset_delta == record_count - 1`, so
+    /// the batch takes exactly one offset per record. (Sparse batches, from a compacted source, come only through
+    /// append-with-offsets.)
+    pub fn check_dense(&self) -> Result<(), BatchError> {
+        if u64::from(self.last_offset_delta) + 1 == u64::from(self.record_count) {
+            Ok(())
+        } else {
+            Err(BatchError::NotDense { record_count: self.record_count, last_offset_delta: self.last_offset_delta })
+        }
+    }
+
     /// Whether the batch was written by an idempotent producer.
     pub fn is_idempotent(&self) -> bool {
         self.producer_id >= 0
@@ -257,6 +268,15 @@ mod tests {
         assert!(header.is_idempotent());
         let plain = verify(&one("v")).unwrap();
         assert!(!plain.is_idempotent());
+        assert_eq!(plain.check_dense(), Ok(()));
+        let sparse = BatchHeader { last_offset_delta: u32::MAX, ..plain };
+        let err = sparse.check_dense().unwrap_err();
+        assert_eq!(err, BatchError::NotDense { record_count: 1, last_offset_delta: u32::MAX });
+        assert_eq!(
+            err.to_string(),
+            "batch claims last_offset_delta 4294967295 for 1 records; a produced batch must have last_offset_delta = \
+             record_count - 1 (0): build it with offset deltas 0, 1, 2, ..."
+        );
         assert_eq!((plain.last_offset(), plain.next_offset(), plain.total_len()), (0, 1, one("v").len()));
     }
 }

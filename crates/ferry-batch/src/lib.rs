@@ -67,9 +67,9 @@ mod record;
 
 pub use batch::Batch;
 pub use builder::{BatchBuilder, ProducerInfo, encode_records};
-pub use compression::Compression;
+pub use compression::{Compression, MIN_DECODE_LIMIT, decode_limit};
 pub use crc::{compute_crc, crc32c};
-pub use decode::decode_records;
+pub use decode::{decode_records, decode_records_bounded};
 pub use error::BatchError;
 pub use header::{BatchHeader, set_base_offset, set_epoch, verify};
 pub use iter::{BatchIter, Batches, split_verified};

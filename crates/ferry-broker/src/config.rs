@@ -58,6 +58,8 @@ pub struct BrokerSection {
     /// Graceful shutdown budget after SIGTERM.
     #[serde(deserialize_with = "de::duration")]
     pub shutdown_timeout: Duration,
+    /// Most decodes of record bodies the broker runs at once (timestamp lookups), off the async workers.
+    pub decode_concurrency: usize,
 }
 
 impl Default for BrokerSection {
@@ -72,6 +74,7 @@ impl Default for BrokerSection {
             token_file: None,
             tls: None,
             shutdown_timeout: Duration::from_secs(30),
+            decode_concurrency: 2,
         }
     }
 }
@@ -114,6 +117,8 @@ pub struct StorageSection {
     /// How often retention runs.
     #[serde(deserialize_with = "de::duration")]
     pub retention_check_interval: Duration,
+    /// Per partition: most sealed-segment files held open at once (opened on demand, least recently used closed).
+    pub max_open_segments: usize,
 }
 
 impl Default for StorageSection {
@@ -128,6 +133,7 @@ impl Default for StorageSection {
             retention_bytes: ByteSize::b(0),
             retention: Duration::ZERO,
             retention_check_interval: Duration::from_secs(30),
+            max_open_segments: 8,
         }
     }
 }
@@ -258,6 +264,9 @@ impl BrokerSection {
         if !(1024..=256 * 1024 * 1024).contains(&batch) {
             p.push("broker.max_batch_bytes", format!("{} is outside 1KiB..256MiB", self.max_batch_bytes));
         }
+        if !(1..=64).contains(&self.decode_concurrency) {
+            p.push("broker.decode_concurrency", format!("{} is outside 1..64", self.decode_concurrency));
+        }
         if let Some(id) = &self.cluster_id
             && (id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
         {
@@ -274,6 +283,18 @@ impl StorageSection {
         }
         if self.retention_check_interval.is_zero() {
             p.push("storage.retention_check_interval", "must be above 0");
+        }
+        if !(1..=4096).contains(&self.max_open_segments) {
+            p.push("storage.max_open_segments", format!("{} is outside 1..4096", self.max_open_segments));
+        }
+        if self.segment_age.as_millis() < u128::from(ferry_storage::MIN_SEGMENT_MS) {
+            p.push(
+                "storage.segment_age",
+                format!(
+                    "{:?} is below the 1s minimum (a shorter age would roll a segment, two files, on nearly every append)",
+                    self.segment_age
+                ),
+            );
         }
     }
 }
@@ -375,6 +396,7 @@ impl BrokerConfig {
             },
             retention_bytes: (s.retention_bytes.as_u64() > 0).then(|| s.retention_bytes.as_u64()),
             retention_ms: (!s.retention.is_zero()).then_some(s.retention.as_millis() as u64),
+            max_open_segments: s.max_open_segments,
         }
     }
 }

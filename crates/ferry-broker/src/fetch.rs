@@ -61,7 +61,7 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
         topic: topic.to_owned(),
         partition,
         error: code as i32,
-        message: err.to_string(),
+        message: err.client_message(),
         batches: Bytes::new(),
         log_start_offset,
         log_end_offset,

@@ -127,6 +127,15 @@ impl Partition {
     /// or a fenced epoch in any of them) writes nothing.
     pub async fn produce(&self, batches: Bytes) -> Result<Produced> {
         let verified = self.verified_batches(&batches)?;
+        // The log refuses a sparse batch on a plain append too; checking every batch first keeps a request with a
+        // sparse batch after a good one from being half-written.
+        for (header, _) in &verified {
+            header.check_dense().map_err(|e| BrokerError::MalformedBatch {
+                topic: self.topic.clone(),
+                partition: self.index,
+                reason: e.to_string(),
+            })?;
+        }
         let mut producers = self.writer.lock().await;
         if verified.len() > 1
             && let Err((producer_id, reason)) = producers.check_all(verified.iter().map(|(h, _)| h))

@@ -158,6 +158,7 @@ pub async fn run(
         Arc::clone(&groups),
         advertised,
         config.broker.max_fetch_wait,
+        config.broker.decode_concurrency,
         shutdown.clone(),
     );
     let grpc = BrokerServer::new(service)

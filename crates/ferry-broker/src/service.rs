@@ -8,7 +8,7 @@ use std::time::Duration;
 use ferry_proto as pb;
 use ferry_proto::broker_server::Broker;
 use ferry_storage::OffsetAppendOutcome;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::core::BrokerCore;
 use crate::error::{BrokerError, RefusalKind};
 use crate::groups::GroupCoordinator;
+use crate::partition::Partition;
 use crate::topic::{MirrorMark, TopicSettings, refuse_reserved};
 
 /// The service implementation.
@@ -29,6 +30,8 @@ pub struct BrokerService {
     round_robin: Arc<AtomicU32>,
     /// Counts fetches, so each starts reading at a different partition (see `fetch::fetch`).
     fetch_turns: Arc<AtomicU32>,
+    /// Permits for server-side decodes of record bodies (`broker.decode_concurrency`).
+    decodes: Arc<Semaphore>,
     shutdown: CancellationToken,
 }
 
@@ -39,6 +42,7 @@ impl BrokerService {
         groups: Arc<GroupCoordinator>,
         advertised: String,
         max_fetch_wait: Duration,
+        decode_concurrency: usize,
         shutdown: CancellationToken,
     ) -> BrokerService {
         let max_batch_bytes = core.defaults().max_batch_bytes;
@@ -50,8 +54,22 @@ impl BrokerService {
             max_fetch_wait,
             round_robin: Arc::new(AtomicU32::new(0)),
             fetch_turns: Arc::new(AtomicU32::new(0)),
+            decodes: Arc::new(Semaphore::new(decode_concurrency.max(1))),
             shutdown,
         }
+    }
+
+    /// `offset_for_timestamp` may decode record bodies: it runs on the blocking pool, at most
+    /// `decode_concurrency` at once, so a hostile batch can neither stall the async workers nor multiply its
+    /// (bounded) decode memory by the number of callers.
+    async fn lookup_timestamp(&self, p: &Partition, ts: i64) -> Result<Option<u64>, BrokerError> {
+        let _permit =
+            self.decodes.acquire().await.map_err(|_| BrokerError::Internal("the decode limiter is closed".into()))?;
+        let log = Arc::clone(p.log());
+        tokio::task::spawn_blocking(move || log.offset_for_timestamp(ts))
+            .await
+            .map_err(|e| BrokerError::Internal(format!("timestamp lookup task failed: {e}")))?
+            .map_err(|e| BrokerError::storage(p.topic(), p.index(), e))
     }
 
     fn counts(&self) -> impl Fn(&str) -> u32 + '_ {
@@ -311,11 +329,11 @@ impl Broker for BrokerService {
                         Some(pb::list_offsets_partition::Spec::Earliest(_)) => r.offset = Some(r.log_start_offset),
                         Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),
                         Some(pb::list_offsets_partition::Spec::TimestampMs(ts)) => {
-                            match p.log().offset_for_timestamp(ts) {
+                            match self.lookup_timestamp(&p, ts).await {
                                 Ok(o) => r.offset = o,
                                 Err(e) => {
                                     r.error = pb::ErrorCode::StorageError as i32;
-                                    r.message = e.to_string();
+                                    r.message = e.client_message();
                                 }
                             }
                         }

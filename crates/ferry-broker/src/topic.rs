@@ -103,8 +103,14 @@ impl TopicSettings {
         {
             return Err(BrokerError::InvalidArgument(format!("config segment_bytes {sb} is below the 64 KiB minimum")));
         }
-        if c.segment_ms == Some(0) {
-            return Err(BrokerError::InvalidArgument("config segment_ms must be above 0".into()));
+        if let Some(ms) = c.segment_ms
+            && ms < ferry_storage::MIN_SEGMENT_MS
+        {
+            return Err(BrokerError::InvalidArgument(format!(
+                "config segment_ms {ms} is below the {} ms minimum (a shorter age would roll a segment on nearly \
+                 every append)",
+                ferry_storage::MIN_SEGMENT_MS
+            )));
         }
         Ok(TopicSettings {
             flush: c.flush.clone(),
@@ -152,7 +158,8 @@ impl TopicSettings {
             cfg.segment_bytes = b.max(cfg.max_batch_bytes);
         }
         if let Some(ms) = self.segment_ms {
-            cfg.segment_ms = ms;
+            // Settings stored before the minimum existed still open, at the minimum.
+            cfg.segment_ms = ms.max(ferry_storage::MIN_SEGMENT_MS);
         }
         cfg
     }
@@ -315,6 +322,23 @@ mod tests {
         merged.merge(&s);
         assert_eq!(merged.retention_bytes, Some(5));
         assert_eq!(merged.flush.as_deref(), Some("sync"));
+    }
+
+    #[test]
+    fn segment_ms_below_one_second_is_refused_and_a_stored_one_is_raised() {
+        let ask = |ms| pb::TopicConfig { segment_ms: Some(ms), ..Default::default() };
+        let err = TopicSettings::from_proto(Some(&ask(999))).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            err.to_string(),
+            "invalid request: config segment_ms 999 is below the 1000 ms minimum (a shorter age would roll a \
+             segment on nearly every append)"
+        );
+        assert!(TopicSettings::from_proto(Some(&ask(0))).is_err());
+        assert_eq!(TopicSettings::from_proto(Some(&ask(1000))).unwrap().segment_ms, Some(1000));
+        // A setting stored before the minimum existed opens at the minimum.
+        let stored = TopicSettings { segment_ms: Some(1), ..Default::default() };
+        assert_eq!(stored.log_config(&LogConfig::default()).segment_ms, 1000);
     }
 
     #[test]

@@ -8,9 +8,12 @@
 //! with the stamped base offset and epoch from a small copy, the CRC-covered rest straight from the caller's
 //! buffer. Index entries are collected in memory and written in blocks.
 
+use std::io::ErrorKind;
+
 use ferry_batch::{self as batch, CRC_START};
 
 use crate::checkpoint;
+use crate::fs::OpenMode;
 use crate::index;
 use crate::segment::Segment;
 use crate::state::{LogCore, SealedFiles, Writer};
@@ -31,11 +34,12 @@ impl LogCore {
             }
             (st.log_end(), st.epochs.latest(), st.config.max_batch_bytes)
         };
-        let header = batch::verify(batch).map_err(|source| StorageError::InvalidBatch {
-            dir: self.dir.clone(),
-            offset: leo,
-            source,
-        })?;
+        // A plain append takes one offset per record: a sparse header (say one record claiming a span of 2^32)
+        // would move the log end by billions and roll a segment per append. Sparse batches from a compacted
+        // source come through append-with-offsets only.
+        let header = batch::verify(batch)
+            .and_then(|h| h.check_dense().map(|()| h))
+            .map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: leo, source })?;
         if batch.len() as u64 > max {
             return Err(StorageError::BatchTooLarge {
                 dir: self.dir.clone(),
@@ -80,7 +84,7 @@ impl LogCore {
         let (file, pos, path, segment_base) = {
             let st = self.state.read();
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
-            (active.file.clone(), active.size, active.log_path.clone(), active.base)
+            (active.file.get()?, active.size, active.log_path.clone(), active.base)
         };
         if let Some(problem) = &w.poisoned {
             return Err(StorageError::Io { path, source: std::io::Error::other(problem.clone()) });
@@ -182,16 +186,22 @@ impl LogCore {
             w.dir_unsynced = false;
         }
         for sealed in &w.sealed_unflushed {
-            sealed.log.sync_data().map_err(LogCore::io_error(&sealed.log_path))?;
-            if let Some(index) = &sealed.index {
-                index.sync_all().map_err(LogCore::io_error(&sealed.index_path))?;
+            // A segment that retention or a truncation removed since it was sealed has nothing left to sync.
+            let log = match sealed.log.get() {
+                Err(StorageError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => continue,
+                other => other?,
+            };
+            log.sync_data().map_err(LogCore::io_error(&sealed.log_path))?;
+            match self.fs.open(&sealed.index_path, OpenMode::Existing) {
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                index => index.and_then(|i| i.sync_all()).map_err(LogCore::io_error(&sealed.index_path))?,
             }
         }
         w.sealed_unflushed.clear();
         let (file, path, active_base) = {
             let st = self.state.read();
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
-            (active.file.clone(), active.log_path.clone(), active.base)
+            (active.file.get()?, active.log_path.clone(), active.base)
         };
         file.sync_data().map_err(LogCore::io_error(&path))?;
         w.unflushed = 0;
@@ -239,9 +249,11 @@ impl LogCore {
             let st = self.state.read();
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
             let sync = matches!(st.config.flush, FlushPolicy::Sync);
-            (active.file.clone(), active.log_path.clone(), active.index_path.clone(), sync)
+            let mut sealed = active.file.clone();
+            sealed.unpin();
+            (sealed, active.log_path.clone(), active.index_path.clone(), sync)
         };
-        let segment = Segment::create(&*self.fs, &self.dir, new_base)?;
+        let segment = Segment::create(&*self.fs, &self.files, &self.dir, new_base)?;
         // The new file's directory entry needs to be durable no sooner than its first bytes: at once under the
         // sync policy, with the next flush under the async one.
         if sync {
@@ -249,18 +261,20 @@ impl LogCore {
         } else {
             w.dir_unsynced = true;
         }
-        let old_index = w.index_file.replace(index::open_append(&*self.fs, &segment.index_path)?);
+        w.index_file = Some(index::open_append(&*self.fs, &segment.index_path)?);
         w.last_index_pos = 0;
         if !sync || !w.sealed_unflushed.is_empty() {
-            w.sealed_unflushed.push(SealedFiles {
-                log: old_file,
-                log_path: old_log_path,
-                index: old_index,
-                index_path: old_index_path,
-            });
+            w.sealed_unflushed.push(SealedFiles { log: old_file, log_path: old_log_path, index_path: old_index_path });
         }
         tracing::debug!(dir = %self.dir.display(), base = new_base, "rolled a new segment");
-        self.state.write().segments.push(segment);
+        {
+            let mut st = self.state.write();
+            if let Some(sealed) = st.segments.last_mut() {
+                // Sealed: its file is no longer held open, only through the bounded cache.
+                sealed.file.unpin();
+            }
+            st.segments.push(segment);
+        }
         if w.sealed_unflushed.is_empty() {
             self.set_recovery_point(w, new_base)?;
         }
@@ -278,7 +292,7 @@ impl LogCore {
         if active_empty {
             // Create the new segment before removing the old one: a crash in between leaves an empty segment
             // that recovery discards, never a directory without segments.
-            let segment = Segment::create(&*self.fs, &self.dir, target)?;
+            let segment = Segment::create(&*self.fs, &self.files, &self.dir, target)?;
             checkpoint::sync_dir(&*self.fs, &self.dir)?;
             w.index_file = Some(index::open_append(&*self.fs, &segment.index_path)?);
             w.index_pending.clear();

@@ -23,6 +23,10 @@ impl Default for FlushPolicy {
     }
 }
 
+/// The shortest `segment_ms` the broker accepts (1 s): a shorter one would roll a segment on nearly every append,
+/// and every segment is a pair of files.
+pub const MIN_SEGMENT_MS: u64 = 1000;
+
 /// Configuration of one partition's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -40,6 +44,9 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// Delete sealed segments whose newest record is older than this many ms. `None` keeps everything.
     pub retention_ms: Option<u64>,
+    /// Most sealed-segment files the log keeps open at once (default 8, at least 1); others are opened on
+    /// demand, the least recently used closed. The active segment's files are open besides.
+    pub max_open_segments: usize,
 }
 
 impl Default for LogConfig {
@@ -52,6 +59,7 @@ impl Default for LogConfig {
             flush: FlushPolicy::default(),
             retention_bytes: None,
             retention_ms: None,
+            max_open_segments: 8,
         }
     }
 }

@@ -70,6 +70,7 @@ mod index;
 mod log;
 mod maintenance;
 mod offsets;
+mod open_files;
 mod read;
 mod recovery;
 mod segment;
@@ -77,7 +78,7 @@ mod state;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{FlushPolicy, LogConfig};
+pub use config::{FlushPolicy, LogConfig, MIN_SEGMENT_MS};
 pub use error::{Result, StorageError};
 pub use log::Log;
 pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};

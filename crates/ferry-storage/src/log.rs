@@ -71,6 +71,7 @@ impl Log {
     /// Replaces the configuration (topic config changes). Takes effect for the next append, roll and retention.
     pub fn set_config(&self, config: LogConfig) {
         let _w = self.core.writer.lock();
+        self.core.files.set_capacity(config.max_open_segments);
         self.core.state.write().config = config;
     }
 
@@ -246,6 +247,7 @@ impl Log {
         st.closed_range = (st.log_start(), st.log_end());
         st.closed = true;
         st.segments.clear();
+        self.core.files.clear();
         Ok(())
     }
 

@@ -51,7 +51,7 @@ impl LogCore {
 
     /// Empties the log and restarts it at `offset` (below the current log start).
     fn reset_to(&self, w: &mut Writer, offset: u64) -> Result<u64> {
-        let segment = Segment::create(&*self.fs, &self.dir, offset)?;
+        let segment = Segment::create(&*self.fs, &self.files, &self.dir, offset)?;
         checkpoint::sync_dir(&*self.fs, &self.dir)?;
         let index_file = index::open_append(&*self.fs, &segment.index_path)?;
         let mut st = self.state.write();
@@ -61,7 +61,7 @@ impl LogCore {
         w.index_pending.clear();
         w.last_index_pos = 0;
         w.unflushed = 0;
-        for seg in old.iter().rev() {
+        for seg in old.into_iter().rev() {
             seg.remove_files(&*self.fs)?;
         }
         drop(st);
@@ -81,13 +81,19 @@ impl LogCore {
                 (seg.size, seg.next_offset)
             } else {
                 let mut found = None;
-                scan_headers(&*seg.file, &seg.log_path, seg.scan_start(offset), seg.size, &mut |pos, header| {
-                    if header.last_offset() >= offset {
-                        found = Some((pos, header.base_offset));
-                        return false;
-                    }
-                    true
-                })?;
+                scan_headers(
+                    &*seg.file.get()?,
+                    &seg.log_path,
+                    seg.scan_start(offset),
+                    seg.size,
+                    &mut |pos, header| {
+                        if header.last_offset() >= offset {
+                            found = Some((pos, header.base_offset));
+                            return false;
+                        }
+                        true
+                    },
+                )?;
                 found.unwrap_or((seg.size, seg.next_offset))
             }
         };
@@ -95,8 +101,11 @@ impl LogCore {
             seg.remove_files(&*self.fs)?;
         }
         let seg = st.segments.get_mut(idx).ok_or_else(|| self.closed_error())?;
-        seg.file.set_len(cut_pos).and_then(|()| seg.file.sync_all()).map_err(LogCore::io_error(&seg.log_path))?;
-        let (walked, stop) = walk_headers(&*seg.file, &seg.log_path, seg.base, cut_pos)?;
+        // It is the active segment now (if it was sealed, its file is held open again).
+        seg.file.pin()?;
+        let file = seg.file.get()?;
+        file.set_len(cut_pos).and_then(|()| file.sync_all()).map_err(LogCore::io_error(&seg.log_path))?;
+        let (walked, stop) = walk_headers(&*file, &seg.log_path, seg.base, cut_pos)?;
         if let Some(stop) = stop {
             return Err(stop.into_error(&seg.log_path));
         }

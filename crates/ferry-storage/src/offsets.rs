@@ -196,6 +196,8 @@ impl LogCore {
     /// base has the same last offset, CRC and epoch; otherwise the first differing offset.
     fn compare_stored(&self, b: &Offered<'_>) -> Result<Option<u64>> {
         let (base, last) = (b.header.base_offset, b.header.last_offset());
+        // Both sides are decoded here: each decode holds at most the bounded limit of decompressed bytes.
+        let limit = batch::decode_limit(self.state.read().config.max_batch_bytes);
         let first = self.read_batches(base, 1)?;
         if let Some(Ok((stored, _))) = BatchIter::new(&first.batches).next()
             && stored.base_offset == base
@@ -216,21 +218,16 @@ impl LogCore {
                 // Read already verified every batch it returned.
                 let (header, bytes) =
                     item.map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset, source })?;
-                let records = batch::decode_records(bytes).map_err(|source| StorageError::InvalidBatch {
-                    dir: self.dir.clone(),
-                    offset: header.base_offset,
-                    source,
+                let records = batch::decode_records_bounded(bytes, limit).map_err(|source| {
+                    StorageError::InvalidBatch { dir: self.dir.clone(), offset: header.base_offset, source }
                 })?;
                 stored_records.extend(records.into_iter().filter(|r| (base..=last).contains(&r.offset)));
             }
             offset = read.next_offset;
         }
         // The offered batch passed `verify`, so it decodes unless its record section is malformed.
-        let offered_records = batch::decode_records(b.bytes).map_err(|source| StorageError::InvalidBatch {
-            dir: self.dir.clone(),
-            offset: base,
-            source,
-        })?;
+        let offered_records = batch::decode_records_bounded(b.bytes, limit)
+            .map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: base, source })?;
         Ok(Some(first_difference(&stored_records, &offered_records).unwrap_or(base)))
     }
 }

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use ferry_batch::{self as batch, BatchError, BatchHeader, BatchIter, HEADER_LEN};
 
 use crate::fs::FileRef;
+use crate::open_files::SegmentFile;
 use crate::segment::{read_exact_at, scan_headers};
 use crate::state::LogCore;
 use crate::types::ReadResult;
@@ -21,11 +22,26 @@ const MAX_READ_ATTEMPTS: usize = 16;
 
 /// What a read needs from one segment, taken under the lock.
 struct SegmentSnapshot {
-    file: FileRef,
+    file: SegmentFile,
     path: PathBuf,
     /// Position to start scanning headers at (a batch boundary at or before the wanted batch).
     start: u64,
     /// Committed size.
+    end: u64,
+}
+
+impl SegmentSnapshot {
+    /// The segment with its file open (a sealed one's is opened now, after the state lock was released).
+    fn open(&self) -> Result<OpenSegment<'_>> {
+        Ok(OpenSegment { file: self.file.get()?, path: &self.path, start: self.start, end: self.end })
+    }
+}
+
+/// A [`SegmentSnapshot`] whose file is open, for the length of one segment's I/O.
+struct OpenSegment<'a> {
+    file: FileRef,
+    path: &'a PathBuf,
+    start: u64,
     end: u64,
 }
 
@@ -74,12 +90,13 @@ impl LogCore {
             (snapshot, start, end, st.epochs.latest())
         };
         let empty = ReadResult { batches: Bytes::new(), next_offset: offset, log_start_offset, log_end_offset, epoch };
-        let Some(seg) = snapshot else { return Ok(empty) };
+        let Some(snapshot) = snapshot else { return Ok(empty) };
+        let seg = snapshot.open()?;
         let Some((pos, header)) = find_batch(&seg, offset)? else { return Ok(empty) };
         let first_len = header.total_len() as u64;
         if first_len > seg.end - pos {
             return Err(StorageError::CorruptSegment {
-                file: seg.path,
+                file: seg.path.clone(),
                 position: pos,
                 offset: Some(header.base_offset),
                 source: BatchError::Truncated { needed: first_len as usize, available: (seg.end - pos) as usize },
@@ -110,26 +127,30 @@ impl LogCore {
     /// `Log::offset_for_timestamp`.
     pub(crate) fn lookup_timestamp(&self, timestamp_ms: i64) -> Result<Option<u64>> {
         self.with_retry(|| {
-            let segments: Vec<SegmentSnapshot> = {
+            let (segments, limit): (Vec<SegmentSnapshot>, usize) = {
                 let st = self.state.read();
                 if st.closed {
                     return Err(self.closed_error());
                 }
+                let limit = batch::decode_limit(st.config.max_batch_bytes);
                 // Whole segments whose newest record is older are skipped without reading them.
-                st.segments
+                let segments = st
+                    .segments
                     .iter()
                     .filter(|s| s.max_timestamp >= timestamp_ms && !s.is_empty())
                     .map(|s| SegmentSnapshot { file: s.file.clone(), path: s.log_path.clone(), start: 0, end: s.size })
-                    .collect()
+                    .collect();
+                (segments, limit)
             };
-            for seg in &segments {
+            for snapshot in &segments {
+                let seg = &snapshot.open()?;
                 let mut found = None;
                 let mut failure = None;
-                scan_headers(&*seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
+                scan_headers(&*seg.file, seg.path, seg.start, seg.end, &mut |pos, header| {
                     if header.max_timestamp < timestamp_ms {
                         return true;
                     }
-                    match first_record_at_or_after(seg, pos, header, timestamp_ms) {
+                    match first_record_at_or_after(seg, pos, header, timestamp_ms, limit) {
                         Ok(Some(offset)) => {
                             found = Some(offset);
                             false
@@ -155,6 +176,7 @@ impl LogCore {
 
     /// `Log::for_each_batch_header`.
     pub(crate) fn scan_headers(&self, from_offset: u64, f: &mut dyn FnMut(&BatchHeader)) -> Result<()> {
+        let generation = self.current_generation();
         let segments: Vec<SegmentSnapshot> = {
             let st = self.state.read();
             if st.closed {
@@ -171,8 +193,18 @@ impl LogCore {
                 })
                 .collect()
         };
-        for seg in &segments {
-            scan_headers(&*seg.file, &seg.path, seg.start, seg.end, &mut |_, header| {
+        for snapshot in &segments {
+            let seg = match snapshot.open() {
+                // A sealed segment is opened only now: if retention or a truncation removed it since the
+                // snapshot, its headers are gone from the log too.
+                Err(StorageError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && self.current_generation() != generation =>
+                {
+                    continue;
+                }
+                other => other?,
+            };
+            scan_headers(&*seg.file, seg.path, seg.start, seg.end, &mut |_, header| {
                 if header.last_offset() >= from_offset {
                     f(header);
                 }
@@ -184,9 +216,9 @@ impl LogCore {
 }
 
 /// The first batch in `seg` (from its scan start) whose last offset is >= `offset`.
-fn find_batch(seg: &SegmentSnapshot, offset: u64) -> Result<Option<(u64, BatchHeader)>> {
+fn find_batch(seg: &OpenSegment<'_>, offset: u64) -> Result<Option<(u64, BatchHeader)>> {
     let mut found = None;
-    scan_headers(&*seg.file, &seg.path, seg.start, seg.end, &mut |pos, header| {
+    scan_headers(&*seg.file, seg.path, seg.start, seg.end, &mut |pos, header| {
         if header.last_offset() >= offset {
             found = Some((pos, *header));
             return false;
@@ -198,14 +230,16 @@ fn find_batch(seg: &SegmentSnapshot, offset: u64) -> Result<Option<(u64, BatchHe
 
 /// Reads the batch at `pos` and returns the offset of its first record with a timestamp >= `timestamp_ms`.
 fn first_record_at_or_after(
-    seg: &SegmentSnapshot,
+    seg: &OpenSegment<'_>,
     pos: u64,
     header: &BatchHeader,
     timestamp_ms: i64,
+    decode_limit: usize,
 ) -> Result<Option<u64>> {
     let mut buf = vec![0u8; header.total_len().max(HEADER_LEN)];
-    read_exact_at(&*seg.file, &seg.path, &mut buf, pos)?;
-    let records = batch::decode_records(&buf).map_err(|source| StorageError::CorruptSegment {
+    read_exact_at(&*seg.file, seg.path, &mut buf, pos)?;
+    // The one place the log decodes record bodies: bounded, so a small batch cannot inflate without limit.
+    let records = batch::decode_records_bounded(&buf, decode_limit).map_err(|source| StorageError::CorruptSegment {
         file: seg.path.clone(),
         position: pos,
         offset: Some(header.base_offset),

@@ -24,8 +24,9 @@ use crate::checkpoint::{self, EpochState};
 use crate::clock::Clock;
 use crate::fs::{FileSystem, FsRef, OpenMode};
 use crate::index;
+use crate::open_files::{OpenFiles, SegmentFile};
 use crate::segment::{self, FileKind, Segment, walk_headers, walk_verified};
-use crate::state::{LogCore, State, Writer};
+use crate::state::{CoreParts, LogCore, State, Writer};
 use crate::{LogConfig, Result, StorageError};
 
 /// The segment files present in a partition directory.
@@ -89,6 +90,7 @@ fn open_segment(
     base: u64,
     check: Check,
     config: &LogConfig,
+    files: &Arc<OpenFiles>,
     now_ms: i64,
 ) -> Result<(Segment, bool)> {
     let log_path = dir.join(segment::log_file_name(base));
@@ -155,9 +157,9 @@ fn open_segment(
     let created_ms = (!batches.is_empty()).then(|| file.created_ms().map_or(now_ms, |c| c.min(now_ms)));
     let segment = Segment {
         base,
+        file: SegmentFile::pinned(log_path.clone(), file, files),
         log_path,
         index_path,
-        file,
         size: end,
         next_offset: batches.last().map_or(base, |b| b.last + 1),
         max_timestamp: batches.iter().map(|b| b.max_timestamp).max().unwrap_or(i64::MIN),
@@ -181,6 +183,7 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
     let now_ms = clock.now_ms();
 
     let recovery_point = checkpoint::load_recovery_point(fs, &dir)?;
+    let files = OpenFiles::new(fsr.clone(), config.max_open_segments);
     let bases: Vec<u64> = bases.into_iter().collect();
     let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
     let mut cut_any = false;
@@ -192,7 +195,7 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
             (false, false) if base < recovery_point => Check::Trusted,
             (false, _) => Check::Suspect,
         };
-        let (segment, mut cut) = open_segment(fs, &dir, base, check, &config, now_ms)?;
+        let (segment, mut cut) = open_segment(fs, &dir, base, check, &config, &files, now_ms)?;
         if let Some(&next) = bases.get(i + 1)
             && check == Check::Suspect
             && !cut
@@ -211,7 +214,13 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
         }
         if check == Check::Suspect {
             // What was checked is what the log now holds: make it durable before trusting it.
-            segment.file.sync_all().map_err(LogCore::io_error(&segment.log_path))?;
+            segment.file.get()?.sync_all().map_err(LogCore::io_error(&segment.log_path))?;
+        }
+        let mut segment = segment;
+        if !active {
+            // Sealed: closed now and opened on demand through the bounded cache, so a log of many segments
+            // opens holding only its active segment's files.
+            segment.file.close();
         }
         cut_any |= cut;
         segments.push(segment);
@@ -253,7 +262,11 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
         }
     }
     if segments.is_empty() {
-        segments.push(Segment::create(fs, &dir, 0)?);
+        segments.push(Segment::create(fs, &files, &dir, 0)?);
+    }
+    if let Some(active) = segments.last_mut() {
+        // The last segment is the active one, also when recovery cut the log back into a sealed one.
+        active.file.pin()?;
     }
     checkpoint::sync_dir(fs, &dir)?;
 
@@ -290,7 +303,7 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
     };
     let state = State { closed: false, config, segments, epochs, gaps: recorded_gaps.clone(), closed_range: (0, 0) };
     let layout_gaps = state.layout_gaps();
-    let log = LogCore::new(dir, fsr.clone(), clock, writer, state);
+    let log = LogCore::new(CoreParts { dir, fs: fsr.clone(), clock, files, writer, state });
     if layout_gaps != recorded_gaps {
         tracing::info!(dir = %log.dir.display(), ?recorded_gaps, ?layout_gaps, "gaps record updated from the segment layout");
     }

@@ -14,8 +14,11 @@ use std::path::{Path, PathBuf};
 
 use ferry_batch::{self as batch, BatchError, BatchHeader, HEADER_LEN};
 
-use crate::fs::{FileRef, FileSystem, FsFile, OpenMode};
+use std::sync::Arc;
+
+use crate::fs::{FileSystem, FsFile, OpenMode};
 use crate::index::IndexEntry;
+use crate::open_files::{OpenFiles, SegmentFile};
 use crate::types::BatchMeta;
 use crate::{Result, StorageError};
 
@@ -72,8 +75,9 @@ pub(crate) struct Segment {
     pub log_path: PathBuf,
     /// The `.index` file.
     pub index_path: PathBuf,
-    /// The `.log` file, opened for reading and appending; readers pread on their own clone of the `Arc`.
-    pub file: FileRef,
+    /// The `.log` file: held open while the segment is active, opened on demand (through the log's bounded
+    /// cache) once it is sealed. Readers pread on their own clone of the handle.
+    pub file: SegmentFile,
     /// Committed bytes.
     pub size: u64,
     /// One past the last offset held; `base` when empty.
@@ -88,7 +92,7 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates a new empty segment's files in `dir`.
-    pub fn create(fs: &dyn FileSystem, dir: &Path, base: u64) -> Result<Segment> {
+    pub fn create(fs: &dyn FileSystem, files: &Arc<OpenFiles>, dir: &Path, base: u64) -> Result<Segment> {
         let log_path = dir.join(log_file_name(base));
         let index_path = dir.join(index_file_name(base));
         let file = fs
@@ -98,9 +102,9 @@ impl Segment {
             .map_err(|source| StorageError::Io { path: index_path.clone(), source })?;
         Ok(Segment {
             base,
+            file: SegmentFile::pinned(log_path.clone(), file, files),
             log_path,
             index_path,
-            file,
             size: 0,
             next_offset: base,
             max_timestamp: i64::MIN,
@@ -120,7 +124,8 @@ impl Segment {
     }
 
     /// Removes both files (missing files are fine: the goal is that they are gone).
-    pub fn remove_files(&self, fs: &dyn FileSystem) -> Result<()> {
+    pub fn remove_files(mut self, fs: &dyn FileSystem) -> Result<()> {
+        self.file.forget();
         for path in [&self.log_path, &self.index_path] {
             crate::fs::remove_if_exists(fs, path).map_err(|source| StorageError::Io { path: path.clone(), source })?;
         }

@@ -17,6 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::checkpoint::EpochState;
 use crate::clock::Clock;
 use crate::fs::{FileRef, FsRef};
+use crate::open_files::{OpenFiles, SegmentFile};
 use crate::segment::Segment;
 use crate::{LogConfig, StorageError};
 
@@ -34,12 +35,23 @@ pub(crate) struct LogCore {
     pub state: RwLock<State>,
     /// Bumped whenever bytes a reader may have located are removed or rewritten.
     pub generation: AtomicU64,
+    /// The open files of sealed segments, at most `max_open_segments`.
+    pub files: Arc<OpenFiles>,
 }
 
 impl LogCore {
     /// A core over freshly opened state (its generation starts at 0).
-    pub fn new(dir: PathBuf, fs: FsRef, clock: Arc<dyn Clock>, writer: Writer, state: State) -> LogCore {
-        LogCore { dir, fs, clock, writer: Mutex::new(writer), state: RwLock::new(state), generation: AtomicU64::new(0) }
+    pub fn new(parts: CoreParts) -> LogCore {
+        let CoreParts { dir, fs, clock, files, writer, state } = parts;
+        LogCore {
+            dir,
+            fs,
+            clock,
+            writer: Mutex::new(writer),
+            state: RwLock::new(state),
+            generation: AtomicU64::new(0),
+            files,
+        }
     }
 
     /// The error of an operation on a closed log.
@@ -61,6 +73,16 @@ impl LogCore {
     pub fn current_generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
+}
+
+/// What a [`LogCore`] is made of (recovery assembles them).
+pub(crate) struct CoreParts {
+    pub dir: PathBuf,
+    pub fs: FsRef,
+    pub clock: Arc<dyn Clock>,
+    pub files: Arc<OpenFiles>,
+    pub writer: Writer,
+    pub state: State,
 }
 
 /// What readers snapshot and the writer publishes.
@@ -124,15 +146,14 @@ pub(crate) struct Writer {
     pub dir_unsynced: bool,
 }
 
-/// The files of a sealed segment awaiting its fsync.
+/// The files of a sealed segment awaiting its fsync. They are not held open (a burst of rolls would hold a file
+/// per segment): the flush reopens them, and an fsync through any handle makes the file durable.
 #[derive(Debug)]
 pub(crate) struct SealedFiles {
-    /// The `.log` file.
-    pub log: FileRef,
+    /// The `.log` file (reached through the log's cache of open files).
+    pub log: SegmentFile,
     /// Its path.
     pub log_path: PathBuf,
     /// The `.index` file.
-    pub index: Option<FileRef>,
-    /// Its path.
     pub index_path: PathBuf,
 }

@@ -97,11 +97,13 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "broker.max_batch_bytes",
             "broker.max_fetch_wait",
             "broker.shutdown_timeout",
+            "broker.decode_concurrency",
             "storage.flush",
             "storage.flush_interval",
             "storage.flush_bytes",
             "storage.segment_bytes",
             "storage.segment_age",
+            "storage.max_open_segments",
             "storage.index_interval_bytes",
             "storage.retention_bytes",
             "storage.retention",
@@ -165,4 +167,18 @@ fn limits_must_be_above_zero() {
     );
     // The core's own defaults are the config's.
     assert_eq!(LimitsSection::default().core_limits(), crate::core::Limits::default());
+}
+
+#[test]
+fn a_segment_age_below_one_second_is_refused() {
+    let err = BrokerConfig::from_toml("[storage]\nsegment_age = \"999ms\"\n", false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid broker config: storage.segment_age: 999ms is below the 1s minimum (a shorter age would roll a \
+         segment, two files, on nearly every append)"
+    );
+    let ok = BrokerConfig::from_toml("[storage]\nsegment_age = \"1s\"\nmax_open_segments = 2\n", false).unwrap();
+    assert_eq!((ok.default_log_config().segment_ms, ok.default_log_config().max_open_segments), (1000, 2));
+    let err = BrokerConfig::from_toml("[storage]\nmax_open_segments = 0\n", false).unwrap_err();
+    assert_eq!(err.to_string(), "invalid broker config: storage.max_open_segments: 0 is outside 1..4096");
 }

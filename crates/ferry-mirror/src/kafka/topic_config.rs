@@ -13,6 +13,10 @@ fn positive(v: &str) -> Option<u64> {
     v.trim().parse::<u64>().ok().filter(|&n| n > 0)
 }
 
+/// The shortest `segment_ms` a Ferry broker accepts (its `MIN_SEGMENT_MS`). Kafka allows down to 1 ms; a source
+/// topic with less is mirrored at the minimum rather than refused.
+const FERRY_MIN_SEGMENT_MS: u64 = 1000;
+
 /// A Ferry topic config from Kafka `(name, value)` pairs; `None` when none of the carried keys is present (the
 /// cluster does not describe configs).
 pub(crate) fn from_kafka<'a>(entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Option<pb::TopicConfig> {
@@ -24,7 +28,7 @@ pub(crate) fn from_kafka<'a>(entries: impl IntoIterator<Item = (&'a str, Option<
             "retention.ms" => (&mut c.retention_ms, unlimited_from_kafka(value)),
             "retention.bytes" => (&mut c.retention_bytes, unlimited_from_kafka(value)),
             "segment.bytes" => (&mut c.segment_bytes, positive(value)),
-            "segment.ms" => (&mut c.segment_ms, positive(value)),
+            "segment.ms" => (&mut c.segment_ms, positive(value).map(|ms| ms.max(FERRY_MIN_SEGMENT_MS))),
             _ => continue,
         };
         if let (field, Some(v)) = slot {
@@ -82,6 +86,12 @@ mod tests {
                 ("segment.bytes", "104857600".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn a_segment_age_below_ferrys_minimum_is_raised_to_it() {
+        assert_eq!(from_kafka([("segment.ms", Some("10"))]).unwrap().segment_ms, Some(1000));
+        assert_eq!(from_kafka([("segment.ms", Some("604800000"))]).unwrap().segment_ms, Some(604_800_000));
     }
 
     #[test]
