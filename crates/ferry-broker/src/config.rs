@@ -119,6 +119,12 @@ pub struct StorageSection {
     pub retention_check_interval: Duration,
     /// Per partition: most sealed-segment files held open at once (opened on demand, least recently used closed).
     pub max_open_segments: usize,
+    /// An idempotent producer id expires when its last batch's timestamp is this far behind the newest batch
+    /// timestamp of the partition; a later batch from it (a late retry) is refused.
+    #[serde(deserialize_with = "de::duration")]
+    pub producer_id_expiration: Duration,
+    /// Per partition: most idempotent producer ids tracked (past it, the one with the oldest batch is forgotten).
+    pub max_producer_ids: usize,
 }
 
 impl Default for StorageSection {
@@ -134,6 +140,8 @@ impl Default for StorageSection {
             retention: Duration::ZERO,
             retention_check_interval: Duration::from_secs(30),
             max_open_segments: 8,
+            producer_id_expiration: Duration::from_secs(7 * 24 * 3600),
+            max_producer_ids: 10_000,
         }
     }
 }
@@ -158,6 +166,10 @@ pub struct GroupsSection {
     /// Largest session timeout a member may ask for.
     #[serde(deserialize_with = "de::duration")]
     pub max_session_timeout: Duration,
+    /// Longest member id and client id a member may present, in bytes.
+    pub max_id_bytes: usize,
+    /// Most members of one group.
+    pub max_members: usize,
 }
 
 impl Default for GroupsSection {
@@ -165,6 +177,8 @@ impl Default for GroupsSection {
         GroupsSection {
             min_session_timeout: Duration::from_millis(1000),
             max_session_timeout: Duration::from_secs(300),
+            max_id_bytes: 255,
+            max_members: 1000,
         }
     }
 }
@@ -287,6 +301,15 @@ impl StorageSection {
         if !(1..=4096).contains(&self.max_open_segments) {
             p.push("storage.max_open_segments", format!("{} is outside 1..4096", self.max_open_segments));
         }
+        if self.producer_id_expiration < Duration::from_secs(1) {
+            p.push(
+                "storage.producer_id_expiration",
+                format!("{:?} is below the 1s minimum", self.producer_id_expiration),
+            );
+        }
+        if !(1..=1_000_000).contains(&self.max_producer_ids) {
+            p.push("storage.max_producer_ids", format!("{} is outside 1..1000000", self.max_producer_ids));
+        }
         if self.segment_age.as_millis() < u128::from(ferry_storage::MIN_SEGMENT_MS) {
             p.push(
                 "storage.segment_age",
@@ -305,6 +328,18 @@ impl GroupsSection {
         if self.min_session_timeout > self.max_session_timeout {
             p.push("groups.min_session_timeout", "is larger than groups.max_session_timeout");
         }
+        // A generated member id is the client id (cut to fit) and a 37-byte UUID suffix.
+        if !(64..=4096).contains(&self.max_id_bytes) {
+            p.push("groups.max_id_bytes", format!("{} is outside 64..4096", self.max_id_bytes));
+        }
+        if !(1..=100_000).contains(&self.max_members) {
+            p.push("groups.max_members", format!("{} is outside 1..100000", self.max_members));
+        }
+    }
+
+    /// The limits the group coordinator enforces.
+    pub fn group_limits(&self) -> crate::groups::Limits {
+        crate::groups::Limits { max_id_bytes: self.max_id_bytes, max_members: self.max_members }
     }
 }
 
@@ -379,6 +414,14 @@ impl BrokerConfig {
                 }
                 Ok(Some(token.to_owned()))
             }
+        }
+    }
+
+    /// Expiry and bound of every partition's idempotent-producer state.
+    pub fn producer_settings(&self) -> crate::producer_state::Settings {
+        crate::producer_state::Settings {
+            expiration_ms: i64::try_from(self.storage.producer_id_expiration.as_millis()).unwrap_or(i64::MAX),
+            max_producers: self.storage.max_producer_ids,
         }
     }
 

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::error::{BrokerError, Result};
 use crate::partition::Partition;
+use crate::producer_state;
 use crate::topic::{
     MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name, write_atomic,
 };
@@ -106,6 +107,8 @@ pub struct BrokerCore {
     _lock: ferry_storage::fs::LockGuard,
     cluster_id: String,
     defaults: LogConfig,
+    /// Expiry and bound of every partition's idempotent-producer state.
+    producers: producer_state::Settings,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     admin: tokio::sync::Mutex<()>,
     arrivals: watch::Sender<u64>,
@@ -119,6 +122,7 @@ impl BrokerCore {
         data_dir: &Path,
         configured_cluster_id: Option<&str>,
         defaults: LogConfig,
+        producers: producer_state::Settings,
     ) -> Result<BrokerCore> {
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -135,6 +139,7 @@ impl BrokerCore {
             _lock: lock,
             cluster_id,
             defaults,
+            producers,
             topics: RwLock::new(BTreeMap::new()),
             admin: tokio::sync::Mutex::new(()),
             arrivals,
@@ -162,8 +167,15 @@ impl BrokerCore {
         let cfg = meta.settings.log_config(&self.defaults);
         let mut partitions = Vec::with_capacity(meta.partitions as usize);
         for p in 0..meta.partitions {
-            let part =
-                Partition::open(&self.fs, &meta.name, p, dir.join(p.to_string()), cfg.clone(), self.arrivals.clone())?;
+            let part = Partition::open(
+                &self.fs,
+                &meta.name,
+                p,
+                dir.join(p.to_string()),
+                cfg.clone(),
+                self.producers,
+                self.arrivals.clone(),
+            )?;
             partitions.push(Arc::new(part));
         }
         Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(partitions) })
@@ -273,6 +285,7 @@ impl BrokerCore {
             let dir = dir.clone();
             let meta = meta.clone();
             let arrivals = self.arrivals.clone();
+            let producers = self.producers;
             let defaults = self.defaults.clone();
             let fs = self.fs.clone();
             tokio::task::spawn_blocking(move || -> Result<Topic> {
@@ -287,6 +300,7 @@ impl BrokerCore {
                         p,
                         dir.join(p.to_string()),
                         cfg.clone(),
+                        producers,
                         arrivals.clone(),
                     )?));
                 }
@@ -357,6 +371,7 @@ impl BrokerCore {
         let cfg = meta.settings.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let arrivals = self.arrivals.clone();
+        let producers = self.producers;
         let fs = self.fs.clone();
         let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<Partition>>> {
             let mut parts = Vec::new();
@@ -367,6 +382,7 @@ impl BrokerCore {
                     p,
                     dir.join(p.to_string()),
                     cfg.clone(),
+                    producers,
                     arrivals.clone(),
                 )?));
             }

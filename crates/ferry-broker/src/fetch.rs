@@ -431,7 +431,8 @@ mod tests {
     async fn core_with_backlog(partitions: u32, batches: usize) -> (tempfile::TempDir, BrokerCore) {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { max_batch_bytes: MAX_BATCH, ..LogConfig::default() };
-        let core = BrokerCore::open(ferry_storage::fs::os(), dir.path(), Some("test"), config).unwrap();
+        let core =
+            BrokerCore::open(ferry_storage::fs::os(), dir.path(), Some("test"), config, Default::default()).unwrap();
         let topic = core.create_topic("t", partitions, TopicSettings::default(), None).await.unwrap();
         for p in topic.partitions() {
             for _ in 0..batches {

@@ -15,7 +15,7 @@ use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageErro
 use tokio::sync::{Mutex, watch};
 
 use crate::error::{BrokerError, RefusalKind, Result};
-use crate::producer_state::{Check, ProducerStates};
+use crate::producer_state::{self, Check, ProducerStates};
 
 /// What a produce request wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +49,12 @@ impl Partition {
         index: u32,
         dir: PathBuf,
         config: LogConfig,
+        producer_settings: producer_state::Settings,
         arrivals: watch::Sender<u64>,
     ) -> Result<Partition> {
         let log = Log::open_on(fs.clone(), dir, config, Arc::new(SystemClock))
             .map_err(|e| BrokerError::storage(topic, index, e))?;
-        let mut producers = ProducerStates::default();
+        let mut producers = ProducerStates::new(producer_settings);
         let bases = log.segment_base_offsets();
         let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
         log.for_each_batch_header(from, &mut |h: &BatchHeader| producers.record(h, h.base_offset, h.last_offset()))
@@ -269,7 +270,16 @@ mod tests {
 
     fn partition(dir: &std::path::Path) -> Partition {
         let (arrivals, _) = watch::channel(0);
-        Partition::open(&ferry_storage::fs::os(), "m", 0, dir.join("0"), LogConfig::default(), arrivals).unwrap()
+        Partition::open(
+            &ferry_storage::fs::os(),
+            "m",
+            0,
+            dir.join("0"),
+            LogConfig::default(),
+            Default::default(),
+            arrivals,
+        )
+        .unwrap()
     }
 
     fn batch(base: u64, n: u64, epoch: u32) -> Bytes {

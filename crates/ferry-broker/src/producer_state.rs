@@ -1,6 +1,13 @@
 //! Idempotent-producer state of one partition: for each producer id, its epoch, the last sequence written and the
 //! last few batches, so that a retried batch is acknowledged with its original offsets instead of being written
 //! twice. The state is rebuilt from batch headers when the broker starts.
+//!
+//! **Expiry** follows batch timestamps only, never the broker's clock, so that every replica of the log reaches
+//! the same verdicts: a producer id whose last batch's `max_timestamp` is more than
+//! [`Settings::expiration_ms`] behind the newest `max_timestamp` the partition has seen (from any producer) is
+//! expired, and a batch from it at the same (or an older) epoch is refused instead of appended: a late retry of a
+//! batch written before the expiry cannot be told from a new one any more. At most [`Settings::max_producers`]
+//! ids are tracked; past that, the id whose last batch is oldest (then the lowest id) is forgotten.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -22,6 +29,24 @@ struct Written {
 struct Entry {
     epoch: i16,
     recent: VecDeque<Written>,
+    /// `max_timestamp` of the producer's last batch.
+    last_timestamp: i64,
+}
+
+/// How long producer ids are remembered, and how many (`storage.producer_id_expiration` and
+/// `storage.max_producer_ids` of the broker config, whose defaults these are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Milliseconds of batch timestamps after which an idle producer id expires.
+    pub expiration_ms: i64,
+    /// Producer ids tracked per partition at most.
+    pub max_producers: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { expiration_ms: 7 * 24 * 3600 * 1000, max_producers: 10_000 }
+    }
 }
 
 /// The verdict on an incoming batch.
@@ -41,9 +66,18 @@ pub enum Check {
 }
 
 /// Producer state of one partition.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProducerStates {
     producers: HashMap<i64, Entry>,
+    /// The newest `max_timestamp` of any batch recorded.
+    newest: i64,
+    settings: Settings,
+}
+
+impl Default for ProducerStates {
+    fn default() -> Self {
+        ProducerStates::new(Settings::default())
+    }
 }
 
 fn last_sequence(h: &BatchHeader) -> i32 {
@@ -51,13 +85,19 @@ fn last_sequence(h: &BatchHeader) -> i32 {
 }
 
 impl ProducerStates {
+    /// An empty state with these settings.
+    pub fn new(settings: Settings) -> ProducerStates {
+        ProducerStates { producers: HashMap::new(), newest: i64::MIN, settings }
+    }
+
     /// Decides what to do with a batch about to be appended.
     pub fn check(&self, h: &BatchHeader) -> Check {
         if !h.is_idempotent() {
             return Check::Append;
         }
         let Some(entry) = self.producers.get(&h.producer_id) else {
-            // Unknown producer (new, or its state aged out): accept whatever sequence it starts with.
+            // Unknown producer (new, or its state aged out of the segments read at start-up or was forgotten past
+            // the bound on tracked ids): accept whatever sequence it starts with.
             return Check::Append;
         };
         if h.producer_epoch < entry.epoch {
@@ -68,6 +108,15 @@ impl ProducerStates {
         }
         if h.producer_epoch > entry.epoch {
             return Check::Append;
+        }
+        let idle = self.newest.saturating_sub(entry.last_timestamp);
+        if idle > self.settings.expiration_ms {
+            return Check::Refuse(format!(
+                "producer id {} expired: its last batch (max_timestamp {}) is {idle} ms older than the partition's \
+                 newest batch, beyond storage.producer_id_expiration ({} ms); a late retry is not appended, produce \
+                 with a new producer id",
+                h.producer_id, entry.last_timestamp, self.settings.expiration_ms
+            ));
         }
         let last = last_sequence(h);
         if let Some(w) = entry.recent.iter().find(|w| w.base_sequence == h.base_sequence && w.last_sequence == last) {
@@ -86,13 +135,20 @@ impl ProducerStates {
 
     /// Records a batch written at `base_offset..=last_offset`.
     pub fn record(&mut self, h: &BatchHeader, base_offset: u64, last_offset: u64) {
+        self.newest = self.newest.max(h.max_timestamp);
         if !h.is_idempotent() {
             return;
         }
-        let entry = self
-            .producers
-            .entry(h.producer_id)
-            .or_insert_with(|| Entry { epoch: h.producer_epoch, recent: VecDeque::new() });
+        if !self.producers.contains_key(&h.producer_id) && self.producers.len() >= self.settings.max_producers {
+            self.forget_oldest();
+        }
+        let entry = self.producers.entry(h.producer_id).or_insert_with(|| Entry {
+            epoch: h.producer_epoch,
+            recent: VecDeque::new(),
+            last_timestamp: h.max_timestamp,
+        });
+        // The newest of its batches, as a batch's max_timestamp need not grow.
+        entry.last_timestamp = entry.last_timestamp.max(h.max_timestamp);
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.recent.clear();
@@ -105,6 +161,14 @@ impl ProducerStates {
         });
         while entry.recent.len() > RECENT_BATCHES {
             entry.recent.pop_front();
+        }
+    }
+
+    /// Forgets the producer id whose last batch is oldest (the lowest id among equals), so that the same log
+    /// leaves every replica tracking the same ids.
+    fn forget_oldest(&mut self) {
+        if let Some(&id) = self.producers.iter().min_by_key(|(id, e)| (e.last_timestamp, **id)).map(|(id, _)| id) {
+            self.producers.remove(&id);
         }
     }
 
@@ -127,7 +191,8 @@ impl ProducerStates {
     /// anything: the first refusal, with the refused batch's producer id, or `Ok` when every batch would be
     /// appended or recognised as a duplicate. Lets a request of several batches be refused before any is written.
     pub fn check_all<'a>(&self, headers: impl IntoIterator<Item = &'a BatchHeader>) -> Result<(), (i64, String)> {
-        let mut scratch = ProducerStates::default();
+        let mut scratch = ProducerStates::new(self.settings);
+        scratch.newest = self.newest;
         for h in headers {
             if h.is_idempotent()
                 && !scratch.producers.contains_key(&h.producer_id)
@@ -147,19 +212,80 @@ impl ProducerStates {
 }
 
 #[cfg(test)]
+impl Check {
+    fn reason(&self) -> String {
+        match self {
+            Check::Refuse(r) => r.clone(),
+            other => panic!("not a refusal: {other:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use ferry_batch::{BatchBuilder, Compression, ProducerInfo, verify};
 
     fn header(pid: i64, epoch: i16, seq: i32, count: u32) -> BatchHeader {
+        header_at(pid, epoch, seq, count, 1)
+    }
+
+    /// A batch whose records all carry timestamp `ts` (so its max_timestamp is `ts`).
+    fn header_at(pid: i64, epoch: i16, seq: i32, count: u32, ts: i64) -> BatchHeader {
         let mut b = BatchBuilder::new(
             Compression::None,
             ProducerInfo { producer_id: pid, producer_epoch: epoch, base_sequence: seq },
         );
         for i in 0..count {
-            b.push(i, 1, None, Some(b"v"), &[]);
+            b.push(i, ts, None, Some(b"v"), &[]);
         }
-        verify(&b.build(0, 0)).unwrap()
+        let h = verify(&b.build(0, 0)).unwrap();
+        assert_eq!(h.max_timestamp, ts);
+        h
+    }
+
+    fn expired(pid: i64, last: i64, idle: i64) -> Check {
+        Check::Refuse(format!(
+            "producer id {pid} expired: its last batch (max_timestamp {last}) is {idle} ms older than the partition's \
+             newest batch, beyond storage.producer_id_expiration (1000 ms); a late retry is not appended, produce \
+             with a new producer id"
+        ))
+    }
+
+    #[test]
+    fn an_idle_producer_id_expires_by_batch_timestamps_and_its_late_retry_is_refused() {
+        let mut s = ProducerStates::new(Settings { expiration_ms: 1000, max_producers: 100 });
+        let a = header_at(7, 0, 0, 2, 10_000);
+        s.record(&a, 0, 1);
+        // Another producer moves the partition's newest timestamp to exactly the expiration: not expired yet.
+        s.record(&header_at(8, 0, 0, 1, 11_000), 2, 2);
+        assert_eq!(s.check(&a), Check::Duplicate { base_offset: 0, last_offset: 1 });
+        assert_eq!(s.check(&header_at(7, 0, 2, 1, 11_000)), Check::Append);
+        // A plain batch one millisecond newer: producer 7 has been idle 1001 ms of batch time.
+        s.record(&header_at(-1, -1, -1, 1, 11_001), 3, 3);
+        assert_eq!(s.check(&a), expired(7, 10_000, 1001));
+        assert_eq!(s.check(&header_at(7, 0, 2, 1, 11_001)), expired(7, 10_000, 1001));
+        assert_eq!(s.check_all(&[header(9, 0, 0, 1), a]), Err((7, expired(7, 10_000, 1001).reason())));
+        // Producer 8 (idle 1 ms) is still known; a new epoch of producer 7 starts afresh.
+        assert_eq!(s.check(&header_at(8, 0, 0, 1, 11_000)), Check::Duplicate { base_offset: 2, last_offset: 2 });
+        let fresh = header_at(7, 1, 0, 1, 11_001);
+        assert_eq!(s.check(&fresh), Check::Append);
+        s.record(&fresh, 4, 4);
+        assert_eq!(s.check(&fresh), Check::Duplicate { base_offset: 4, last_offset: 4 });
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn past_the_bound_the_producer_id_with_the_oldest_batch_is_forgotten() {
+        let mut s = ProducerStates::new(Settings { expiration_ms: 1000, max_producers: 2 });
+        s.record(&header_at(7, 0, 0, 1, 500), 0, 0);
+        s.record(&header_at(8, 0, 0, 1, 300), 1, 1);
+        s.record(&header_at(9, 0, 0, 1, 400), 2, 2);
+        assert_eq!(s.len(), 2);
+        // 8 is forgotten: its retry is an unknown producer's batch; 7 and 9 are still recognised.
+        assert_eq!(s.check(&header_at(8, 0, 0, 1, 300)), Check::Append);
+        assert_eq!(s.check(&header_at(7, 0, 0, 1, 500)), Check::Duplicate { base_offset: 0, last_offset: 0 });
+        assert_eq!(s.check(&header_at(9, 0, 0, 1, 400)), Check::Duplicate { base_offset: 2, last_offset: 2 });
     }
 
     #[test]

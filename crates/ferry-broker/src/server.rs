@@ -129,11 +129,14 @@ pub async fn run(
     let cluster = config.broker.cluster_id.clone();
     let groups_cfg = config.groups.clone();
     let limits = config.limits.core_limits();
+    let producers = config.producer_settings();
     let fs = options.fs.clone().unwrap_or_else(ferry_storage::fs::os);
     let (core, groups) = tokio::task::spawn_blocking(move || -> Result<_, crate::error::BrokerError> {
-        let core = BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults)?.with_limits(limits);
+        let core =
+            BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults, producers)?.with_limits(limits);
         let groups =
-            GroupCoordinator::open(fs, &data_dir, groups_cfg.min_session_timeout, groups_cfg.max_session_timeout)?;
+            GroupCoordinator::open(fs, &data_dir, groups_cfg.min_session_timeout, groups_cfg.max_session_timeout)?
+                .with_limits(groups_cfg.group_limits());
         // Offsets of topics that no longer exist (a deletion interrupted before its offsets were dropped).
         let dropped = groups.forget_topics(&|t| core.topic(t).is_err())?;
         if dropped > 0 {

@@ -108,8 +108,12 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "storage.retention_bytes",
             "storage.retention",
             "storage.retention_check_interval",
+            "storage.producer_id_expiration",
+            "storage.max_producer_ids",
             "groups.min_session_timeout",
             "groups.max_session_timeout",
+            "groups.max_id_bytes",
+            "groups.max_members",
             "limits.max_topics",
             "limits.max_partitions",
             "limits.max_subscribe_partitions",
@@ -181,4 +185,34 @@ fn a_segment_age_below_one_second_is_refused() {
     assert_eq!((ok.default_log_config().segment_ms, ok.default_log_config().max_open_segments), (1000, 2));
     let err = BrokerConfig::from_toml("[storage]\nmax_open_segments = 0\n", false).unwrap_err();
     assert_eq!(err.to_string(), "invalid broker config: storage.max_open_segments: 0 is outside 1..4096");
+}
+
+#[test]
+fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
+    let text = "[storage]\nproducer_id_expiration = \"999ms\"\nmax_producer_ids = 0\n[groups]\nmax_id_bytes = 63\n\
+                max_members = 0\n";
+    let err = BrokerConfig::from_toml(text, false).unwrap_err();
+    let ConfigError::Invalid(problems) = &err else { panic!("{err}") };
+    let mut got = problems.0.clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "groups.max_id_bytes: 63 is outside 64..4096",
+            "groups.max_members: 0 is outside 1..100000",
+            "storage.max_producer_ids: 0 is outside 1..1000000",
+            "storage.producer_id_expiration: 999ms is below the 1s minimum",
+        ]
+    );
+    let cfg = BrokerConfig::from_toml(
+        "[storage]\nproducer_id_expiration = \"1h\"\nmax_producer_ids = 3\n[groups]\nmax_id_bytes = 64\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!(cfg.producer_settings(), crate::producer_state::Settings { expiration_ms: 3_600_000, max_producers: 3 });
+    assert_eq!(cfg.groups.group_limits(), crate::groups::Limits { max_id_bytes: 64, max_members: 1000 });
+    // The compiled defaults of the state modules are the config's.
+    let defaults = BrokerConfig::default();
+    assert_eq!(defaults.producer_settings(), crate::producer_state::Settings::default());
+    assert_eq!(defaults.groups.group_limits(), crate::groups::Limits::default());
 }

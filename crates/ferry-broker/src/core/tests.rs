@@ -7,7 +7,9 @@ use super::*;
 
 fn open(dir: &Path, limits: Limits) -> Arc<BrokerCore> {
     Arc::new(
-        BrokerCore::open(ferry_storage::fs::os(), dir, Some("test"), LogConfig::default()).unwrap().with_limits(limits),
+        BrokerCore::open(ferry_storage::fs::os(), dir, Some("test"), LogConfig::default(), Default::default())
+            .unwrap()
+            .with_limits(limits),
     )
 }
 

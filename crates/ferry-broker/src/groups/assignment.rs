@@ -24,13 +24,18 @@ pub(super) struct Group {
     pub(super) generation: u64,
     pub(super) members: BTreeMap<String, Member>,
     pub(super) assignment: BTreeMap<String, Vec<Item>>,
+    /// The partition count of each subscribed topic when the assignment was last dealt.
+    pub(super) dealt: BTreeMap<String, u32>,
+    /// How many times the assignment was dealt (observed by tests).
+    pub(super) deals: u64,
 }
 
 impl Group {
     /// Recomputes the assignment with the current partition counts; bumps the generation when it changed.
     pub(super) fn rebalance(&mut self, counts: &dyn Fn(&str) -> u32) -> bool {
-        let topics: BTreeSet<&String> = self.members.values().flat_map(|m| m.topics.iter()).collect();
-        let items: Vec<Item> = topics.iter().flat_map(|t| (0..counts(t)).map(move |p| ((*t).clone(), p))).collect();
+        self.dealt = self.counts(counts);
+        self.deals += 1;
+        let items: Vec<Item> = self.dealt.iter().flat_map(|(t, &n)| (0..n).map(move |p| (t.clone(), p))).collect();
         let ids: Vec<&String> = self.members.keys().collect();
         let mut next: BTreeMap<String, Vec<Item>> = ids.iter().map(|id| ((*id).clone(), Vec::new())).collect();
         if !ids.is_empty() {
@@ -50,6 +55,19 @@ impl Group {
         } else {
             false
         }
+    }
+
+    /// Deals again only when a subscribed topic's partition count changed since the last deal; returns whether
+    /// the generation moved. The subscribed topics themselves change only with membership, which deals through
+    /// [`Group::rebalance`], so comparing the counts of the topics dealt is enough.
+    pub(super) fn refresh(&mut self, counts: &dyn Fn(&str) -> u32) -> bool {
+        self.dealt.iter().any(|(t, &n)| counts(t) != n) && self.rebalance(counts)
+    }
+
+    /// The current partition count of every topic a member subscribes to.
+    fn counts(&self, counts: &dyn Fn(&str) -> u32) -> BTreeMap<String, u32> {
+        let topics: BTreeSet<&String> = self.members.values().flat_map(|m| m.topics.iter()).collect();
+        topics.into_iter().map(|t| (t.clone(), counts(t))).collect()
     }
 
     pub(super) fn assignment_of(&self, member: &str) -> Vec<pb::TopicPartition> {

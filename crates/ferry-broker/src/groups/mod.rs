@@ -45,6 +45,21 @@ pub struct Joined {
     pub members: Vec<String>,
 }
 
+/// Bounds on what members present (`[groups]` of the broker config, whose defaults these are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest member id and client id, in bytes (`groups.max_id_bytes`).
+    pub max_id_bytes: usize,
+    /// Most members of one group (`groups.max_members`).
+    pub max_members: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_id_bytes: 255, max_members: 1000 }
+    }
+}
+
 /// The group coordinator of one broker.
 #[derive(Debug)]
 pub struct GroupCoordinator {
@@ -52,6 +67,7 @@ pub struct GroupCoordinator {
     offsets: Mutex<OffsetStore>,
     min_session: Duration,
     max_session: Duration,
+    limits: Limits,
 }
 
 fn check_group_name(group: &str) -> Result<()> {
@@ -80,7 +96,26 @@ impl GroupCoordinator {
             offsets: Mutex::new(OffsetStore::open(fs, data_dir, tuning)?),
             min_session,
             max_session,
+            limits: Limits::default(),
         })
+    }
+
+    /// Enforces `limits` on later joins.
+    pub fn with_limits(mut self, limits: Limits) -> GroupCoordinator {
+        self.limits = limits;
+        self
+    }
+
+    /// Refuses a member id or client id longer than `groups.max_id_bytes`.
+    fn check_id(&self, group: &str, what: &str, id: &str) -> Result<()> {
+        let max = self.limits.max_id_bytes;
+        if id.len() > max {
+            return Err(BrokerError::InvalidArgument(format!(
+                "group {group:?}: the {what} is {} bytes, above groups.max_id_bytes ({max})",
+                id.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Offset ranges of the batches of the offsets partition that were found corrupt on open and skipped (their
@@ -103,15 +138,35 @@ impl GroupCoordinator {
                 req.group
             )));
         }
+        self.check_id(&req.group, "member id", &req.member_id)?;
+        self.check_id(&req.group, "client id", &req.client_id)?;
         let session =
             Duration::from_millis(u64::from(req.session_timeout_ms)).clamp(self.min_session, self.max_session);
         let member_id = if req.member_id.is_empty() {
-            let prefix = if req.client_id.is_empty() { "member" } else { req.client_id.as_str() };
+            let mut prefix = if req.client_id.is_empty() { "member" } else { req.client_id.as_str() };
+            // Cut to leave room for "-" and the UUID, so that the member can join again with the id it was given.
+            let mut room = self.limits.max_id_bytes.saturating_sub(37).min(prefix.len());
+            while !prefix.is_char_boundary(room) {
+                room -= 1;
+            }
+            prefix = &prefix[..room];
             format!("{prefix}-{}", uuid::Uuid::new_v4())
         } else {
             req.member_id.clone()
         };
         let mut groups = self.groups.lock();
+        if let Some(group) = groups.get(&req.group)
+            && group.members.len() >= self.limits.max_members
+            && !group.members.contains_key(&member_id)
+        {
+            return Err(BrokerError::LimitReached {
+                what: format!(
+                    "member {member_id:?} joining group \"{}\" would pass its {} members",
+                    req.group, self.limits.max_members
+                ),
+                key: "groups.max_members",
+            });
+        }
         let group = groups.entry(req.group.clone()).or_default();
         group.members.insert(
             member_id.clone(),
@@ -143,7 +198,9 @@ impl GroupCoordinator {
             return pb::HeartbeatResponse { generation: group.generation, assignment: vec![], member_known: false };
         };
         member.last_seen = Instant::now();
-        if group.rebalance(counts) {
+        // Membership did not change: only new partitions of the subscribed topics can move the assignment, and
+        // comparing their counts is far cheaper than dealing every partition again.
+        if group.refresh(counts) {
             tracing::info!(group = %req.group, generation = group.generation, "partitions changed; rebalanced");
         }
         pb::HeartbeatResponse {

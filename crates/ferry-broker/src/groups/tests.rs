@@ -173,3 +173,72 @@ fn expired_members_lose_their_partitions() {
     let hb = c.heartbeat(&pb::HeartbeatRequest { group: "g".into(), member_id: "b".into(), generation: 0 }, &counts);
     assert_eq!(hb.assignment.len(), 4);
 }
+
+fn join_req(member_id: &str, client_id: &str) -> pb::JoinGroupRequest {
+    pb::JoinGroupRequest {
+        group: "g".into(),
+        member_id: member_id.into(),
+        topics: vec!["t".into()],
+        session_timeout_ms: 10_000,
+        client_id: client_id.into(),
+    }
+}
+
+#[test]
+fn ids_longer_than_max_id_bytes_and_members_past_max_members_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = GroupCoordinator::open(ferry_storage::fs::os(), dir.path(), Duration::from_millis(1), Duration::MAX)
+        .unwrap()
+        .with_limits(Limits { max_id_bytes: 64, max_members: 2 });
+    let counts = |_: &str| 2;
+    let long = "x".repeat(65);
+    let err = c.join(&join_req(&long, ""), &counts).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.to_string(),
+        "invalid request: group \"g\": the member id is 65 bytes, above groups.max_id_bytes (64)"
+    );
+    let err = c.join(&join_req("", &long), &counts).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid request: group \"g\": the client id is 65 bytes, above groups.max_id_bytes (64)"
+    );
+    // At the limit: accepted; an id generated from a client id at the limit fits it too, so it can join again.
+    let at_limit = "y".repeat(64);
+    assert_eq!(c.join(&join_req(&at_limit, ""), &counts).unwrap().member_id, at_limit);
+    let generated = c.join(&join_req("", &"é".repeat(32)), &counts).unwrap().member_id;
+    // 27 bytes of room cut at a character boundary: 13 two-byte characters.
+    assert_eq!((generated.len(), &generated[..27]), (63, format!("{}-", "é".repeat(13)).as_str()));
+    // The group is full: a third member is refused, the members already in may join again.
+    let err = c.join(&join_req("m3", ""), &counts).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(
+        err.to_string(),
+        "member \"m3\" joining group \"g\" would pass its 2 members (the limit is groups.max_members in the broker \
+         config)"
+    );
+    assert_eq!(c.join(&join_req(&generated, ""), &counts).unwrap().member_id, generated);
+    assert_eq!(c.describe("g").members.len(), 2);
+}
+
+#[test]
+fn heartbeats_deal_again_only_when_partition_counts_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let c =
+        GroupCoordinator::open(ferry_storage::fs::os(), dir.path(), Duration::from_millis(1), Duration::MAX).unwrap();
+    let partitions = std::cell::Cell::new(2);
+    let counts = |_: &str| partitions.get();
+    let joined = c.join(&join_req("m1", ""), &counts).unwrap();
+    let hb =
+        || c.heartbeat(&pb::HeartbeatRequest { group: "g".into(), member_id: "m1".into(), generation: 1 }, &counts);
+    let deals = || c.groups.lock()["g"].deals;
+    assert_eq!((joined.generation, deals()), (1, 1));
+    for _ in 0..3 {
+        assert_eq!((hb().generation, items(&hb().assignment).len()), (1, 2));
+    }
+    assert_eq!(deals(), 1, "heartbeats without a change must not deal the partitions again");
+    // A partition added to the topic: the next heartbeat deals it.
+    partitions.set(3);
+    let after = hb();
+    assert_eq!((after.generation, items(&after.assignment).len(), deals()), (2, 3, 2));
+}

@@ -1,0 +1,102 @@
+//! Bounded state keyed by client input: group member and client ids over `groups.max_id_bytes` and members past
+//! `groups.max_members` are refused, and an idempotent producer id expires by batch timestamps
+//! (`storage.producer_id_expiration`), after which its late retry is refused instead of appended, also after a
+//! restart rebuilds the state from the log.
+
+use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
+use ferry_client::Code;
+use ferry_client::admin::TopicConfig;
+use ferry_client::proto as pb;
+
+use crate::common::{STOP_GRACE, assert_status, connect, leos, plain_batch, read_topic, start_broker};
+
+const TS0: i64 = 1_700_000_000_000;
+
+fn join(member_id: &str, client_id: &str) -> pb::JoinGroupRequest {
+    pb::JoinGroupRequest {
+        group: "g".into(),
+        member_id: member_id.into(),
+        topics: vec!["t".into()],
+        session_timeout_ms: 30_000,
+        client_id: client_id.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_member_and_client_ids_and_members_past_the_limit_are_refused() -> anyhow::Result<()> {
+    let broker = start_broker("[groups]\nmax_members = 2\n").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("t", 1, TopicConfig::default(), None).await?;
+    let (too_long, at_limit) = ("m".repeat(256), "m".repeat(255));
+
+    let message = assert_status(client.join_group(join(&too_long, "")).await, Code::InvalidArgument, &[]);
+    assert_eq!(message, "invalid request: group \"g\": the member id is 256 bytes, above groups.max_id_bytes (255)");
+    let message = assert_status(client.join_group(join("", &too_long)).await, Code::InvalidArgument, &[]);
+    assert_eq!(message, "invalid request: group \"g\": the client id is 256 bytes, above groups.max_id_bytes (255)");
+
+    // At the limit: accepted. Then the group is full at two members.
+    assert_eq!(client.join_group(join(&at_limit, "")).await?.member_id, at_limit);
+    assert_eq!(client.join_group(join("m2", "")).await?.member_id, "m2");
+    let message = assert_status(client.join_group(join("m3", "")).await, Code::ResourceExhausted, &[]);
+    assert_eq!(
+        message,
+        "member \"m3\" joining group \"g\" would pass its 2 members (the limit is groups.max_members in the broker \
+         config)"
+    );
+    // A member already in joins again; the broker keeps serving with exactly the two members.
+    assert_eq!(client.join_group(join("m2", "")).await?.member_id, "m2");
+    let mut members: Vec<String> = admin.describe_group("g").await?.members.into_iter().map(|m| m.member_id).collect();
+    members.sort();
+    assert_eq!(members, ["m2".to_owned(), at_limit]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_retry_from_an_expired_producer_id_is_refused_not_appended() -> anyhow::Result<()> {
+    // Expiry follows batch timestamps, which the test chooses: no time has to pass.
+    let mut broker = start_broker("[storage]\nproducer_id_expiration = \"1s\"\n").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("payments", 1, TopicConfig::default(), None).await?;
+    let id = client.init_producer(pb::InitProducerRequest {}).await?;
+    let batch = |base_sequence: i32, values: &[&str]| {
+        let mut b = BatchBuilder::new(
+            Compression::None,
+            ProducerInfo { producer_id: id.producer_id, producer_epoch: id.producer_epoch as i16, base_sequence },
+        );
+        for (i, v) in values.iter().enumerate() {
+            b.push(i as u32, TS0, Some(b"k"), Some(v.as_bytes()), &[]);
+        }
+        b.build(0, 0)
+    };
+    let produce = |batches| pb::ProduceRequest { topic: "payments".into(), partition: Some(0), key: None, batches };
+
+    let first = client.produce(produce(batch(0, &["a", "b"]))).await?;
+    assert_eq!((first.base_offset, first.last_offset, first.duplicate), (0, 1, false));
+    // Another writer's batch exactly 1 s of batch time later: the producer id is not expired yet.
+    client.produce(produce(plain_batch(&["x"], TS0 + 1000))).await?;
+    let retry = client.produce(produce(batch(0, &["a", "b"]))).await?;
+    assert_eq!((retry.base_offset, retry.last_offset, retry.duplicate), (0, 1, true));
+    // One millisecond more: expired. The late retry and the next sequence are refused, and nothing is written.
+    client.produce(produce(plain_batch(&["y"], TS0 + 1001))).await?;
+    let expired = format!(
+        "producer {} on payments/0: producer id {} expired: its last batch (max_timestamp {TS0}) is 1001 ms older \
+         than the partition's newest batch, beyond storage.producer_id_expiration (1000 ms); a late retry is not \
+         appended, produce with a new producer id",
+        id.producer_id, id.producer_id
+    );
+    for attempt in [batch(0, &["a", "b"]), batch(2, &["c"])] {
+        let message = assert_status(client.produce(produce(attempt)).await, Code::FailedPrecondition, &[]);
+        assert_eq!(message, expired);
+    }
+    // The state rebuilt from the log on restart reaches the same verdict.
+    broker.terminate(STOP_GRACE).await?;
+    broker.restart().await?;
+    let message = assert_status(client.produce(produce(batch(0, &["a", "b"]))).await, Code::FailedPrecondition, &[]);
+    assert_eq!(message, expired);
+
+    assert_eq!(leos(&admin, "payments").await, vec![4]);
+    let values: Vec<String> =
+        read_topic(&client, "payments").await.iter().map(|r| format!("{}@{}", r.value_str(), r.offset)).collect();
+    assert_eq!(values, ["a@0", "b@1", "x@2", "y@3"]);
+    Ok(())
+}
