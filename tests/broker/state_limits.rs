@@ -100,3 +100,49 @@ async fn a_late_retry_from_an_expired_producer_id_is_refused_not_appended() -> a
     assert_eq!(values, ["a@0", "b@1", "x@2", "y@3"]);
     Ok(())
 }
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produced_timestamps_may_be_only_so_far_ahead_and_mirror_appends_are_exempt() -> anyhow::Result<()> {
+    let broker = start_broker("[storage]\nmax_timestamp_ahead = \"1h\"\n").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("t", 1, TopicConfig::default(), None).await?;
+    let produce = |batches| pb::ProduceRequest { topic: "t".into(), partition: Some(0), key: None, batches };
+    let hour = 3_600_000;
+    // Two hours ahead, and the hostile i64::MAX: refused, nothing written.
+    for ts in [wall_ms() + 2 * hour, i64::MAX - 1] {
+        assert_status(
+            client.produce(produce(plain_batch(&["late"], ts))).await,
+            Code::InvalidArgument,
+            &[&format!("t/0: a batch's newest record timestamp {ts} is more than storage.max_timestamp_ahead")],
+        );
+    }
+    assert_eq!(leos(&admin, "t").await, vec![0]);
+    // A batch after a good one in the same request: refused as a whole.
+    let both = [plain_batch(&["ok"], wall_ms()), plain_batch(&["late"], wall_ms() + 2 * hour)].concat();
+    assert_status(client.produce(produce(both.into())).await, Code::InvalidArgument, &["max_timestamp_ahead"]);
+    assert_eq!(leos(&admin, "t").await, vec![0]);
+    // Half an hour ahead is within the bound.
+    let ts = wall_ms() + hour / 2;
+    client.produce(produce(plain_batch(&["a", "b"], ts))).await?;
+    let got: Vec<(u64, i64)> = read_topic(&client, "t").await.iter().map(|r| (r.offset, r.timestamp)).collect();
+    assert_eq!(got, vec![(0, ts), (1, ts + 1)]);
+
+    // A mirror topic takes the source's timestamps whatever this clock says (DC clocks differ).
+    let mark = ferry_client::admin::MirrorSource {
+        source_cluster_id: "dc-a-cluster".into(),
+        source_topic_id: "7d5c2f4e-93a1-4c39-9f3b-2b8f7a1e0c11".into(),
+        source_topic: "m".into(),
+        source_cluster: "dc-a".into(),
+    };
+    admin.create_topic("dc-a.m", 1, TopicConfig::default(), Some(mark)).await?;
+    let far = wall_ms() + 48 * hour;
+    let r = admin
+        .append_with_offsets("dc-a.m", 0, "7d5c2f4e-93a1-4c39-9f3b-2b8f7a1e0c11", 0, plain_batch(&["x"], far))
+        .await?;
+    assert_eq!((r.error, r.log_end_offset), (pb::ErrorCode::None as i32, 1), "{}", r.message);
+    Ok(())
+}

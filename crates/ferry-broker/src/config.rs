@@ -125,6 +125,10 @@ pub struct StorageSection {
     pub producer_id_expiration: Duration,
     /// Per partition: most idempotent producer ids tracked (past it, the one with the oldest batch is forgotten).
     pub max_producer_ids: usize,
+    /// How far ahead of the broker's clock a produced batch's newest timestamp may be. Mirror appends are exempt
+    /// (DC clocks differ).
+    #[serde(deserialize_with = "de::duration")]
+    pub max_timestamp_ahead: Duration,
 }
 
 impl Default for StorageSection {
@@ -142,6 +146,7 @@ impl Default for StorageSection {
             max_open_segments: 8,
             producer_id_expiration: Duration::from_secs(7 * 24 * 3600),
             max_producer_ids: 10_000,
+            max_timestamp_ahead: Duration::from_secs(3600),
         }
     }
 }
@@ -307,6 +312,9 @@ impl StorageSection {
                 format!("{:?} is below the 1s minimum", self.producer_id_expiration),
             );
         }
+        if self.max_timestamp_ahead < Duration::from_secs(1) {
+            p.push("storage.max_timestamp_ahead", format!("{:?} is below the 1s minimum", self.max_timestamp_ahead));
+        }
         if !(1..=1_000_000).contains(&self.max_producer_ids) {
             p.push("storage.max_producer_ids", format!("{} is outside 1..1000000", self.max_producer_ids));
         }
@@ -422,6 +430,7 @@ impl BrokerConfig {
         crate::producer_state::Settings {
             expiration_ms: i64::try_from(self.storage.producer_id_expiration.as_millis()).unwrap_or(i64::MAX),
             max_producers: self.storage.max_producer_ids,
+            max_timestamp_ahead_ms: i64::try_from(self.storage.max_timestamp_ahead.as_millis()).unwrap_or(i64::MAX),
         }
     }
 

@@ -138,6 +138,17 @@ impl Partition {
             })?;
         }
         let mut producers = self.writer.lock().await;
+        // Time retention and producer expiry follow batch timestamps: one far in the future would pin segments
+        // forever and expire every producer id, so a produced one may be only so far ahead of this clock.
+        let ahead = producers.settings().max_timestamp_ahead_ms;
+        let limit = crate::core::now_ms().saturating_add(ahead);
+        if let Some((header, _)) = verified.iter().find(|(h, _)| h.max_timestamp > limit) {
+            return Err(BrokerError::InvalidArgument(format!(
+                "{}/{}: a batch's newest record timestamp {} is more than storage.max_timestamp_ahead ({ahead} ms) \
+                 ahead of the broker's clock; fix the producer's clock or its record timestamps",
+                self.topic, self.index, header.max_timestamp
+            )));
+        }
         if verified.len() > 1
             && let Err((producer_id, reason)) = producers.check_all(verified.iter().map(|(h, _)| h))
         {

@@ -41,11 +41,14 @@ pub struct Settings {
     pub expiration_ms: i64,
     /// Producer ids tracked per partition at most.
     pub max_producers: usize,
+    /// How far ahead of the broker's clock a produced batch's newest timestamp may be, ms (`storage.
+    /// max_timestamp_ahead`): time retention and producer expiry follow batch timestamps.
+    pub max_timestamp_ahead_ms: i64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { expiration_ms: 7 * 24 * 3600 * 1000, max_producers: 10_000 }
+        Settings { expiration_ms: 7 * 24 * 3600 * 1000, max_producers: 10_000, max_timestamp_ahead_ms: 3_600_000 }
     }
 }
 
@@ -88,6 +91,11 @@ impl ProducerStates {
     /// An empty state with these settings.
     pub fn new(settings: Settings) -> ProducerStates {
         ProducerStates { producers: HashMap::new(), newest: i64::MIN, settings }
+    }
+
+    /// The settings this state runs under.
+    pub fn settings(&self) -> Settings {
+        self.settings
     }
 
     /// Decides what to do with a batch about to be appended.
@@ -254,7 +262,7 @@ mod tests {
 
     #[test]
     fn an_idle_producer_id_expires_by_batch_timestamps_and_its_late_retry_is_refused() {
-        let mut s = ProducerStates::new(Settings { expiration_ms: 1000, max_producers: 100 });
+        let mut s = ProducerStates::new(Settings { expiration_ms: 1000, max_producers: 100, ..Settings::default() });
         let a = header_at(7, 0, 0, 2, 10_000);
         s.record(&a, 0, 1);
         // Another producer moves the partition's newest timestamp to exactly the expiration: not expired yet.
@@ -277,7 +285,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_the_producer_id_with_the_oldest_batch_is_forgotten() {
-        let mut s = ProducerStates::new(Settings { expiration_ms: 1000, max_producers: 2 });
+        let mut s = ProducerStates::new(Settings { expiration_ms: 1000, max_producers: 2, ..Settings::default() });
         s.record(&header_at(7, 0, 0, 1, 500), 0, 0);
         s.record(&header_at(8, 0, 0, 1, 300), 1, 1);
         s.record(&header_at(9, 0, 0, 1, 400), 2, 2);

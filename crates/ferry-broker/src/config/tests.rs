@@ -110,6 +110,7 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "storage.retention_check_interval",
             "storage.producer_id_expiration",
             "storage.max_producer_ids",
+            "storage.max_timestamp_ahead",
             "groups.min_session_timeout",
             "groups.max_session_timeout",
             "groups.max_id_bytes",
@@ -209,7 +210,14 @@ fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
         false,
     )
     .unwrap();
-    assert_eq!(cfg.producer_settings(), crate::producer_state::Settings { expiration_ms: 3_600_000, max_producers: 3 });
+    assert_eq!(
+        cfg.producer_settings(),
+        crate::producer_state::Settings {
+            expiration_ms: 3_600_000,
+            max_producers: 3,
+            max_timestamp_ahead_ms: 3_600_000
+        }
+    );
     assert_eq!(cfg.groups.group_limits(), crate::groups::Limits { max_id_bytes: 64, max_members: 1000 });
     // The compiled defaults of the state modules are the config's.
     let defaults = BrokerConfig::default();
