@@ -11,7 +11,7 @@ use bytes::Bytes;
 use ferry_batch::{self as batch, BatchHeader, BatchIter};
 use ferry_proto as pb;
 use ferry_storage::fs::FsRef;
-use ferry_storage::{Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError, SystemClock};
+use ferry_storage::{Clock, Log, LogConfig, OffsetAppendOutcome, ReadResult, StorageError, SystemClock};
 use tokio::sync::{Mutex, watch};
 
 use crate::error::{BrokerError, RefusalKind, Result};
@@ -141,7 +141,7 @@ impl Partition {
         // Time retention and producer expiry follow batch timestamps: one far in the future would pin segments
         // forever and expire every producer id, so a produced one may be only so far ahead of this clock.
         let ahead = producers.settings().max_timestamp_ahead_ms;
-        let limit = crate::core::now_ms().saturating_add(ahead);
+        let limit = SystemClock.now_ms().saturating_add(ahead);
         if let Some((header, _)) = verified.iter().find(|(h, _)| h.max_timestamp > limit) {
             return Err(BrokerError::InvalidArgument(format!(
                 "{}/{}: a batch's newest record timestamp {} is more than storage.max_timestamp_ahead ({ahead} ms) \
