@@ -53,7 +53,17 @@ async fn target_cut_for_20s_alarms_then_recovers_with_an_identical_target() -> a
     let ready = call(&mirror, reqwest::Method::GET, "/readyz", Auth::None, None).await?;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert!(ready.body["reasons"].as_array().is_some_and(|r| r.contains(&"target_down".into())), "{}", ready.body);
-    let leos_during = b.leos(TOPIC).await?;
+    // An append whose request reached dc-b before the cut may still be completing there (one per partition at
+    // most): the outage's log ends are those once dc-b's log ends stop moving (two reads a poll apart agree).
+    let mut last = b.leos(TOPIC).await?;
+    let leos_during = ferry_testkit::wait_for("dc-b's log ends to settle after the cut", alarm_limit, async || {
+        tokio::time::sleep(ferry_testkit::POLL_INTERVAL).await;
+        let now = b.leos(TOPIC).await?;
+        let settled = (now == last).then(|| now.clone());
+        last = now;
+        anyhow::Ok(settled)
+    })
+    .await?;
 
     // The rest of the outage: all along, nothing reaches dc-b, the target stays down and nothing recovers.
     hold_while(OUTAGE.saturating_sub(cut_at.elapsed()), "the target outage", async || -> anyhow::Result<bool> {
