@@ -4,6 +4,20 @@
 use ferry_storage::StorageError;
 use tonic::{Code, Status};
 
+pub use crate::producer_state::SequenceRefusal;
+
+/// The gRPC metadata key of an error's stable reason name (`unknown_topic`, `producer_expired`, ...). The code says
+/// what kind of failure it is; the reason says which rule, so a client can act on it without parsing the message.
+/// docs/broker.md lists every reason with its code.
+pub const REASON_KEY: &str = "ferry-reason";
+
+/// A status with its code, message and reason name.
+pub fn status(code: Code, reason: &'static str, message: impl Into<String>) -> Status {
+    let mut status = Status::new(code, message);
+    status.metadata_mut().insert(REASON_KEY, tonic::metadata::MetadataValue::from_static(reason));
+    status
+}
+
 /// Result alias for broker operations.
 pub type Result<T, E = BrokerError> = std::result::Result<T, E>;
 
@@ -148,6 +162,8 @@ pub enum BrokerError {
         partition: u32,
         /// Producer id.
         producer_id: i64,
+        /// Which rule refused the batch.
+        kind: SequenceRefusal,
         /// What was wrong.
         reason: String,
     },
@@ -156,6 +172,8 @@ pub enum BrokerError {
     Group {
         /// Group name.
         group: String,
+        /// Which rule refused the request.
+        kind: GroupRefusal,
         /// What was wrong.
         reason: String,
     },
@@ -193,6 +211,17 @@ pub enum BrokerError {
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a group request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupRefusal {
+    /// A commit without a member id while the group has members (`group_has_members`).
+    ActiveMembers,
+    /// The member id is not in the group, for instance after its session expired (`unknown_member`).
+    UnknownMember,
+    /// The member's generation is not the group's current one (`stale_generation`).
+    StaleGeneration,
 }
 
 /// Why an append with offsets was refused; each has its own `ErrorCode` in the AppendWithOffsets response.
@@ -244,6 +273,40 @@ impl BrokerError {
             }
             StorageError::Closed { .. } => BrokerError::UnknownTopic { topic },
             other => BrokerError::Storage { topic, partition, source: other },
+        }
+    }
+
+    /// The stable reason name sent with the status (`ferry-reason`); docs/broker.md lists them.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BrokerError::UnknownTopic { .. } => "unknown_topic",
+            BrokerError::UnknownPartition { .. } => "unknown_partition",
+            BrokerError::InvalidTopicName { .. } => "invalid_name",
+            BrokerError::InvalidArgument(_) => "invalid_argument",
+            BrokerError::LimitReached { .. } => "limit_reached",
+            BrokerError::TopicExists { .. } => "topic_exists",
+            BrokerError::ShrinkPartitions { .. } => "partitions_only_grow",
+            BrokerError::MirrorTopicReadOnly { .. } => "mirror_topic_read_only",
+            BrokerError::NotAMirrorTopic { .. } => "not_a_mirror_topic",
+            BrokerError::BatchTooLarge { .. } => "batch_too_large",
+            BrokerError::CorruptBatch { .. } => "corrupt_batch",
+            BrokerError::MalformedBatch { .. } => "malformed_batch",
+            BrokerError::OffsetOutOfRange { .. } => "offset_out_of_range",
+            BrokerError::AppendRefused { kind, .. } => match kind {
+                RefusalKind::Gap => "gap_refused",
+                RefusalKind::Straddle => "straddles_end",
+                RefusalKind::EpochRegressed => "epoch_regressed",
+            },
+            BrokerError::ProducerSequence { kind, .. } => kind.reason(),
+            BrokerError::Group { kind, .. } => match kind {
+                GroupRefusal::ActiveMembers => "group_has_members",
+                GroupRefusal::UnknownMember => "unknown_member",
+                GroupRefusal::StaleGeneration => "stale_generation",
+            },
+            BrokerError::Storage { .. } => "storage_error",
+            BrokerError::Io { .. } => "io_error",
+            BrokerError::DataDirInUse { .. } => "data_dir_in_use",
+            BrokerError::Internal(_) => "internal",
         }
     }
 
@@ -323,6 +386,6 @@ impl BrokerError {
 
 impl From<BrokerError> for Status {
     fn from(err: BrokerError) -> Status {
-        Status::new(err.code(), err.client_message())
+        status(err.code(), err.reason(), err.client_message())
     }
 }

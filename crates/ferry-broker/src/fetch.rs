@@ -387,11 +387,15 @@ fn apply(
             }
             let added = start.partitions.iter().filter(|p| !subs.contains_key(&(p.topic.clone(), p.partition))).count();
             if subs.len() + added > max_subs {
-                return Err(Status::resource_exhausted(format!(
-                    "a subscribe stream follows at most {max_subs} partitions; this one follows {} and asked for {added} \
-                     more (the limit is limits.max_subscribe_partitions in the broker config)",
-                    subs.len()
-                )));
+                return Err(BrokerError::LimitReached {
+                    what: format!(
+                        "a subscribe stream follows at most {max_subs} partitions; this one follows {} and asked for \
+                         {added} more",
+                        subs.len()
+                    ),
+                    key: "limits.max_subscribe_partitions",
+                }
+                .into());
             }
             for p in start.partitions {
                 subs.insert(

@@ -150,12 +150,13 @@ impl Partition {
             )));
         }
         if verified.len() > 1
-            && let Err((producer_id, reason)) = producers.check_all(verified.iter().map(|(h, _)| h))
+            && let Err((producer_id, kind, reason)) = producers.check_all(verified.iter().map(|(h, _)| h))
         {
             return Err(BrokerError::ProducerSequence {
                 topic: self.topic.clone(),
                 partition: self.index,
                 producer_id,
+                kind,
                 reason,
             });
         }
@@ -165,11 +166,12 @@ impl Partition {
         for (header, bytes) in verified {
             let (base, end) = match producers.check(&header) {
                 Check::Duplicate { base_offset, last_offset } => (base_offset, last_offset),
-                Check::Refuse(reason) => {
+                Check::Refuse(kind, reason) => {
                     return Err(BrokerError::ProducerSequence {
                         topic: self.topic.clone(),
                         partition: self.index,
                         producer_id: header.producer_id,
+                        kind,
                         reason,
                     });
                 }

@@ -64,8 +64,32 @@ pub enum Check {
         /// Offset of its last record.
         last_offset: u64,
     },
-    /// Refuse it, with the reason.
-    Refuse(String),
+    /// Refuse it: which rule, and the reason in words.
+    Refuse(SequenceRefusal, String),
+}
+
+/// Which idempotence rule refused a batch. Each has its own `ferry-reason` on the status a client receives, so a
+/// client can act on it without reading the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceRefusal {
+    /// A newer epoch of the producer id exists (`producer_fenced`).
+    Fenced,
+    /// The producer id was idle past `storage.producer_id_expiration` (`producer_expired`): a client whose batch
+    /// was never sent before may start a new producer id; one whose earlier attempt may have been written may not.
+    Expired,
+    /// The batch's sequence does not follow the last one written (`out_of_sequence`).
+    OutOfOrder,
+}
+
+impl SequenceRefusal {
+    /// The stable reason name clients see (`ferry-reason`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            SequenceRefusal::Fenced => "producer_fenced",
+            SequenceRefusal::Expired => "producer_expired",
+            SequenceRefusal::OutOfOrder => "out_of_sequence",
+        }
+    }
 }
 
 /// Producer state of one partition.
@@ -109,22 +133,28 @@ impl ProducerStates {
             return Check::Append;
         };
         if h.producer_epoch < entry.epoch {
-            return Check::Refuse(format!(
-                "producer epoch {} is fenced by epoch {}; a newer instance of this producer exists",
-                h.producer_epoch, entry.epoch
-            ));
+            return Check::Refuse(
+                SequenceRefusal::Fenced,
+                format!(
+                    "producer epoch {} is fenced by epoch {}; a newer instance of this producer exists",
+                    h.producer_epoch, entry.epoch
+                ),
+            );
         }
         if h.producer_epoch > entry.epoch {
             return Check::Append;
         }
         let idle = self.newest.saturating_sub(entry.last_timestamp);
         if idle > self.settings.expiration_ms {
-            return Check::Refuse(format!(
-                "producer id {} expired: its last batch (max_timestamp {}) is {idle} ms older than the partition's \
+            return Check::Refuse(
+                SequenceRefusal::Expired,
+                format!(
+                    "producer id {} expired: its last batch (max_timestamp {}) is {idle} ms older than the partition's \
                  newest batch, beyond storage.producer_id_expiration ({} ms); a late retry is not appended, produce \
                  with a new producer id",
-                h.producer_id, entry.last_timestamp, self.settings.expiration_ms
-            ));
+                    h.producer_id, entry.last_timestamp, self.settings.expiration_ms
+                ),
+            );
         }
         let last = last_sequence(h);
         if let Some(w) = entry.recent.iter().find(|w| w.base_sequence == h.base_sequence && w.last_sequence == last) {
@@ -134,10 +164,13 @@ impl ProducerStates {
         if h.base_sequence == expected {
             Check::Append
         } else {
-            Check::Refuse(format!(
-                "out-of-order sequence: expected {expected}, got {}; resend the batches in order",
-                h.base_sequence
-            ))
+            Check::Refuse(
+                SequenceRefusal::OutOfOrder,
+                format!(
+                    "out-of-order sequence: expected {expected}, got {}; resend the batches in order",
+                    h.base_sequence
+                ),
+            )
         }
     }
 
@@ -198,7 +231,10 @@ impl ProducerStates {
     /// Checks the batches of one request in order, as if each accepted one had been written, without changing
     /// anything: the first refusal, with the refused batch's producer id, or `Ok` when every batch would be
     /// appended or recognised as a duplicate. Lets a request of several batches be refused before any is written.
-    pub fn check_all<'a>(&self, headers: impl IntoIterator<Item = &'a BatchHeader>) -> Result<(), (i64, String)> {
+    pub fn check_all<'a>(
+        &self,
+        headers: impl IntoIterator<Item = &'a BatchHeader>,
+    ) -> Result<(), (i64, SequenceRefusal, String)> {
         let mut scratch = ProducerStates::new(self.settings);
         scratch.newest = self.newest;
         for h in headers {
@@ -209,7 +245,7 @@ impl ProducerStates {
                 scratch.producers.insert(h.producer_id, entry.clone());
             }
             match scratch.check(h) {
-                Check::Refuse(reason) => return Err((h.producer_id, reason)),
+                Check::Refuse(kind, reason) => return Err((h.producer_id, kind, reason)),
                 // Offsets do not matter for later verdicts, only sequences and epochs.
                 Check::Append => scratch.record(h, 0, 0),
                 Check::Duplicate { .. } => {}
@@ -223,7 +259,7 @@ impl ProducerStates {
 impl Check {
     fn reason(&self) -> String {
         match self {
-            Check::Refuse(r) => r.clone(),
+            Check::Refuse(_, r) => r.clone(),
             other => panic!("not a refusal: {other:?}"),
         }
     }
@@ -253,11 +289,14 @@ mod tests {
     }
 
     fn expired(pid: i64, last: i64, idle: i64) -> Check {
-        Check::Refuse(format!(
-            "producer id {pid} expired: its last batch (max_timestamp {last}) is {idle} ms older than the partition's \
+        Check::Refuse(
+            SequenceRefusal::Expired,
+            format!(
+                "producer id {pid} expired: its last batch (max_timestamp {last}) is {idle} ms older than the partition's \
              newest batch, beyond storage.producer_id_expiration (1000 ms); a late retry is not appended, produce \
              with a new producer id"
-        ))
+            ),
+        )
     }
 
     #[test]
@@ -273,7 +312,10 @@ mod tests {
         s.record(&header_at(-1, -1, -1, 1, 11_001), 3, 3);
         assert_eq!(s.check(&a), expired(7, 10_000, 1001));
         assert_eq!(s.check(&header_at(7, 0, 2, 1, 11_001)), expired(7, 10_000, 1001));
-        assert_eq!(s.check_all(&[header(9, 0, 0, 1), a]), Err((7, expired(7, 10_000, 1001).reason())));
+        assert_eq!(
+            s.check_all(&[header(9, 0, 0, 1), a]),
+            Err((7, SequenceRefusal::Expired, expired(7, 10_000, 1001).reason()))
+        );
         // Producer 8 (idle 1 ms) is still known; a new epoch of producer 7 starts afresh.
         assert_eq!(s.check(&header_at(8, 0, 0, 1, 11_000)), Check::Duplicate { base_offset: 2, last_offset: 2 });
         let fresh = header_at(7, 1, 0, 1, 11_001);
@@ -314,8 +356,12 @@ mod tests {
         let mut s = ProducerStates::default();
         let a = header(7, 1, 0, 1);
         s.record(&a, 0, 0);
-        assert!(matches!(s.check(&header(7, 1, 5, 1)), Check::Refuse(r) if r.contains("expected 1")));
-        assert!(matches!(s.check(&header(7, 0, 1, 1)), Check::Refuse(r) if r.contains("fenced")));
+        assert!(
+            matches!(s.check(&header(7, 1, 5, 1)), Check::Refuse(SequenceRefusal::OutOfOrder, r) if r.contains("expected 1"))
+        );
+        assert!(
+            matches!(s.check(&header(7, 0, 1, 1)), Check::Refuse(SequenceRefusal::Fenced, r) if r.contains("fenced"))
+        );
         assert_eq!(s.check(&header(7, 2, 0, 1)), Check::Append);
         assert_eq!(s.check(&header(8, 0, 42, 1)), Check::Append);
     }
@@ -329,7 +375,9 @@ mod tests {
         assert_eq!(s.check_all(&ok), Ok(()));
         // A batch after a good one that skips a sequence is refused, naming its producer.
         let bad = [header(8, 0, 0, 2), header(8, 0, 5, 1)];
-        assert!(matches!(s.check_all(&bad), Err((8, r)) if r.contains("expected 2, got 5")));
+        assert!(
+            matches!(s.check_all(&bad), Err((8, SequenceRefusal::OutOfOrder, r)) if r.contains("expected 2, got 5"))
+        );
         // Nothing was recorded by the checks.
         assert_eq!(s.len(), 1);
         assert_eq!(s.check(&header(7, 0, 2, 1)), Check::Append);

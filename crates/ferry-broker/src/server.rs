@@ -79,7 +79,11 @@ impl tonic::service::Interceptor for Auth {
         if presented.as_bytes().ct_eq(expected).into() {
             Ok(req)
         } else {
-            Err(Status::unauthenticated("missing or wrong bearer token; pass the broker's token (FERRY_TOKEN)"))
+            Err(crate::error::status(
+                tonic::Code::Unauthenticated,
+                "unauthenticated",
+                "missing or wrong bearer token; pass the broker's token (FERRY_TOKEN)",
+            ))
         }
     }
 }

@@ -378,7 +378,7 @@ impl Broker for BrokerService {
         let groups = Arc::clone(&self.groups);
         tokio::task::spawn_blocking(move || groups.commit(&req))
             .await
-            .map_err(|e| Status::internal(format!("commit task failed: {e}")))??;
+            .map_err(|e| BrokerError::Internal(format!("commit task failed: {e}")))??;
         ok(pb::CommitOffsetsResponse {})
     }
 

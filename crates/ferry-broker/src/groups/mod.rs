@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 
 use self::assignment::{Group, Member};
 use self::offsets::{OffsetStore, Tuning};
-use crate::error::{BrokerError, Result};
+use crate::error::{BrokerError, GroupRefusal, Result};
 
 pub use self::offsets::{OFFSETS_FILE, OFFSETS_TOPIC};
 
@@ -263,6 +263,7 @@ impl GroupCoordinator {
                 if active {
                     return Err(BrokerError::Group {
                         group: req.group.clone(),
+                        kind: GroupRefusal::ActiveMembers,
                         reason: "has active members; commit as a member with its generation, or stop the members first"
                             .into(),
                     });
@@ -271,12 +272,14 @@ impl GroupCoordinator {
                 let Some(g) = group.filter(|g| g.members.contains_key(&req.member_id)) else {
                     return Err(BrokerError::Group {
                         group: req.group.clone(),
+                        kind: GroupRefusal::UnknownMember,
                         reason: format!("member {} is not in the group (expired?); join again", req.member_id),
                     });
                 };
                 if g.generation != req.generation {
                     return Err(BrokerError::Group {
                         group: req.group.clone(),
+                        kind: GroupRefusal::StaleGeneration,
                         reason: format!(
                             "stale generation {} (current {}); rejoin and commit again",
                             req.generation, g.generation
