@@ -338,6 +338,7 @@ impl BrokerClient {
                     code: tonic::Code::Unavailable,
                     message: format!("health check answered status {status}, not SERVING"),
                     broker: broker.clone(),
+                    reason: None,
                 });
             }
             self.attempt("Metadata", timeout, |mut c| async move { c.metadata(ferry_proto::MetadataRequest {}).await })

@@ -9,6 +9,9 @@ use std::time::Duration;
 use ferry_proto::ErrorCode;
 use tonic::Code;
 
+/// The gRPC metadata key under which the broker sends an error's reason name.
+pub const REASON_KEY: &str = "ferry-reason";
+
 /// Result alias of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
@@ -24,6 +27,9 @@ pub enum ClientError {
         message: String,
         /// Address of the broker that answered.
         broker: String,
+        /// The broker's stable reason name (its `ferry-reason` metadata: `producer_expired`, `unknown_topic`, ...),
+        /// when it sent one. docs/broker.md lists them.
+        reason: Option<String>,
     },
     /// The connection to a broker failed (refused, reset, keepalive timeout, TLS handshake).
     #[error("connection to broker {broker} failed: {message}")]
@@ -139,7 +145,27 @@ impl ClientError {
         if is_transport_status(status) {
             return ClientError::Transport { broker: broker.to_owned(), message: status_cause(status) };
         }
-        ClientError::Status { code: status.code(), message: status.message().to_owned(), broker: broker.to_owned() }
+        let reason = status.metadata().get(REASON_KEY).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        ClientError::Status {
+            code: status.code(),
+            message: status.message().to_owned(),
+            broker: broker.to_owned(),
+            reason,
+        }
+    }
+
+    /// The broker's reason name, when it sent one (see [`ClientError::Status`]).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ClientError::Status { reason, .. } => reason.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The broker refused an idempotent batch because its producer id expired (`producer_expired`): nothing was
+    /// written, and a batch never sent before may go again under a new producer id.
+    pub fn is_producer_expired(&self) -> bool {
+        self.reason() == Some("producer_expired")
     }
 
     /// The gRPC code when the broker answered with a status.
@@ -298,7 +324,8 @@ mod tests {
             ClientError::Status {
                 code: Code::NotFound,
                 message: "unknown topic \"orders\"".into(),
-                broker: "127.0.0.1:7411".into()
+                broker: "127.0.0.1:7411".into(),
+                reason: None,
             }
         );
         assert!(err.is_not_found());
@@ -332,7 +359,7 @@ mod tests {
 
     #[test]
     fn helpers_match_their_codes() {
-        let s = |code| ClientError::Status { code, message: String::new(), broker: String::new() };
+        let s = |code| ClientError::Status { code, message: String::new(), broker: String::new(), reason: None };
         assert!(s(Code::FailedPrecondition).is_failed_precondition());
         assert!(s(Code::AlreadyExists).is_already_exists());
         assert!(s(Code::InvalidArgument).is_invalid_argument());

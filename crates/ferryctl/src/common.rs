@@ -153,6 +153,7 @@ mod tests {
             code: ferry_client::Code::NotFound,
             message: "unknown topic \"orders\"".into(),
             broker: "127.0.0.1:7411".into(),
+            reason: None,
         };
         assert_eq!(explain(err, "orders", "x").to_string(), "topic \"orders\" does not exist on 127.0.0.1:7411");
     }

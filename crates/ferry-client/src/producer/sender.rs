@@ -90,6 +90,9 @@ async fn deliver(
     let count = i32::try_from(records.len()).unwrap_or(i32::MAX);
     let mut batch: Option<(Bytes, Option<Identity>)> = None;
     let mut retry = 0u32;
+    // Whether an earlier attempt of this batch may have been written (its answer was lost): then it must never be
+    // sent under another producer id, or it could be written twice.
+    let mut maybe_written = false;
     loop {
         let attempt: Result<ProduceResponse, (ClientError, bool)> = async {
             if batch.is_none() {
@@ -134,6 +137,7 @@ async fn deliver(
                     Ok(response)
                 }
                 Err(failure) => {
+                    maybe_written |= !failure.never_sent && failure.error.is_retriable();
                     let retriable = if identity.is_some() { failure.error.is_retriable() } else { failure.never_sent };
                     Err((failure.error, retriable))
                 }
@@ -145,6 +149,21 @@ async fn deliver(
             Err(e) => e,
         };
         let mut final_error = None;
+        if error.is_producer_expired()
+            && !maybe_written
+            && let Some((_, Some(identity))) = batch.take()
+        {
+            // The producer id was idle past the broker's expiry and the broker wrote nothing. No attempt of this
+            // batch can have been written, so it goes again under a new producer id, from sequence 0.
+            tracing::info!(
+                topic = %queue.topic,
+                partition = queue.partition,
+                producer_id = identity.producer_id,
+                "producer id expired on the broker; continuing under a new producer id"
+            );
+            shared.reset_identity(identity.generation).await;
+            retriable = true;
+        }
         if error.is_not_found() {
             // The topic may have been deleted, or the partition may be new: ask again before deciding.
             match shared.refresh_topic(&queue.topic).await {

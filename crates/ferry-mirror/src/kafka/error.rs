@@ -115,9 +115,9 @@ pub(crate) fn grpc_code(code: RDKafkaErrorCode) -> Option<Code> {
 pub(crate) fn map_error(err: &KafkaError, op: &str, subject: &str, brokers: &str, cause: &str) -> ClientError {
     let message = format!("Kafka {op} {subject}: {err}{cause}");
     match code_of(err) {
-        None => ClientError::Status { code: Code::Unknown, message, broker: brokers.to_owned() },
+        None => ClientError::Status { code: Code::Unknown, message, broker: brokers.to_owned(), reason: None },
         Some(code) => match grpc_code(code) {
-            Some(code) => ClientError::Status { code, message, broker: brokers.to_owned() },
+            Some(code) => ClientError::Status { code, message, broker: brokers.to_owned(), reason: None },
             None => ClientError::Transport { broker: brokers.to_owned(), message },
         },
     }
@@ -125,7 +125,7 @@ pub(crate) fn map_error(err: &KafkaError, op: &str, subject: &str, brokers: &str
 
 /// A Kafka-side refusal with an explicit gRPC code.
 pub(crate) fn status(code: Code, message: impl Into<String>, brokers: &str) -> ClientError {
-    ClientError::Status { code, message: message.into(), broker: brokers.to_owned() }
+    ClientError::Status { code, message: message.into(), broker: brokers.to_owned(), reason: None }
 }
 
 #[cfg(test)]

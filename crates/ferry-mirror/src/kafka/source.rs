@@ -74,8 +74,8 @@ impl SourceCluster for KafkaSource {
                         _ => "is the route's address a reachable Kafka endpoint?",
                     };
                     err = match err {
-                        ClientError::Status { code, message, broker } => {
-                            ClientError::Status { code, message: format!("{message}; {hint}"), broker }
+                        ClientError::Status { code, message, broker, reason } => {
+                            ClientError::Status { code, message: format!("{message}; {hint}"), broker, reason }
                         }
                         ClientError::Transport { broker, message } => {
                             ClientError::Transport { broker, message: format!("{message}; {hint}") }

@@ -228,7 +228,7 @@ mod tests {
     use super::*;
 
     fn status(code: Code) -> ClientError {
-        ClientError::Status { code, message: "m".into(), broker: "b:1".into() }
+        ClientError::Status { code, message: "m".into(), broker: "b:1".into(), reason: None }
     }
 
     #[test]
