@@ -28,8 +28,9 @@
 //!
 //! **Seed.** `FERRY_TEST_SEED` (decimal) or a fixed default; printed at the start. The seed fixes the fault
 //! sequence, its holds and pauses, and the cuts; the interleaving with the processes' own timing is not fixed, so
-//! a replay hits the same faults in the same order, not always at the same records. (The testkit has no shared
-//! seed helper yet; [`test_seed`] is local to this module.)
+//! a replay hits the same faults in the same order, not always at the same records. Unlike the testkit's
+//! `test_seed`, which draws a random seed when the variable is unset, the soak falls back to a fixed default, so
+//! that CI runs the same fault schedule every time; other schedules are for long runs with a chosen seed.
 //!
 //! **Logs.** With `FERRY_SOAK_LOGS=DIR` the brokers' and mirrors' logs and the partitions' epoch checkpoints
 //! are copied into DIR before the checks, for a look at a failure.
