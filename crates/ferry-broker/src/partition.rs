@@ -149,23 +149,52 @@ impl Partition {
                 self.topic, self.index, header.max_timestamp
             )));
         }
-        if verified.len() > 1
-            && let Err((producer_id, kind, reason)) = producers.check_all(verified.iter().map(|(h, _)| h))
-        {
-            return Err(BrokerError::ProducerSequence {
+        // Every verdict first, then one write of all the batches to append: a request is refused, or written, as a
+        // whole (a write that fails part-way, such as on a full disk, is taken back whole by the log).
+        let verdicts = producers.plan(verified.iter().map(|(h, _)| h), self.log.log_end_offset()).map_err(
+            |(producer_id, kind, reason)| BrokerError::ProducerSequence {
                 topic: self.topic.clone(),
                 partition: self.index,
                 producer_id,
                 kind,
                 reason,
-            });
+            },
+        )?;
+        let to_write: Vec<Bytes> = verified
+            .iter()
+            .zip(&verdicts)
+            .filter(|(_, v)| matches!(v, Check::Append))
+            .map(|((_, bytes), _)| bytes.clone())
+            .collect();
+        let all_duplicates = to_write.is_empty();
+        let mut written = if all_duplicates {
+            Vec::new()
+        } else {
+            let log = Arc::clone(&self.log);
+            let infos = tokio::task::spawn_blocking(move || {
+                let parts: Vec<&[u8]> = to_write.iter().map(|b| b.as_ref()).collect();
+                log.append_all(&parts)
+            })
+            .await
+            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
+            .map_err(|e| self.err(e))?;
+            self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+            infos
         }
+        .into_iter();
         let mut first: Option<u64> = None;
         let mut last = 0;
-        let mut all_duplicates = true;
-        for (header, bytes) in verified {
-            let (base, end) = match producers.check(&header) {
+        for ((header, _), verdict) in verified.iter().zip(verdicts) {
+            let (base, end) = match verdict {
                 Check::Duplicate { base_offset, last_offset } => (base_offset, last_offset),
+                Check::Append => {
+                    let info = written.next().ok_or_else(|| {
+                        BrokerError::Internal("the log answered fewer batches than it was given".into())
+                    })?;
+                    producers.record(header, info.base_offset, info.last_offset);
+                    (info.base_offset, info.last_offset)
+                }
+                // A plan stops at its first refusal, with an error: no verdict of one comes back.
                 Check::Refuse(kind, reason) => {
                     return Err(BrokerError::ProducerSequence {
                         topic: self.topic.clone(),
@@ -174,17 +203,6 @@ impl Partition {
                         kind,
                         reason,
                     });
-                }
-                Check::Append => {
-                    all_duplicates = false;
-                    let log = Arc::clone(&self.log);
-                    let info = tokio::task::spawn_blocking(move || log.append(&bytes))
-                        .await
-                        .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
-                        .map_err(|e| self.err(e))?;
-                    producers.record(&header, info.base_offset, info.last_offset);
-                    self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
-                    (info.base_offset, info.last_offset)
                 }
             };
             first.get_or_insert(base);
@@ -313,6 +331,63 @@ mod tests {
             Err(BrokerError::AppendRefused { kind, .. }) => Some(kind),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    /// The records of `p`, as (offset, value).
+    fn values(p: &Partition) -> Vec<(u64, String)> {
+        let read = p.log().read(0, 1 << 20).unwrap();
+        batch::split_verified(&read.batches)
+            .unwrap()
+            .iter()
+            .flat_map(|(_, bytes)| batch::decode_records(bytes).unwrap())
+            .map(|r| (r.offset, String::from_utf8(r.value.unwrap().to_vec()).unwrap()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_produce_of_several_batches_that_fails_part_way_on_a_full_disk_writes_none_of_them() {
+        use ferry_storage::fs::{PowerLoss, SimFs};
+        let fs = SimFs::new();
+        let config = LogConfig { flush: ferry_storage::FlushPolicy::Sync, ..LogConfig::default() };
+        let open = |fs: &SimFs| {
+            let fs: FsRef = Arc::new(fs.clone());
+            Partition::open(
+                &fs,
+                "t",
+                0,
+                PathBuf::from("/data/t-0"),
+                config.clone(),
+                Default::default(),
+                watch::channel(0).0,
+            )
+            .unwrap()
+        };
+        let p = open(&fs);
+        p.produce(batch(0, 2, 0)).await.unwrap();
+        let (one, two, three) = (batch(0, 3, 0), batch(0, 1, 0), batch(0, 2, 0));
+        let request = Bytes::from([one.clone(), two.clone(), three.clone()].concat());
+        // Room for the first batch of the request and a little more, not for the rest.
+        fs.set_space_limit(Some(fs.used_bytes() + one.len() as u64 + 10));
+        let err = p.produce(request.clone()).await.unwrap_err();
+        assert!(matches!(err, BrokerError::Storage { .. }), "{err:?}");
+        assert_eq!((err.code(), err.reason()), (tonic::Code::Internal, "storage_error"));
+        assert_eq!(p.log().log_end_offset(), 2, "a refused request left some of its batches in the log");
+        assert_eq!(values(&p), vec![(0, "0".into()), (1, "1".into())]);
+
+        // Space is back: the same request is written whole, after what was there.
+        fs.set_space_limit(None);
+        let produced = p.produce(request).await.unwrap();
+        assert_eq!((produced.base_offset, produced.last_offset, produced.log_end_offset), (2, 7, 8));
+        let expected: Vec<(u64, String)> =
+            [(0, "0"), (1, "1"), (2, "0"), (3, "1"), (4, "2"), (5, "0"), (6, "0"), (7, "1")]
+                .into_iter()
+                .map(|(o, v)| (o, v.to_string()))
+                .collect();
+        assert_eq!(values(&p), expected);
+        // Acknowledged under sync flush: a power loss keeps exactly that.
+        drop(p);
+        let after = fs.power_loss(PowerLoss::DropUnsynced, 1);
+        assert_eq!(values(&open(&after)), expected);
     }
 
     #[tokio::test]

@@ -235,8 +235,21 @@ impl ProducerStates {
         &self,
         headers: impl IntoIterator<Item = &'a BatchHeader>,
     ) -> Result<(), (i64, SequenceRefusal, String)> {
+        self.plan(headers, 0).map(|_| ())
+    }
+
+    /// The verdict on each batch of one request, in order, as if each accepted one had been written at the offsets
+    /// it will get, the first at `log_end`: a `Duplicate` of a batch earlier in the same request gets that batch's
+    /// offsets. The first refusal ends the plan (with the refused batch's producer id). Changes nothing.
+    pub fn plan<'a>(
+        &self,
+        headers: impl IntoIterator<Item = &'a BatchHeader>,
+        log_end: u64,
+    ) -> Result<Vec<Check>, (i64, SequenceRefusal, String)> {
         let mut scratch = ProducerStates::new(self.settings);
         scratch.newest = self.newest;
+        let mut next = log_end;
+        let mut verdicts = Vec::new();
         for h in headers {
             if h.is_idempotent()
                 && !scratch.producers.contains_key(&h.producer_id)
@@ -244,14 +257,19 @@ impl ProducerStates {
             {
                 scratch.producers.insert(h.producer_id, entry.clone());
             }
-            match scratch.check(h) {
-                Check::Refuse(kind, reason) => return Err((h.producer_id, kind, reason)),
-                // Offsets do not matter for later verdicts, only sequences and epochs.
-                Check::Append => scratch.record(h, 0, 0),
+            let verdict = scratch.check(h);
+            match &verdict {
+                Check::Refuse(kind, reason) => return Err((h.producer_id, *kind, reason.clone())),
+                Check::Append => {
+                    let last = next.saturating_add(u64::from(h.last_offset_delta));
+                    scratch.record(h, next, last);
+                    next = last.saturating_add(1);
+                }
                 Check::Duplicate { .. } => {}
             }
+            verdicts.push(verdict);
         }
-        Ok(())
+        Ok(verdicts)
     }
 }
 

@@ -26,6 +26,13 @@ const INDEX_WRITE_BLOCK: usize = 4096;
 impl LogCore {
     /// `Log::append`.
     pub(crate) fn append_batch(&self, batch: &[u8]) -> Result<AppendInfo> {
+        let mut infos = self.append_batches(&[batch])?;
+        Ok(infos.pop().expect("one batch in, one out"))
+    }
+
+    /// `Log::append_all`: every batch is checked and given its offsets before anything is written, and then all of
+    /// them go to disk in one write, published together. A failed write is taken back whole.
+    pub(crate) fn append_batches(&self, batches: &[&[u8]]) -> Result<Vec<AppendInfo>> {
         let mut w = self.writer.lock();
         let (leo, epoch, max) = {
             let st = self.state.read();
@@ -34,53 +41,86 @@ impl LogCore {
             }
             (st.log_end(), st.epochs.latest(), st.config.max_batch_bytes)
         };
-        // A plain append takes one offset per record: a sparse header (say one record claiming a span of 2^32)
-        // would move the log end by billions and roll a segment per append. Sparse batches from a compacted
-        // source come through append-with-offsets only.
-        let header = batch::verify(batch)
-            .and_then(|h| h.check_dense().map(|()| h))
-            .map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: leo, source })?;
-        if batch.len() as u64 > max {
-            return Err(StorageError::BatchTooLarge {
-                dir: self.dir.clone(),
-                offset: leo,
-                size: batch.len() as u64,
-                max,
-            });
+        if batches.is_empty() {
+            return Ok(Vec::new());
         }
-        let last = leo
-            .checked_add(u64::from(header.last_offset_delta))
-            .filter(|&l| l < u64::MAX)
-            .ok_or_else(|| StorageError::OffsetOverflow { dir: self.dir.clone(), offset: leo })?;
-        let mut prefix = [0u8; CRC_START];
-        prefix.copy_from_slice(&batch[..CRC_START]);
-        batch::set_base_offset(&mut prefix, leo);
-        batch::set_epoch(&mut prefix, epoch);
-        let meta =
-            BatchMeta { pos: 0, len: batch.len() as u64, base: leo, last, max_timestamp: header.max_timestamp, epoch };
-        self.write_batch(&mut w, &[&prefix, &batch[CRC_START..]], meta)?;
-        Ok(AppendInfo { base_offset: leo, last_offset: last, epoch, log_end_offset: last + 1 })
+        let mut next = leo;
+        let mut prefixes = Vec::with_capacity(batches.len());
+        let mut metas = Vec::with_capacity(batches.len());
+        for batch in batches {
+            // A plain append takes one offset per record: a sparse header (say one record claiming a span of
+            // 2^32) would move the log end by billions and roll a segment per append. Sparse batches from a
+            // compacted source come through append-with-offsets only.
+            let header = batch::verify(batch)
+                .and_then(|h| h.check_dense().map(|()| h))
+                .map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: next, source })?;
+            if batch.len() as u64 > max {
+                return Err(StorageError::BatchTooLarge {
+                    dir: self.dir.clone(),
+                    offset: next,
+                    size: batch.len() as u64,
+                    max,
+                });
+            }
+            let last = next
+                .checked_add(u64::from(header.last_offset_delta))
+                .filter(|&l| l < u64::MAX)
+                .ok_or_else(|| StorageError::OffsetOverflow { dir: self.dir.clone(), offset: next })?;
+            let mut prefix = [0u8; CRC_START];
+            prefix.copy_from_slice(&batch[..CRC_START]);
+            batch::set_base_offset(&mut prefix, next);
+            batch::set_epoch(&mut prefix, epoch);
+            prefixes.push(prefix);
+            metas.push(BatchMeta {
+                pos: 0,
+                len: batch.len() as u64,
+                base: next,
+                last,
+                max_timestamp: header.max_timestamp,
+                epoch,
+            });
+            next = last + 1;
+        }
+        let parts: Vec<&[u8]> =
+            prefixes.iter().zip(batches).flat_map(|(p, b)| [p.as_slice(), &b[CRC_START..]]).collect();
+        self.write_batches(&mut w, &parts, &metas)?;
+        Ok(metas
+            .iter()
+            .map(|m| AppendInfo { base_offset: m.base, last_offset: m.last, epoch, log_end_offset: next })
+            .collect())
     }
 
-    /// Writes one verified batch whose offsets start at the log end: rolls first if the active segment is full or
-    /// old, records a new epoch in the history, writes, indexes, publishes, and applies the flush policy.
+    /// Writes one verified batch whose offsets start at the log end (see [`LogCore::write_batches`]).
     pub(crate) fn write_batch(&self, w: &mut Writer, parts: &[&[u8]], meta: BatchMeta) -> Result<()> {
+        self.write_batches(w, parts, &[meta])
+    }
+
+    /// Writes verified batches whose offsets run on from the log end, back to back, with one write: rolls first if
+    /// the active segment is full or old, records new epochs in the history, writes, indexes, publishes all of them
+    /// at once, and applies the flush policy. `parts` are the batches' bytes in order; `metas` say where each
+    /// batch starts and ends in offsets (their `pos` is set here). A write that fails part-way is taken back
+    /// whole, so the log holds all of the batches or none.
+    pub(crate) fn write_batches(&self, w: &mut Writer, parts: &[&[u8]], metas: &[BatchMeta]) -> Result<()> {
+        let (Some(first), Some(final_meta)) = (metas.first(), metas.last()) else { return Ok(()) };
+        let total: u64 = metas.iter().map(|m| m.len).sum();
         let now = self.clock.now_ms();
         let (roll, config) = {
             let st = self.state.read();
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
             let age_limit = i64::try_from(st.config.segment_ms).unwrap_or(i64::MAX);
             let roll = !active.is_empty()
-                && (active.size + meta.len > st.config.segment_bytes
+                && (active.size + total > st.config.segment_bytes
                     || active.created_ms.is_some_and(|c| now.saturating_sub(c) >= age_limit)
-                    || active.size + meta.len > u64::from(u32::MAX)
-                    || meta.last - active.base > u64::from(u32::MAX));
+                    || active.size + total > u64::from(u32::MAX)
+                    || final_meta.last - active.base > u64::from(u32::MAX));
             (roll, st.config.clone())
         };
         if roll {
-            self.roll(w, meta.base)?;
+            self.roll(w, first.base)?;
         }
-        self.note_epoch(meta.epoch, meta.base)?;
+        for meta in metas {
+            self.note_epoch(meta.epoch, meta.base)?;
+        }
         let (file, pos, path, segment_base) = {
             let st = self.state.read();
             let active = st.segments.last().ok_or_else(|| self.closed_error())?;
@@ -94,7 +134,7 @@ impl LogCore {
             FlushPolicy::Async { .. } => Ok(()),
         });
         if let Err(source) = written {
-            // Take back whatever part of the batch reached the file, so the next append lands at `pos`.
+            // Take back whatever part of the batches reached the file, so the next append lands at `pos`.
             if let Err(e) = file.set_len(pos) {
                 w.poisoned = Some(format!(
                     "a failed append could not be undone ({e}); the file is longer than the log: reopen the log"
@@ -102,24 +142,28 @@ impl LogCore {
             }
             return Err(StorageError::Io { path, source });
         }
-        let meta = BatchMeta { pos, ..meta };
-        let entry = index::should_index(w.last_index_pos, pos, config.index_interval_bytes)
-            .then(|| index::entry_for(segment_base, &meta))
-            .flatten();
+        let mut entries = Vec::new();
+        let mut at = pos;
+        for meta in metas {
+            let meta = BatchMeta { pos: at, ..*meta };
+            if index::should_index(w.last_index_pos, at, config.index_interval_bytes)
+                && let Some(entry) = index::entry_for(segment_base, &meta)
+            {
+                entries.push(entry);
+                w.index_pending.extend_from_slice(&entry.encode());
+                w.last_index_pos = at;
+            }
+            at += meta.len;
+        }
         {
             let mut st = self.state.write();
             let active = st.segments.last_mut().ok_or_else(|| self.closed_error())?;
-            active.size = pos + meta.len;
-            active.next_offset = meta.last + 1;
-            active.max_timestamp = active.max_timestamp.max(meta.max_timestamp);
+            active.size = pos + total;
+            active.next_offset = final_meta.last + 1;
+            let newest = metas.iter().map(|m| m.max_timestamp).max().unwrap_or(i64::MIN);
+            active.max_timestamp = active.max_timestamp.max(newest);
             active.created_ms.get_or_insert(now);
-            if let Some(entry) = entry {
-                active.index.push(entry);
-            }
-        }
-        if let Some(entry) = entry {
-            w.index_pending.extend_from_slice(&entry.encode());
-            w.last_index_pos = pos;
+            active.index.extend(entries);
         }
         match config.flush {
             FlushPolicy::Sync => {
@@ -132,9 +176,9 @@ impl LogCore {
                     tracing::warn!(dir = %self.dir.display(), error = %e, "flush failed; will retry");
                 }
             }
-            FlushPolicy::Async { .. } => w.unflushed += meta.len,
+            FlushPolicy::Async { .. } => w.unflushed += total,
         }
-        // The batch is in the log now: failures below are the index cache or an early fsync, which the next
+        // The batches are in the log now: failures below are the index cache or an early fsync, which the next
         // flush retries, so they are reported in the log rather than failing an append that happened.
         if w.index_pending.len() >= INDEX_WRITE_BLOCK
             && let Err(e) = self.write_pending_index(w)

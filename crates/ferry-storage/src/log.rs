@@ -81,6 +81,14 @@ impl Log {
         self.core.append_batch(batch)
     }
 
+    /// Appends several batches as [`Log::append`] does each, all or nothing: every batch is checked and given its
+    /// offsets first, then all of them are written with one write and published together, so a reader never sees
+    /// some of them without the others, and a write that fails part-way (a full disk) is taken back whole. One
+    /// [`AppendInfo`] per batch, in order.
+    pub fn append_all(&self, batches: &[&[u8]]) -> Result<Vec<AppendInfo>> {
+        self.core.append_batches(batches)
+    }
+
     /// Appends batches that already carry offsets and epochs (the mirror's path, design §3).
     ///
     /// Every batch is checked (whole, CRC, size, offsets strictly increasing across the batches) and the whole
