@@ -4,6 +4,10 @@
 //! are dropped. The returned position is one past the last record returned, or the broker's `next_offset` when
 //! that is further (a gap left by mirrored retention). A batch that cannot be decoded stops decoding there: the
 //! records before it are kept, the position stays at the bad batch, and the error names its offset.
+//!
+//! A batch's records are decoded holding at most `max_decompressed` bytes (the broker's decode limit,
+//! `max(2 x max_batch_bytes, 4 MiB)`, from its Metadata), so a small batch that claims to inflate to hundreds of MB
+//! (a decompression bomb a producer slipped in) is an error at its offset, not an allocation.
 
 use bytes::Bytes;
 use ferry_batch::{self as batch, BatchIter};
@@ -26,6 +30,7 @@ pub(crate) fn decode_partition(
     batches: &Bytes,
     next_offset: u64,
     position: u64,
+    max_decompressed: usize,
 ) -> Decoded {
     let mut records = Vec::new();
     let mut pos = position;
@@ -43,7 +48,7 @@ pub(crate) fn decode_partition(
         if header.next_offset() <= pos {
             continue;
         }
-        let decoded = match batch::decode_records(bytes) {
+        let decoded = match batch::decode_records_bounded(bytes, max_decompressed) {
             Ok(d) => d,
             Err(e) => return Decoded { records, position: pos, error: Some(corrupt(header.base_offset, e)) },
         };
@@ -72,6 +77,8 @@ mod tests {
     use super::*;
     use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
 
+    const LIMIT: usize = 4 << 20;
+
     fn rec(offset: u64, value: &str) -> Record {
         Record {
             offset,
@@ -95,7 +102,7 @@ mod tests {
         let a = [rec(10, "a"), rec(11, "b"), rec(12, "c")];
         let b = [rec(13, "d"), rec(14, "e")];
         let data = batches(&[&a, &b]);
-        let out = decode_partition("t", 1, &data, 15, 12);
+        let out = decode_partition("t", 1, &data, 15, 12, LIMIT);
         assert!(out.error.is_none());
         let got: Vec<(u64, &str)> =
             out.records.iter().map(|r| (r.offset, std::str::from_utf8(r.value.as_ref().unwrap()).unwrap())).collect();
@@ -111,18 +118,18 @@ mod tests {
     fn whole_batches_below_the_position_are_skipped_and_gaps_followed() {
         let a = [rec(0, "a"), rec(1, "b")];
         let b = [rec(7, "c")];
-        let out = decode_partition("t", 0, &batches(&[&a, &b]), 8, 2);
+        let out = decode_partition("t", 0, &batches(&[&a, &b]), 8, 2, LIMIT);
         assert_eq!(out.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![7]);
         assert_eq!(out.position, 8);
         // Empty data with a next offset past a gap moves on; an unset next offset (0) never moves back.
-        assert_eq!(decode_partition("t", 0, &Bytes::new(), 20, 8).position, 20);
-        assert_eq!(decode_partition("t", 0, &Bytes::new(), 0, 8).position, 8);
+        assert_eq!(decode_partition("t", 0, &Bytes::new(), 20, 8, LIMIT).position, 20);
+        assert_eq!(decode_partition("t", 0, &Bytes::new(), 0, 8, LIMIT).position, 8);
     }
 
     #[test]
     fn a_record_at_the_last_offset_decodes_without_overflow() {
         let top = [rec(u64::MAX - 1, "a"), rec(u64::MAX, "b")];
-        let out = decode_partition("t", 0, &batches(&[&top]), 0, u64::MAX - 1);
+        let out = decode_partition("t", 0, &batches(&[&top]), 0, u64::MAX - 1, LIMIT);
         assert!(out.error.is_none(), "{:?}", out.error);
         assert_eq!(out.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![u64::MAX - 1, u64::MAX]);
         assert_eq!(out.position, u64::MAX, "the position saturates instead of wrapping to 0");
@@ -135,7 +142,7 @@ mod tests {
         let mut data = batches(&[&a, &b]).to_vec();
         let last = data.len() - 1;
         data[last] ^= 0xff;
-        let out = decode_partition("t", 3, &Bytes::from(data), 2, 0);
+        let out = decode_partition("t", 3, &Bytes::from(data), 2, 0, LIMIT);
         assert_eq!(out.records.len(), 1);
         assert_eq!(out.position, 1);
         match out.error {
@@ -149,9 +156,32 @@ mod tests {
         let a = [rec(5, "a")];
         let data = batches(&[&a]);
         let torn = data.slice(..data.len() - 4);
-        let out = decode_partition("t", 0, &torn, 6, 5);
+        let out = decode_partition("t", 0, &torn, 6, 5, LIMIT);
         assert!(out.records.is_empty());
         assert_eq!(out.position, 5);
         assert!(matches!(out.error, Some(ClientError::Corrupt { offset: 5, .. })));
+    }
+
+    #[test]
+    fn a_batch_inflating_past_the_decode_limit_is_an_error_at_its_offset() {
+        let a = [rec(0, "a")];
+        // 8 MiB of zeros compresses to a few hundred bytes: past the 4 MiB limit once inflated.
+        let bomb = Record { value: Some(Bytes::from(vec![0u8; 8 << 20])), ..rec(1, "") };
+        let data = batches(&[&a, &[bomb.clone()]]);
+        assert!(data.len() < 64 << 10, "the bomb is small on the wire: {} bytes", data.len());
+        let out = decode_partition("t", 2, &data, 2, 0, LIMIT);
+        assert_eq!(out.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(out.position, 1, "the position stays at the bad batch");
+        match &out.error {
+            Some(ClientError::Corrupt { partition: 2, offset: 1, message, .. }) => {
+                assert!(message.contains(&format!("inflates past the {LIMIT}-byte decode limit")), "{message}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Under a limit that fits it, the same batch decodes.
+        let fits = decode_partition("t", 2, &data, 2, 0, 16 << 20);
+        assert!(fits.error.is_none(), "{:?}", fits.error);
+        assert_eq!(fits.records.len(), 2);
+        assert_eq!(fits.records[1].value, bomb.value);
     }
 }

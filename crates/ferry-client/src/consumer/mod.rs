@@ -53,6 +53,9 @@ pub struct Consumer {
     pending_error: Option<ClientError>,
     last_commit: Instant,
     closed: bool,
+    /// Most decompressed bytes one batch may inflate to: the broker's decode limit, learnt from its Metadata on
+    /// the first fetch.
+    decode_limit: Option<usize>,
 }
 
 impl Consumer {
@@ -69,6 +72,7 @@ impl Consumer {
             pending_error: None,
             last_commit: Instant::now(),
             closed: false,
+            decode_limit: None,
         })
     }
 
@@ -267,7 +271,20 @@ impl Consumer {
         self.fetch(max_wait).await
     }
 
+    /// The decode limit of the broker's batches (`max(2 x max_batch_bytes, 4 MiB)`), asked once.
+    async fn decode_limit(&mut self) -> Result<usize> {
+        if let Some(limit) = self.decode_limit {
+            return Ok(limit);
+        }
+        let max_batch_bytes = self.client.metadata().await?.max_batch_bytes;
+        // A broker that does not say (0) gets the default broker's limit.
+        let limit = ferry_batch::decode_limit(if max_batch_bytes == 0 { 1 << 20 } else { max_batch_bytes });
+        self.decode_limit = Some(limit);
+        Ok(limit)
+    }
+
     async fn fetch(&mut self, max_wait: Duration) -> Result<()> {
+        let decode_limit = self.decode_limit().await?;
         let request = pb::FetchRequest {
             partitions: self
                 .partitions
@@ -314,8 +331,14 @@ impl Consumer {
                 });
                 continue;
             }
-            let decoded =
-                decode::decode_partition(&data.topic, data.partition, &data.batches, data.next_offset, position);
+            let decoded = decode::decode_partition(
+                &data.topic,
+                data.partition,
+                &data.batches,
+                data.next_offset,
+                position,
+                decode_limit,
+            );
             state.fetch = Some(decoded.position);
             self.buffer.extend(decoded.records);
             if let Some(e) = decoded.error {
