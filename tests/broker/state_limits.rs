@@ -1,7 +1,8 @@
 //! Bounded state keyed by client input: group member and client ids over `groups.max_id_bytes` and members past
 //! `groups.max_members` are refused, and an idempotent producer id expires by batch timestamps
 //! (`storage.producer_id_expiration`), after which its late retry is refused instead of appended, also after a
-//! restart rebuilds the state from the log.
+//! restart rebuilds the state from the log. Produced timestamps may be only so far ahead of the broker's clock,
+//! and a mirror topic's far-future timestamps (exempt from that bound) age from their append time.
 
 use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_client::Code;
@@ -144,5 +145,59 @@ async fn produced_timestamps_may_be_only_so_far_ahead_and_mirror_appends_are_exe
         .append_with_offsets("dc-a.m", 0, "7d5c2f4e-93a1-4c39-9f3b-2b8f7a1e0c11", 0, plain_batch(&["x"], far))
         .await?;
     assert_eq!((r.error, r.log_end_offset), (pb::ErrorCode::None as i32, 1), "{}", r.message);
+    Ok(())
+}
+
+/// A one-record batch at offset `base`, as a mirror appends it.
+fn mirrored(base: u64, value: &str, ts: i64) -> bytes::Bytes {
+    let mut b = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+    b.push(0, ts, None, Some(value.as_bytes()), &[]);
+    b.build(base, 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_topics_far_future_timestamps_age_from_their_append_time() -> anyhow::Result<()> {
+    let check = std::time::Duration::from_millis(200);
+    let broker = start_broker("[storage]\nretention_check_interval = \"200ms\"\n").await?;
+    let (client, admin) = connect(&broker);
+    let topic_id = "7d5c2f4e-93a1-4c39-9f3b-2b8f7a1e0c11";
+    let mark = ferry_client::admin::MirrorSource {
+        source_cluster_id: "dc-a-cluster".into(),
+        source_topic_id: topic_id.into(),
+        source_topic: "m".into(),
+        source_cluster: "dc-a".into(),
+    };
+    // Segments roll once their first batch is 1 s old; time retention is 1 s.
+    let (segment_ms, retention_ms) = (1_000, 1_000);
+    let config = TopicConfig { segment_ms: Some(segment_ms), retention_ms: Some(retention_ms), ..Default::default() };
+    admin.create_topic("dc-a.m", 1, config, Some(mark)).await?;
+    // The source's clock (or a hostile producer there) stamped the first record at the end of time: by its
+    // timestamp it would never expire.
+    let r = admin.append_with_offsets("dc-a.m", 0, topic_id, 0, mirrored(0, "future", i64::MAX - 1)).await?;
+    assert_eq!((r.error, r.log_end_offset), (pb::ErrorCode::None as i32, 1), "{}", r.message);
+
+    // The mirror keeps appending current records. Once the first segment is a second old it is sealed, and a
+    // second after its last append retention removes it, far-future timestamp and all.
+    let mut appended = vec![(0, "future".to_string())];
+    let limit = ferry_testkit::deadline(&[std::time::Duration::from_millis(segment_ms + retention_ms), check]);
+    ferry_testkit::wait_until("the far-future segment to be removed by retention", limit, async || {
+        let next = appended.len() as u64;
+        let value = format!("v{next}");
+        let r = admin.append_with_offsets("dc-a.m", 0, topic_id, 0, mirrored(next, &value, wall_ms())).await?;
+        anyhow::ensure!(r.error == pb::ErrorCode::None as i32, "append refused: {}", r.message);
+        appended.push((next, value));
+        let offsets = admin.list_offset("dc-a.m", 0, ferry_client::OffsetSpec::Earliest).await?;
+        anyhow::Ok(offsets.log_start_offset > 0)
+    })
+    .await?;
+    let start = admin.list_offset("dc-a.m", 0, ferry_client::OffsetSpec::Earliest).await?.log_start_offset;
+    // What is left is exactly the appended records from the new log start on.
+    let got: Vec<(u64, String)> = read_topic(&client, "dc-a.m")
+        .await
+        .iter()
+        .map(|r| (r.offset, String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()))
+        .collect();
+    assert_eq!(got, appended[start as usize..].to_vec());
+    assert!(start < appended.len() as u64, "only sealed segments are removed");
     Ok(())
 }

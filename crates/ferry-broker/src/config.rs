@@ -448,6 +448,7 @@ impl BrokerConfig {
             },
             retention_bytes: (s.retention_bytes.as_u64() > 0).then(|| s.retention_bytes.as_u64()),
             retention_ms: (!s.retention.is_zero()).then_some(s.retention.as_millis() as u64),
+            retention_caps_timestamps_at_append_time: false,
             max_open_segments: s.max_open_segments,
         }
     }

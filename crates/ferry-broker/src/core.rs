@@ -164,7 +164,7 @@ impl BrokerCore {
     }
 
     fn open_topic(&self, dir: PathBuf, meta: TopicMeta) -> Result<Topic> {
-        let cfg = meta.settings.log_config(&self.defaults);
+        let cfg = meta.log_config(&self.defaults);
         let mut partitions = Vec::with_capacity(meta.partitions as usize);
         for p in 0..meta.partitions {
             let part = Partition::open(
@@ -279,6 +279,7 @@ impl BrokerCore {
             created_ms: now_ms(),
             settings,
             mirror,
+            promoted_ms: None,
         };
         let dir = self.data_dir.join(name);
         let topic = {
@@ -291,7 +292,7 @@ impl BrokerCore {
             tokio::task::spawn_blocking(move || -> Result<Topic> {
                 ferry_storage::fs::sync_new_dirs(&*fs, &dir)
                     .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
-                let cfg = meta.settings.log_config(&defaults);
+                let cfg = meta.log_config(&defaults);
                 let mut parts = Vec::new();
                 for p in 0..meta.partitions {
                     parts.push(Arc::new(Partition::open(
@@ -368,7 +369,7 @@ impl BrokerCore {
         self.check_limits(name, 0, count - current)?;
         let mut meta = topic.meta();
         meta.partitions = count;
-        let cfg = meta.settings.log_config(&self.defaults);
+        let cfg = meta.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let arrivals = self.arrivals.clone();
         let producers = self.producers;
@@ -403,7 +404,7 @@ impl BrokerCore {
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
         meta.settings.merge(&changes);
-        let cfg = meta.settings.log_config(&self.defaults);
+        let cfg = meta.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let stored = meta.clone();
         let fs = self.fs.clone();
@@ -424,6 +425,7 @@ impl BrokerCore {
         let mut meta = topic.meta();
         let was_mirror = meta.mirror.take().is_some();
         if was_mirror {
+            meta.promoted_ms = Some(now_ms());
             let dir = topic.dir.clone();
             let stored = meta.clone();
             let fs = self.fs.clone();

@@ -247,9 +247,21 @@ pub struct TopicMeta {
     /// Set while the topic is a mirror topic.
     #[serde(default)]
     pub mirror: Option<MirrorMark>,
+    /// When the topic was promoted from a mirror topic, ms since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_ms: Option<i64>,
 }
 
 impl TopicMeta {
+    /// The topic's log config: `defaults` with its overrides. A topic that holds mirrored data (a mirror topic, or
+    /// one promoted from it) has time retention capped at append time: its timestamps come from another DC's clock
+    /// and were not bounded by `storage.max_timestamp_ahead` on the way in.
+    pub fn log_config(&self, defaults: &LogConfig) -> LogConfig {
+        let mut cfg = self.settings.log_config(defaults);
+        cfg.retention_caps_timestamps_at_append_time = self.mirror.is_some() || self.promoted_ms.is_some();
+        cfg
+    }
+
     /// Reads `topic.json` from a topic directory.
     pub fn load(fs: &dyn FileSystem, dir: &Path) -> Result<TopicMeta> {
         let path = dir.join(TOPIC_FILE);
@@ -351,6 +363,7 @@ mod tests {
             created_ms: 5,
             settings: TopicSettings::default(),
             mirror: None,
+            promoted_ms: Some(7),
         };
         meta.store(&ferry_storage::fs::OsFs, dir.path()).unwrap();
         assert_eq!(TopicMeta::load(&ferry_storage::fs::OsFs, dir.path()).unwrap(), meta);

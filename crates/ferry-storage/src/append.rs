@@ -163,6 +163,7 @@ impl LogCore {
             let newest = metas.iter().map(|m| m.max_timestamp).max().unwrap_or(i64::MIN);
             active.max_timestamp = active.max_timestamp.max(newest);
             active.created_ms.get_or_insert(now);
+            active.appended_ms = Some(now);
             active.index.extend(entries);
         }
         match config.flush {

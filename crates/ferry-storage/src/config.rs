@@ -44,6 +44,11 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// Delete sealed segments whose newest record is older than this many ms. `None` keeps everything.
     pub retention_ms: Option<u64>,
+    /// Time retention counts a segment's age from the earlier of its newest record timestamp and the wall-clock
+    /// time of its last append, so that a timestamp ahead of this broker's clock never keeps data longer (default
+    /// off: the newest record timestamp alone). For mirror topics, whose timestamps come from another DC's clock
+    /// and are not bounded on the way in.
+    pub retention_caps_timestamps_at_append_time: bool,
     /// Most sealed-segment files the log keeps open at once (default 8, at least 1); others are opened on
     /// demand, the least recently used closed. The active segment's files are open besides.
     pub max_open_segments: usize,
@@ -59,6 +64,7 @@ impl Default for LogConfig {
             flush: FlushPolicy::default(),
             retention_bytes: None,
             retention_ms: None,
+            retention_caps_timestamps_at_append_time: false,
             max_open_segments: 8,
         }
     }

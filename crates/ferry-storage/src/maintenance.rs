@@ -121,6 +121,7 @@ impl LogCore {
         seg.max_timestamp = walked.iter().map(|b| b.max_timestamp).max().unwrap_or(i64::MIN);
         if seg.is_empty() {
             seg.created_ms = None;
+            seg.appended_ms = None;
         }
         w.last_index_pos = seg.index.last().map_or(0, |e| u64::from(e.pos));
         w.index_file = Some(index_file);
@@ -173,7 +174,12 @@ impl LogCore {
             let mut count = 0;
             for seg in &st.segments[..sealed] {
                 let too_big = by_bytes.is_some_and(|limit| total > limit);
-                let too_old = cutoff.is_some_and(|cutoff| seg.max_timestamp < cutoff);
+                let age_from = if st.config.retention_caps_timestamps_at_append_time {
+                    seg.max_timestamp.min(seg.appended_ms.unwrap_or(i64::MAX))
+                } else {
+                    seg.max_timestamp
+                };
+                let too_old = cutoff.is_some_and(|cutoff| age_from < cutoff);
                 if !(too_big || too_old) {
                     break;
                 }

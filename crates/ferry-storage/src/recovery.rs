@@ -155,6 +155,7 @@ fn open_segment(
     };
     // Segment age counts from the file's creation where the file system records it.
     let created_ms = (!batches.is_empty()).then(|| file.created_ms().map_or(now_ms, |c| c.min(now_ms)));
+    let appended_ms = (!batches.is_empty()).then(|| file.modified_ms().map_or(now_ms, |m| m.min(now_ms)));
     let segment = Segment {
         base,
         file: SegmentFile::pinned(log_path.clone(), file, files),
@@ -165,6 +166,7 @@ fn open_segment(
         max_timestamp: batches.iter().map(|b| b.max_timestamp).max().unwrap_or(i64::MIN),
         index: entries,
         created_ms,
+        appended_ms,
     };
     Ok((segment, cut))
 }

@@ -88,6 +88,9 @@ pub(crate) struct Segment {
     pub index: Vec<IndexEntry>,
     /// Wall-clock time of the first append, for `segment_ms` (see `recovery` for reopened segments).
     pub created_ms: Option<i64>,
+    /// Wall-clock time of the last append, for time retention capped at append time (a reopened segment takes
+    /// its file's modification time where the file system records it, else the time it was opened).
+    pub appended_ms: Option<i64>,
 }
 
 impl Segment {
@@ -110,6 +113,7 @@ impl Segment {
             max_timestamp: i64::MIN,
             index: Vec::new(),
             created_ms: None,
+            appended_ms: None,
         })
     }
 

@@ -66,6 +66,11 @@ pub trait FsFile: Send + Sync + fmt::Debug {
     /// Creation time in ms since the Unix epoch, where the file system records one.
     fn created_ms(&self) -> Option<i64>;
 
+    /// Last modification time in ms since the Unix epoch, where the file system records one.
+    fn modified_ms(&self) -> Option<i64> {
+        None
+    }
+
     /// Reads exactly `buf.len()` bytes at `pos`.
     fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
         let mut done = 0;

@@ -62,6 +62,16 @@ impl FsFile for OsFile {
             .and_then(|d| i64::try_from(d.as_millis()).ok())
     }
 
+    fn modified_ms(&self) -> Option<i64> {
+        self.0
+            .metadata()
+            .ok()?
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
+    }
+
     /// Skips zeroing the buffer: every read's buffer is handed to the caller, so none can be reused, and the
     /// memset is worth a tenth of a read's time.
     fn read_vec_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {

@@ -84,6 +84,7 @@ pub fn small_config() -> LogConfig {
         flush: FlushPolicy::Async { interval: std::time::Duration::from_secs(3600), bytes: u64::MAX },
         retention_bytes: None,
         retention_ms: None,
+        retention_caps_timestamps_at_append_time: false,
         max_open_segments: 8,
     }
 }
