@@ -167,7 +167,7 @@ mod tests {
         let a = [rec(0, "a")];
         // 8 MiB of zeros compresses to a few hundred bytes: past the 4 MiB limit once inflated.
         let bomb = Record { value: Some(Bytes::from(vec![0u8; 8 << 20])), ..rec(1, "") };
-        let data = batches(&[&a, &[bomb.clone()]]);
+        let data = batches(&[&a, std::slice::from_ref(&bomb)]);
         assert!(data.len() < 64 << 10, "the bomb is small on the wire: {} bytes", data.len());
         let out = decode_partition("t", 2, &data, 2, 0, LIMIT);
         assert_eq!(out.records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0]);
