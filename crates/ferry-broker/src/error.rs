@@ -272,6 +272,11 @@ impl BrokerError {
                 BrokerError::MalformedBatch { topic, partition, reason: source.to_string() }
             }
             StorageError::Closed { .. } => BrokerError::UnknownTopic { topic },
+            // A client's offsets (or a log end they moved): the request's fault, not the broker's.
+            StorageError::OffsetOverflow { offset, .. } => BrokerError::InvalidArgument(format!(
+                "{topic}/{partition}: offsets of a batch (or a log start) at {offset} would pass the largest offset, \
+                 2^63 - 2"
+            )),
             other => BrokerError::Storage { topic, partition, source: other },
         }
     }
@@ -354,7 +359,9 @@ fn storage_without_paths(e: &StorageError) -> String {
         StorageError::OffsetAppendRefused { offset, reason, .. } => {
             format!("offset append refused at offset {offset}: {reason}")
         }
-        StorageError::OffsetOverflow { offset, .. } => format!("offsets of a batch at {offset} would overflow 64 bits"),
+        StorageError::OffsetOverflow { offset, .. } => {
+            format!("offsets of a batch (or a log start) at {offset} would pass the largest offset, 2^63 - 2")
+        }
         StorageError::BadFile { reason, .. } => format!("unexpected content in a partition file: {reason}"),
         StorageError::Closed { .. } => "the partition's log is closed".into(),
     }

@@ -136,6 +136,18 @@ impl Partition {
                 partition: self.index,
                 reason: e.to_string(),
             })?;
+            // The header's max_timestamp bounds every record's timestamp (retention and producer expiry read it,
+            // and the bound below checks it): a first_timestamp above it is a lie about the records.
+            if header.first_timestamp > header.max_timestamp {
+                return Err(BrokerError::MalformedBatch {
+                    topic: self.topic.clone(),
+                    partition: self.index,
+                    reason: format!(
+                        "first_timestamp {} is above max_timestamp {}",
+                        header.first_timestamp, header.max_timestamp
+                    ),
+                });
+            }
         }
         let mut producers = self.writer.lock().await;
         // Time retention and producer expiry follow batch timestamps: one far in the future would pin segments

@@ -64,7 +64,7 @@ impl LogCore {
             }
             let last = next
                 .checked_add(u64::from(header.last_offset_delta))
-                .filter(|&l| l < u64::MAX)
+                .filter(|&l| l <= crate::MAX_OFFSET)
                 .ok_or_else(|| StorageError::OffsetOverflow { dir: self.dir.clone(), offset: next })?;
             let mut prefix = [0u8; CRC_START];
             prefix.copy_from_slice(&batch[..CRC_START]);

@@ -23,6 +23,11 @@ impl Default for FlushPolicy {
     }
 }
 
+/// The largest offset a log holds: offsets stay below 2^63, as Kafka's (signed 64-bit) do, so that a log end
+/// never reaches the end of the 64-bit space and every offset fits an `i64` wherever one is needed. An append or a
+/// gap jump that would pass it is refused (`OffsetOverflow`).
+pub const MAX_OFFSET: u64 = i64::MAX as u64 - 1;
+
 /// The shortest `segment_ms` the broker accepts (1 s): a shorter one would roll a segment on nearly every append,
 /// and every segment is a pair of files.
 pub const MIN_SEGMENT_MS: u64 = 1000;

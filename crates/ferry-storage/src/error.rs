@@ -83,8 +83,8 @@ pub enum StorageError {
         /// Why.
         reason: String,
     },
-    /// Offsets would pass the largest representable offset.
-    #[error("offsets of a batch at {offset} for {dir} would overflow 64 bits")]
+    /// Offsets would pass [`MAX_OFFSET`](crate::MAX_OFFSET) (2^63 - 2).
+    #[error("offsets of a batch (or a log start) at {offset} for {dir} would pass the largest offset, 2^63 - 2")]
     OffsetOverflow {
         /// Partition directory.
         dir: PathBuf,

@@ -78,7 +78,7 @@ mod state;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{FlushPolicy, LogConfig, MIN_SEGMENT_MS};
+pub use config::{FlushPolicy, LogConfig, MAX_OFFSET, MIN_SEGMENT_MS};
 pub use error::{Result, StorageError};
 pub use log::Log;
 pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};

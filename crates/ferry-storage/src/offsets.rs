@@ -77,8 +77,7 @@ impl LogCore {
                     max,
                 });
             }
-            if header.last_offset() == u64::MAX
-                || header.base_offset.checked_add(u64::from(header.last_offset_delta)).is_none()
+            if header.base_offset.checked_add(u64::from(header.last_offset_delta)).is_none_or(|l| l > crate::MAX_OFFSET)
             {
                 return Err(StorageError::OffsetOverflow { dir: self.dir.clone(), offset: header.base_offset });
             }
@@ -110,6 +109,9 @@ impl LogCore {
             (st.log_end(), st.log_start(), st.config.max_batch_bytes, st.epochs.last_history_epoch())
         };
         let offered = self.parse_offered(batches, leo, max)?;
+        if source_log_start > crate::MAX_OFFSET + 1 {
+            return Err(StorageError::OffsetOverflow { dir: self.dir.clone(), offset: source_log_start });
+        }
 
         // Phase 1: plan against a simulated log end.
         let mut steps = Vec::with_capacity(offered.len() + 1);
