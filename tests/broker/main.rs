@@ -16,6 +16,7 @@ mod limits;
 mod mirror_append;
 mod produce_consume;
 mod restart;
+mod rpc_bounds;
 mod startup;
 mod state_limits;
 mod subscribe;
