@@ -9,8 +9,7 @@
 
 use bytes::Bytes;
 use ferry_batch::{
-    self as batch, Batch, BatchHeader, BatchIter, Batches, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC,
-    ProducerInfo,
+    self as batch, Batch, BatchHeader, BatchIter, Batches, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, ProducerInfo,
 };
 use libfuzzer_sys::fuzz_target;
 
