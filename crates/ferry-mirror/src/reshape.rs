@@ -38,20 +38,31 @@ pub enum ReshapeError {
     },
 }
 
+/// The most decompressed bytes the mirror lets one batch inflate to when it decodes it (to split or cut it for the
+/// target, to check a tail on resume, to write it to a Kafka target): `max(2 x max(sync.queue_bytes, target
+/// max_batch_bytes), 4 MiB)`. A batch past it (a decompression bomb a producer slipped into the source) is an error
+/// at its offset, not an allocation; a real batch is built from at most its broker's `max_batch_bytes` of records,
+/// and the mirror holds at most `sync.queue_bytes` of a partition's batches anyway.
+pub fn decode_limit(queue_bytes: u64, target_max_batch_bytes: u64) -> usize {
+    batch::decode_limit(queue_bytes.max(target_max_batch_bytes))
+}
+
 /// Whether a batch must be reshaped to be appended at `expected` under `max_batch_bytes`.
 pub fn needs_reshape(header: &BatchHeader, len: usize, expected: u64, max_batch_bytes: u64) -> bool {
     header.base_offset != expected || len as u64 > max_batch_bytes
 }
 
 /// Re-encodes `bytes` (one whole batch) into batches that start at `expected` (dropping records below it) and fit
-/// `max_batch_bytes`. Returns no batch when every record is below `expected`.
+/// `max_batch_bytes`. Returns no batch when every record is below `expected`. The records are decoded holding at
+/// most `decode_limit` decompressed bytes (see [`decode_limit`]).
 pub fn reshape(
     header: &BatchHeader,
     bytes: &[u8],
     expected: u64,
     max_batch_bytes: u64,
+    decode_limit: usize,
 ) -> Result<Vec<Bytes>, ReshapeError> {
-    let records = batch::decode_records(bytes)
+    let records = batch::decode_records_bounded(bytes, decode_limit)
         .map_err(|e| ReshapeError::Corrupt { offset: header.base_offset, reason: e.to_string() })?;
     let compression = header.compression().unwrap_or_default();
     let mut out = Vec::new();
@@ -109,6 +120,46 @@ mod tests {
     use super::*;
     use ferry_batch::{Compression, Header, decode_records, encode_records, verify};
 
+    const LIMIT: usize = 32 << 20;
+
+    #[test]
+    fn the_decode_limit_is_twice_the_larger_of_the_queue_and_the_target_batch_and_at_least_4_mib() {
+        assert_eq!(decode_limit(16 << 20, 1 << 20), 32 << 20);
+        assert_eq!(decode_limit(1 << 20, 8 << 20), 16 << 20);
+        assert_eq!(decode_limit(64 << 10, 64 << 10), 4 << 20);
+    }
+
+    #[test]
+    fn a_batch_inflating_past_the_decode_limit_is_refused_at_its_offset() {
+        // One record of 8 MiB of zeros: a few hundred bytes compressed, past a 4 MiB limit once inflated.
+        let bomb = Record {
+            offset: 40,
+            timestamp: 1,
+            key: None,
+            value: Some(Bytes::from(vec![0u8; 8 << 20])),
+            headers: vec![],
+        };
+        let src = encode_records(std::slice::from_ref(&bomb), 3, Compression::Zstd, ProducerInfo::NONE);
+        assert!(src.len() < 64 << 10);
+        let h = verify(&src).unwrap();
+        match reshape(&h, &src, 40, 1 << 20, 4 << 20) {
+            Err(ReshapeError::Corrupt { offset: 40, reason }) => {
+                assert!(reason.contains("inflates past the 4194304-byte decode limit"), "{reason}")
+            }
+            other => panic!("expected a refusal at offset 40, got {other:?}"),
+        }
+        // Within a limit that holds it, the record is kept (and, over the target's 1 MiB, named as too large).
+        assert!(matches!(reshape(&h, &src, 40, 1 << 20, LIMIT), Err(ReshapeError::RecordTooLarge { offset: 40, .. })));
+        assert_eq!(
+            reshape(&h, &src, 40, 16 << 20, LIMIT)
+                .unwrap()
+                .iter()
+                .map(|p| decode_records(p).unwrap())
+                .collect::<Vec<_>>(),
+            vec![vec![bomb]]
+        );
+    }
+
     fn records(offsets: &[u64], value_len: usize) -> Vec<Record> {
         offsets
             .iter()
@@ -136,7 +187,7 @@ mod tests {
             ProducerInfo { producer_id: 9, producer_epoch: 1, base_sequence: 40 },
         );
         let h = verify(&src).unwrap();
-        let pieces = reshape(&h, &src, 100, 8 * 1024).unwrap();
+        let pieces = reshape(&h, &src, 100, 8 * 1024, LIMIT).unwrap();
         assert!(pieces.len() > 5);
         assert_eq!(all(&pieces), recs);
         let mut next = 100;
@@ -151,7 +202,7 @@ mod tests {
         }
         assert_eq!(next, 150);
         // Deterministic.
-        assert_eq!(reshape(&h, &src, 100, 8 * 1024).unwrap(), pieces);
+        assert_eq!(reshape(&h, &src, 100, 8 * 1024, LIMIT).unwrap(), pieces);
     }
 
     #[test]
@@ -159,13 +210,13 @@ mod tests {
         let recs = records(&[10, 11, 15, 16], 10);
         let src = encode_records(&recs, 0, Compression::Zstd, ProducerInfo::NONE);
         let h = verify(&src).unwrap();
-        let pieces = reshape(&h, &src, 12, 1 << 20).unwrap();
+        let pieces = reshape(&h, &src, 12, 1 << 20, LIMIT).unwrap();
         assert_eq!(pieces.len(), 1);
         let ph = verify(&pieces[0]).unwrap();
         assert_eq!(ph.base_offset, 12);
         assert_eq!(ph.last_offset(), 16);
         assert_eq!(all(&pieces), recs[2..].to_vec());
-        assert!(reshape(&h, &src, 17, 1 << 20).unwrap().is_empty());
+        assert!(reshape(&h, &src, 17, 1 << 20, LIMIT).unwrap().is_empty());
     }
 
     #[test]
@@ -173,6 +224,6 @@ mod tests {
         let recs = records(&[0], 10_000);
         let src = encode_records(&recs, 0, Compression::None, ProducerInfo::NONE);
         let h = verify(&src).unwrap();
-        assert!(matches!(reshape(&h, &src, 0, 4096), Err(ReshapeError::RecordTooLarge { offset: 0, .. })));
+        assert!(matches!(reshape(&h, &src, 0, 4096, LIMIT), Err(ReshapeError::RecordTooLarge { offset: 0, .. })));
     }
 }

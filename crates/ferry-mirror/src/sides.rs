@@ -35,15 +35,25 @@ fn target_client_config(config: &MirrorConfig) -> ClientConfig {
 /// The target cluster of the configured kind.
 pub fn target(config: &MirrorConfig) -> Result<Arc<dyn TargetCluster>, ClientError> {
     match config.target.kind {
-        ClusterKind::Ferry => Ok(Arc::new(FerryTarget::new(BrokerClient::new(target_client_config(config))?))),
+        ClusterKind::Ferry => Ok(Arc::new(
+            FerryTarget::new(BrokerClient::new(target_client_config(config))?).with_decode_limit(decode_limit(config)),
+        )),
         ClusterKind::Kafka => kafka_target(config),
     }
+}
+
+/// The decode limit of batches the mirror decodes, before the target's `max_batch_bytes` is known (the lanes use
+/// the larger of both, see `reshape::decode_limit`).
+fn decode_limit(config: &MirrorConfig) -> usize {
+    crate::reshape::decode_limit(config.sync.queue_bytes, 0)
 }
 
 /// Builds one source route's endpoint for the configured kind.
 pub fn source_route(config: &MirrorConfig, route: &Route) -> Result<RouteEndpoint, ClientError> {
     match config.source.kind {
-        ClusterKind::Ferry => crate::egress::ferry_routes(&config.source, config.sync.compression)(route),
+        ClusterKind::Ferry => {
+            crate::egress::ferry_routes(&config.source, config.sync.compression, decode_limit(config))(route)
+        }
         ClusterKind::Kafka => kafka_route(config, route),
     }
 }
@@ -90,13 +100,14 @@ fn kafka_sessions(_: &MirrorConfig, _: EgressHandle, _: Metrics, _: Arc<Shared>)
 
 #[cfg(feature = "kafka")]
 fn kafka_target(config: &MirrorConfig) -> Result<Arc<dyn TargetCluster>, ClientError> {
-    let options = crate::kafka::KafkaTargetOptions::new(
+    let mut options = crate::kafka::KafkaTargetOptions::new(
         config.target.brokers.clone(),
         config.target.kafka.clone(),
         &config.name,
         &config.source.cluster,
         config.topics.rename,
     );
+    options.decode_limit = decode_limit(config);
     Ok(Arc::new(crate::kafka::KafkaTarget::new(options)?))
 }
 

@@ -31,13 +31,22 @@ async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) ->
     Ok(Batch::parse(data.batches.slice(..len)).ok().map(|b| (b, data.topic_id)))
 }
 
-/// The batch holding `offset`, decoded, for the resume rule's tail check.
-async fn batch_holding(admin: &Admin, topic: &str, partition: u32, offset: u64) -> Result<Option<TailBatch>> {
+/// Decode limit of a side built without one: that of the default `sync.queue_bytes` (16 MiB), 32 MiB.
+const DEFAULT_DECODE_LIMIT: usize = 32 << 20;
+
+/// The batch holding `offset`, decoded within `decode_limit` decompressed bytes, for the resume rule's tail check.
+async fn batch_holding(
+    admin: &Admin,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    decode_limit: usize,
+) -> Result<Option<TailBatch>> {
     let Some((b, _)) = first_batch(admin, topic, partition, offset).await? else { return Ok(None) };
     if b.base_offset() > offset {
         return Ok(None);
     }
-    let Ok(records) = batch::decode_records(b.bytes()) else { return Ok(None) };
+    let Ok(records) = batch::decode_records_bounded(b.bytes(), decode_limit) else { return Ok(None) };
     Ok(Some(TailBatch { base: b.base_offset(), last: b.last_offset(), epoch: b.epoch(), crc: b.header().crc, records }))
 }
 
@@ -45,12 +54,19 @@ async fn batch_holding(admin: &Admin, topic: &str, partition: u32, offset: u64) 
 #[derive(Debug, Clone)]
 pub struct FerrySource {
     admin: Admin,
+    decode_limit: usize,
 }
 
 impl FerrySource {
     /// Wraps a client.
     pub fn new(client: BrokerClient) -> FerrySource {
-        FerrySource { admin: Admin::new(client) }
+        FerrySource { admin: Admin::new(client), decode_limit: DEFAULT_DECODE_LIMIT }
+    }
+
+    /// Bounds the decompressed bytes of a batch decoded for a tail check (`reshape::decode_limit`).
+    pub fn with_decode_limit(mut self, decode_limit: usize) -> FerrySource {
+        self.decode_limit = decode_limit;
+        self
     }
 
     /// The underlying client (the fetch stream uses it).
@@ -104,7 +120,7 @@ impl SourceCluster for FerrySource {
     }
 
     async fn batch_at(&self, tp: &SourceTp, offset: u64) -> Result<Option<TailBatch>> {
-        batch_holding(&self.admin, tp.topic(), tp.partition, offset).await
+        batch_holding(&self.admin, tp.topic(), tp.partition, offset, self.decode_limit).await
     }
 
     fn reconnect(&self) {
@@ -116,12 +132,19 @@ impl SourceCluster for FerrySource {
 #[derive(Debug, Clone)]
 pub struct FerryTarget {
     admin: Admin,
+    decode_limit: usize,
 }
 
 impl FerryTarget {
     /// Wraps a client.
     pub fn new(client: BrokerClient) -> FerryTarget {
-        FerryTarget { admin: Admin::new(client) }
+        FerryTarget { admin: Admin::new(client), decode_limit: DEFAULT_DECODE_LIMIT }
+    }
+
+    /// Bounds the decompressed bytes of a batch decoded for a tail check (`reshape::decode_limit`).
+    pub fn with_decode_limit(mut self, decode_limit: usize) -> FerryTarget {
+        self.decode_limit = decode_limit;
+        self
     }
 }
 
@@ -230,7 +253,7 @@ impl TargetCluster for FerryTarget {
     }
 
     async fn batch_at(&self, tp: &TargetTp, offset: u64) -> Result<Option<TailBatch>> {
-        batch_holding(&self.admin, tp.topic(), tp.partition, offset).await
+        batch_holding(&self.admin, tp.topic(), tp.partition, offset, self.decode_limit).await
     }
 
     async fn log_ends(&self, topic: &str) -> Result<Vec<(u32, u64)>> {

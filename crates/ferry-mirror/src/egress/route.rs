@@ -24,14 +24,16 @@ pub struct RouteEndpoint {
 /// Builds a route's endpoint (one per route, created once; nothing connects until first use).
 pub type RouteFactory<'a> = &'a dyn Fn(&Route) -> Result<RouteEndpoint, ClientError>;
 
-/// The route factory for Ferry sources.
+/// The route factory for Ferry sources. `decode_limit` bounds the batches the source side decodes (tail checks).
 pub fn ferry_routes(
     source: &SourceConfig,
     compression: bool,
+    decode_limit: usize,
 ) -> impl Fn(&Route) -> Result<RouteEndpoint, ClientError> + '_ {
     move |r| {
         let client = BrokerClient::new(route_client_config(source, r, compression))?;
-        Ok(RouteEndpoint { cluster: Arc::new(FerrySource::new(client.clone())), client: Some(client) })
+        let cluster = FerrySource::new(client.clone()).with_decode_limit(decode_limit);
+        Ok(RouteEndpoint { cluster: Arc::new(cluster), client: Some(client) })
     }
 }
 

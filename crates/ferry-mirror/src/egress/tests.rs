@@ -40,7 +40,7 @@ async fn fails_over_after_threshold_and_only_to_the_right_cluster() {
     let bus = EventBus::new(Metrics::new());
     let e = EgressHandle::new(
         &source(2, SwitchBack::Manual),
-        &ferry_routes(&source(2, SwitchBack::Manual), false),
+        &ferry_routes(&source(2, SwitchBack::Manual), false, 4 << 20),
         None,
         bus.clone(),
     )
@@ -73,7 +73,7 @@ async fn the_cluster_id_is_learned_from_the_active_route_only() {
     let bus = EventBus::new(Metrics::new());
     let mut cfg = source(1, SwitchBack::Manual);
     cfg.cluster_id = None;
-    let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false), None, bus.clone()).unwrap();
+    let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false, 4 << 20), None, bus.clone()).unwrap();
     // The primary is down at the first round and a backup answers with another cluster's id: not learned,
     // and the backup is not healthy.
     e.probe_result(0, Err("refused".into()));
@@ -100,7 +100,7 @@ async fn no_switch_forced_or_not_leads_into_another_cluster() {
     let bus = EventBus::new(Metrics::new());
     let mut cfg = source(1, SwitchBack::Manual);
     cfg.cluster_id = None;
-    let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false), None, bus).unwrap();
+    let e = EgressHandle::new(&cfg, &ferry_routes(&cfg, false, 4 << 20), None, bus).unwrap();
     // The source's id is not known yet: a route never verified is refused, forced or not.
     e.probe_result(1, Ok("X".into()));
     assert!(matches!(e.switch("backup", true), Err(SwitchError::WrongCluster { .. })));
@@ -126,9 +126,13 @@ async fn no_switch_forced_or_not_leads_into_another_cluster() {
 #[tokio::test]
 async fn manual_switch_pins_and_checks() {
     let bus = EventBus::new(Metrics::new());
-    let e =
-        EgressHandle::new(&source(1, SwitchBack::Auto), &ferry_routes(&source(1, SwitchBack::Auto), false), None, bus)
-            .unwrap();
+    let e = EgressHandle::new(
+        &source(1, SwitchBack::Auto),
+        &ferry_routes(&source(1, SwitchBack::Auto), false, 4 << 20),
+        None,
+        bus,
+    )
+    .unwrap();
     assert_eq!(e.switch("nope", false), Err(SwitchError::UnknownRoute("nope".into())));
     assert!(matches!(e.switch("backup", false), Err(SwitchError::RouteUnhealthy { .. })));
     e.probe_result(1, Ok("A".into()));
@@ -148,7 +152,7 @@ async fn stream_failures_count_even_while_probes_pass() {
     let bus = EventBus::new(Metrics::new());
     let e = EgressHandle::new(
         &source(2, SwitchBack::Manual),
-        &ferry_routes(&source(2, SwitchBack::Manual), false),
+        &ferry_routes(&source(2, SwitchBack::Manual), false, 4 << 20),
         None,
         bus,
     )

@@ -228,6 +228,7 @@ impl SyncManager {
             on_divergence: self.settings.on_divergence,
             first_run_latest,
             target_max_batch: self.settings.target_max_batch,
+            decode_limit: crate::reshape::decode_limit(self.settings.queue_bytes, self.settings.target_max_batch),
             source_kind: self.settings.source_kind,
         };
         let status = Arc::new(PartitionStatus::new(tp.topic(), target.topic(), tp.partition));

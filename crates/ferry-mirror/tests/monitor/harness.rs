@@ -64,7 +64,8 @@ pub fn build_handle(source: &SourceConfig) -> MirrorHandle {
     let metrics = Metrics::new();
     let events = EventBus::new(metrics.clone());
     let egress =
-        EgressHandle::new(source, &ferry_mirror::egress::ferry_routes(source, false), None, events.clone()).unwrap();
+        EgressHandle::new(source, &ferry_mirror::egress::ferry_routes(source, false, 4 << 20), None, events.clone())
+            .unwrap();
     MirrorHandle {
         name: "dc-a_to_dc-b".into(),
         source_cluster: "dc-a".into(),

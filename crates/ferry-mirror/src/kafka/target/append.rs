@@ -1,7 +1,7 @@
 //! Appending to a Kafka target: the records of the offered batches that the partition does not hold yet, in
 //! order, with provenance; the outcome in source offsets.
 
-use ferry_batch::{Batch, Record, decode_records};
+use ferry_batch::{Batch, Record, decode_records_bounded};
 use ferry_client::Code;
 
 use super::KafkaTarget;
@@ -49,7 +49,7 @@ impl KafkaTarget {
                 present += 1;
                 continue;
             }
-            let decoded = decode_records(batch.bytes()).map_err(|e| {
+            let decoded = decode_records_bounded(batch.bytes(), self.inner.decode_limit).map_err(|e| {
                 status(
                     Code::InvalidArgument,
                     format!(

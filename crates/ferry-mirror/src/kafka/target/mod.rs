@@ -76,6 +76,9 @@ pub struct KafkaTargetOptions {
     pub rename: Rename,
     /// Timeout of admin, offset and read calls.
     pub call_timeout: Duration,
+    /// Most decompressed bytes an offered batch may inflate to when its records are decoded for Kafka
+    /// (`reshape::decode_limit`).
+    pub decode_limit: usize,
 }
 
 impl KafkaTargetOptions {
@@ -94,6 +97,7 @@ impl KafkaTargetOptions {
             source_cluster: source_cluster.to_owned(),
             rename,
             call_timeout: super::source::CALL_TIMEOUT,
+            decode_limit: crate::reshape::decode_limit(16 << 20, DEFAULT_MESSAGE_MAX_BYTES),
         }
     }
 }
@@ -113,6 +117,7 @@ struct Inner {
     mirror: String,
     source_cluster: String,
     rename: Rename,
+    decode_limit: usize,
     writers: Mutex<HashMap<Tp, Slot>>,
     maps: Mutex<HashMap<Tp, OffsetMap>>,
     transactions: AtomicU8,
@@ -152,6 +157,7 @@ impl KafkaTarget {
                 mirror: options.mirror,
                 source_cluster: options.source_cluster,
                 rename: options.rename,
+                decode_limit: options.decode_limit,
                 writers: Mutex::new(HashMap::new()),
                 maps: Mutex::new(HashMap::new()),
                 transactions: AtomicU8::new(TXN_UNKNOWN),

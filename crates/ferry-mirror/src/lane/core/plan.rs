@@ -39,7 +39,7 @@ pub(super) fn plan(core: &mut PartitionCore) -> Result<Option<AppendPlan>, Strin
             out.push(batch);
             continue;
         }
-        match reshape::reshape(batch.header(), batch.bytes(), cursor, max_batch) {
+        match reshape::reshape(batch.header(), batch.bytes(), cursor, max_batch, core.config.decode_limit) {
             Ok(pieces) => {
                 let mut pieces = pieces.into_iter().filter_map(|piece| Batch::parse(piece).ok()).peekable();
                 // The pieces hold the original's bytes between them.

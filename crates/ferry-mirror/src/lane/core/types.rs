@@ -35,6 +35,8 @@ pub struct CoreConfig {
     pub first_run_latest: bool,
     /// The target's `max_batch_bytes`: larger source batches are split.
     pub target_max_batch: u64,
+    /// Most decompressed bytes a batch may inflate to when it is split or cut (`reshape::decode_limit`).
+    pub decode_limit: usize,
     /// How the source's epoch history reads.
     pub source_kind: SourceKind,
 }

@@ -19,6 +19,7 @@ fn config(on_divergence: OnDivergence, kind: SourceKind, first_run_latest: bool)
         on_divergence,
         first_run_latest,
         target_max_batch: MAX_BATCH,
+        decode_limit: crate::reshape::decode_limit(16 << 20, MAX_BATCH),
         source_kind: kind,
     }
 }
