@@ -53,23 +53,11 @@ impl FsFile for OsFile {
     }
 
     fn created_ms(&self) -> Option<i64> {
-        self.0
-            .metadata()
-            .ok()?
-            .created()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_millis()).ok())
+        epoch_ms(self.0.metadata().ok()?.created())
     }
 
     fn modified_ms(&self) -> Option<i64> {
-        self.0
-            .metadata()
-            .ok()?
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_millis()).ok())
+        epoch_ms(self.0.metadata().ok()?.modified())
     }
 
     /// Skips zeroing the buffer: every read's buffer is handed to the caller, so none can be reused, and the
@@ -169,4 +157,10 @@ impl FileSystem for OsFs {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// A file time in ms since the Unix epoch, where the file system records it.
+fn epoch_ms(time: io::Result<std::time::SystemTime>) -> Option<i64> {
+    let since = time.ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_millis()).ok()
 }
