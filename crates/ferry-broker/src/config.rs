@@ -449,6 +449,7 @@ impl BrokerConfig {
             retention_bytes: (s.retention_bytes.as_u64() > 0).then(|| s.retention_bytes.as_u64()),
             retention_ms: (!s.retention.is_zero()).then_some(s.retention.as_millis() as u64),
             retention_caps_timestamps_at_append_time: false,
+            keep_corrupt_batches_followed_by_valid_ones: false,
             max_open_segments: s.max_open_segments,
         }
     }

@@ -54,6 +54,12 @@ pub struct LogConfig {
     /// off: the newest record timestamp alone). For mirror topics, whose timestamps come from another DC's clock
     /// and are not bounded on the way in.
     pub retention_caps_timestamps_at_append_time: bool,
+    /// Recovery after a crash: a batch in a segment that fails only its CRC, followed by valid batches that continue
+    /// its offsets, is kept in place (reading it fails with `CorruptSegment`, as in a sealed segment) instead of
+    /// being cut with everything after it (default off: cut, as a torn tail). Under sync flush a torn write can only
+    /// be the last batch, so such a batch is damage, not a torn write; for logs written only with sync flush (the
+    /// broker's offsets partition), whose reader skips a corrupt batch.
+    pub keep_corrupt_batches_followed_by_valid_ones: bool,
     /// Most sealed-segment files the log keeps open at once (default 8, at least 1); others are opened on
     /// demand, the least recently used closed. The active segment's files are open besides.
     pub max_open_segments: usize,
@@ -70,6 +76,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_ms: None,
             retention_caps_timestamps_at_append_time: false,
+            keep_corrupt_batches_followed_by_valid_ones: false,
             max_open_segments: 8,
         }
     }

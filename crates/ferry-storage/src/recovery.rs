@@ -95,6 +95,11 @@ fn open_segment(
 ) -> Result<(Segment, bool)> {
     let log_path = dir.join(segment::log_file_name(base));
     let index_path = dir.join(segment::index_file_name(base));
+    let walk = if config.keep_corrupt_batches_followed_by_valid_ones {
+        segment::walk_verified_past_corruption
+    } else {
+        walk_verified
+    };
     let file = fs.open(&log_path, OpenMode::Existing).map_err(LogCore::io_error(&log_path))?;
     let size = file.len().map_err(LogCore::io_error(&log_path))?;
     if size > u64::from(u32::MAX) {
@@ -104,7 +109,7 @@ fn open_segment(
         });
     }
     let (batches, stop) = if check == Check::Suspect {
-        walk_verified(&*file, &log_path, base, size)?
+        walk(&*file, &log_path, base, size)?
     } else {
         walk_headers(&*file, &log_path, base, size)?
     };
@@ -113,11 +118,8 @@ fn open_segment(
         Some(stop) if check == Check::Trusted => return Err(stop.into_error(&log_path)),
         Some(stop) => {
             // A tail lost in a crash: find the last good batch (with CRCs, if not done yet) and cut there.
-            let (batches, stop) = if check == Check::CleanTail {
-                walk_verified(&*file, &log_path, base, size)?
-            } else {
-                (batches, Some(stop))
-            };
+            let (batches, stop) =
+                if check == Check::CleanTail { walk(&*file, &log_path, base, size)? } else { (batches, Some(stop)) };
             let cut = stop.as_ref().map_or(size, |s| s.pos);
             tracing::warn!(
                 file = %log_path.display(),

@@ -219,11 +219,58 @@ pub(crate) fn walk_headers(file: &dyn FsFile, path: &Path, segment_base: u64, en
 /// Walks every batch of a segment from position 0 to `end` with sequential reads, verifying each fully (header,
 /// whole batch, CRC, record count) and that offsets are contiguous.
 pub(crate) fn walk_verified(file: &dyn FsFile, path: &Path, segment_base: u64, end: u64) -> Result<Walk> {
+    walk_verified_from(file, path, segment_base, 0, segment_base, end)
+}
+
+/// [`walk_verified`], but past batches that fail only their CRC when valid batches follow that continue their
+/// offsets: those are kept (reads of them fail, as in a sealed segment) and the walk goes on. A batch that fails
+/// its CRC with nothing valid after it is a torn tail and stops the walk, as do framing errors.
+pub(crate) fn walk_verified_past_corruption(
+    file: &dyn FsFile,
+    path: &Path,
+    segment_base: u64,
+    end: u64,
+) -> Result<Walk> {
+    let (mut out, mut stop) = walk_verified(file, path, segment_base, end)?;
+    while let Some(s) = &stop {
+        if !matches!(s.error, BatchError::CrcMismatch { .. }) {
+            break;
+        }
+        // The walk parsed this header and found the whole batch in the file before the CRC check failed.
+        let mut buf = [0u8; HEADER_LEN];
+        read_exact_at(file, path, &mut buf, s.pos)?;
+        let header = BatchHeader::parse(&buf).map_err(|source| StorageError::CorruptSegment {
+            file: path.to_owned(),
+            position: s.pos,
+            offset: Some(s.expected_offset),
+            source,
+        })?;
+        let next = s.pos + header.total_len() as u64;
+        let (more, more_stop) = walk_verified_from(file, path, segment_base, next, header.next_offset(), end)?;
+        if header.base_offset != s.expected_offset || more.is_empty() {
+            break;
+        }
+        out.push(BatchMeta::from_header(s.pos, &header));
+        out.extend(more);
+        stop = more_stop;
+    }
+    Ok((out, stop))
+}
+
+/// [`walk_verified`] from position `start`, where the batch starting at offset `expected` lies.
+fn walk_verified_from(
+    file: &dyn FsFile,
+    path: &Path,
+    segment_base: u64,
+    start: u64,
+    expected: u64,
+    end: u64,
+) -> Result<Walk> {
     let mut out = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_start = 0u64;
-    let mut pos = 0u64;
-    let mut expected = segment_base;
+    let mut pos = start;
+    let mut expected = expected;
     // Makes `buf` hold [pos, pos + need) (need <= end - pos), reading ahead in large chunks.
     let fill = |buf: &mut Vec<u8>, buf_start: &mut u64, pos: u64, need: u64| -> Result<()> {
         if pos >= *buf_start && pos + need <= *buf_start + buf.len() as u64 {

@@ -102,6 +102,38 @@ fn a_flipped_body_byte_cuts_from_that_batch() {
 }
 
 #[test]
+fn with_keep_corrupt_a_flipped_body_byte_keeps_the_batches_after_it_and_reads_of_it_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (expected, pos) = crashed_log(dir.path());
+    flip(&log_path(dir.path(), 0), pos[2] + 70);
+    let config = LogConfig { keep_corrupt_batches_followed_by_valid_ones: true, ..one_segment_config() };
+    let log = Log::open(dir.path(), config.clone()).unwrap();
+    // Nothing cut: the log end is where it was, and every batch but the flipped one reads back exactly.
+    assert_eq!(log.log_end_offset(), BATCHES * PER_BATCH);
+    for b in 0..BATCHES {
+        let read = log.read(b * PER_BATCH, 1);
+        if b == 2 {
+            assert!(
+                matches!(read, Err(StorageError::CorruptSegment { position, offset: Some(6), .. }) if position == pos[2]),
+                "{read:?}"
+            );
+        } else {
+            let got = batch::decode_records(&read.unwrap().batches).unwrap();
+            let at = (b * PER_BATCH) as usize;
+            assert_eq!(got, expected[at..at + PER_BATCH as usize].to_vec());
+        }
+    }
+    // A flip in the last batch has nothing valid after it: a torn tail, cut as without the setting.
+    drop(log);
+    let dir = tempfile::tempdir().unwrap();
+    let (expected, pos) = crashed_log(dir.path());
+    flip(&log_path(dir.path(), 0), pos[BATCHES as usize - 1] + 70);
+    let log = Log::open(dir.path(), config).unwrap();
+    assert_eq!(log.log_end_offset(), (BATCHES - 1) * PER_BATCH);
+    assert_eq!(read_all(&log), expected[..((BATCHES - 1) * PER_BATCH) as usize].to_vec());
+}
+
+#[test]
 fn a_zero_filled_tail_is_dropped() {
     // As after a power loss: the file's length reached the disk, the last batches' bytes did not.
     let dir = tempfile::tempdir().unwrap();

@@ -97,6 +97,9 @@ impl OffsetStore {
             segment_bytes: tuning.segment_bytes,
             max_batch_bytes: (tuning.batch_bytes as u64).saturating_mul(2).max(1 << 20),
             flush: FlushPolicy::Sync,
+            // Every commit is fsynced: a bad batch with good ones after it is damage, which `replay` skips, not a
+            // torn write to cut with every later commit.
+            keep_corrupt_batches_followed_by_valid_ones: true,
             ..LogConfig::default()
         };
         let dir = data_dir.join(OFFSETS_TOPIC).join("0");

@@ -85,6 +85,7 @@ pub fn small_config() -> LogConfig {
         retention_bytes: None,
         retention_ms: None,
         retention_caps_timestamps_at_append_time: false,
+        keep_corrupt_batches_followed_by_valid_ones: false,
         max_open_segments: 8,
     }
 }
