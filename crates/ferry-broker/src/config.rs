@@ -175,6 +175,10 @@ pub struct GroupsSection {
     pub max_id_bytes: usize,
     /// Most members of one group.
     pub max_members: usize,
+    /// Most groups, with members or committed offsets.
+    pub max_groups: usize,
+    /// Longest metadata of one committed offset, in bytes.
+    pub max_metadata_bytes: usize,
 }
 
 impl Default for GroupsSection {
@@ -184,6 +188,8 @@ impl Default for GroupsSection {
             max_session_timeout: Duration::from_secs(300),
             max_id_bytes: 255,
             max_members: 1000,
+            max_groups: 10_000,
+            max_metadata_bytes: 4096,
         }
     }
 }
@@ -343,11 +349,22 @@ impl GroupsSection {
         if !(1..=100_000).contains(&self.max_members) {
             p.push("groups.max_members", format!("{} is outside 1..100000", self.max_members));
         }
+        if !(1..=1_000_000).contains(&self.max_groups) {
+            p.push("groups.max_groups", format!("{} is outside 1..1000000", self.max_groups));
+        }
+        if self.max_metadata_bytes > 1 << 20 {
+            p.push("groups.max_metadata_bytes", format!("{} is above 1048576", self.max_metadata_bytes));
+        }
     }
 
     /// The limits the group coordinator enforces.
     pub fn group_limits(&self) -> crate::groups::Limits {
-        crate::groups::Limits { max_id_bytes: self.max_id_bytes, max_members: self.max_members }
+        crate::groups::Limits {
+            max_id_bytes: self.max_id_bytes,
+            max_members: self.max_members,
+            max_groups: self.max_groups,
+            max_metadata_bytes: self.max_metadata_bytes,
+        }
     }
 }
 

@@ -115,6 +115,8 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "groups.max_session_timeout",
             "groups.max_id_bytes",
             "groups.max_members",
+            "groups.max_groups",
+            "groups.max_metadata_bytes",
             "limits.max_topics",
             "limits.max_partitions",
             "limits.max_subscribe_partitions",
@@ -191,7 +193,7 @@ fn a_segment_age_below_one_second_is_refused() {
 #[test]
 fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
     let text = "[storage]\nproducer_id_expiration = \"999ms\"\nmax_producer_ids = 0\n[groups]\nmax_id_bytes = 63\n\
-                max_members = 0\n";
+                max_members = 0\nmax_groups = 0\nmax_metadata_bytes = 1048577\n";
     let err = BrokerConfig::from_toml(text, false).unwrap_err();
     let ConfigError::Invalid(problems) = &err else { panic!("{err}") };
     let mut got = problems.0.clone();
@@ -199,14 +201,17 @@ fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
     assert_eq!(
         got,
         [
+            "groups.max_groups: 0 is outside 1..1000000",
             "groups.max_id_bytes: 63 is outside 64..4096",
             "groups.max_members: 0 is outside 1..100000",
+            "groups.max_metadata_bytes: 1048577 is above 1048576",
             "storage.max_producer_ids: 0 is outside 1..1000000",
             "storage.producer_id_expiration: 999ms is below the 1s minimum",
         ]
     );
     let cfg = BrokerConfig::from_toml(
-        "[storage]\nproducer_id_expiration = \"1h\"\nmax_producer_ids = 3\n[groups]\nmax_id_bytes = 64\n",
+        "[storage]\nproducer_id_expiration = \"1h\"\nmax_producer_ids = 3\n[groups]\nmax_id_bytes = 64\nmax_groups = 5\n\
+         max_metadata_bytes = 0\n",
         false,
     )
     .unwrap();
@@ -218,7 +223,10 @@ fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
             max_timestamp_ahead_ms: 3_600_000
         }
     );
-    assert_eq!(cfg.groups.group_limits(), crate::groups::Limits { max_id_bytes: 64, max_members: 1000 });
+    assert_eq!(
+        cfg.groups.group_limits(),
+        crate::groups::Limits { max_id_bytes: 64, max_members: 1000, max_groups: 5, max_metadata_bytes: 0 }
+    );
     // The compiled defaults of the state modules are the config's.
     let defaults = BrokerConfig::default();
     assert_eq!(defaults.producer_settings(), crate::producer_state::Settings::default());

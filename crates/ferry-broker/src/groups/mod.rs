@@ -52,11 +52,15 @@ pub struct Limits {
     pub max_id_bytes: usize,
     /// Most members of one group (`groups.max_members`).
     pub max_members: usize,
+    /// Most groups, with members or committed offsets (`groups.max_groups`).
+    pub max_groups: usize,
+    /// Longest metadata of one committed offset, in bytes (`groups.max_metadata_bytes`).
+    pub max_metadata_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_id_bytes: 255, max_members: 1000 }
+        Limits { max_id_bytes: 255, max_members: 1000, max_groups: 10_000, max_metadata_bytes: 4096 }
     }
 }
 
@@ -118,6 +122,26 @@ impl GroupCoordinator {
         Ok(())
     }
 
+    /// Refuses a group the broker does not know yet once it knows `groups.max_groups` (with members or committed
+    /// offsets). Takes the offsets lock inside the groups lock, the order every caller keeps.
+    fn check_new_group(&self, group: &str, groups: &HashMap<String, Group>) -> Result<()> {
+        let offsets = self.offsets.lock();
+        if groups.contains_key(group) || offsets.has_group(group) {
+            return Ok(());
+        }
+        let known = offsets.group_count() + groups.keys().filter(|g| !offsets.has_group(g)).count();
+        if known >= self.limits.max_groups {
+            return Err(BrokerError::LimitReached {
+                what: format!(
+                    "group \"{group}\" would pass the broker's {} groups (with members or committed offsets)",
+                    self.limits.max_groups
+                ),
+                key: "groups.max_groups",
+            });
+        }
+        Ok(())
+    }
+
     /// Offset ranges of the batches of the offsets partition that were found corrupt on open and skipped (their
     /// commits are lost; the error log names each one).
     pub fn skipped_batches(&self) -> Vec<(u64, u64)> {
@@ -155,6 +179,7 @@ impl GroupCoordinator {
             req.member_id.clone()
         };
         let mut groups = self.groups.lock();
+        self.check_new_group(&req.group, &groups)?;
         if let Some(group) = groups.get(&req.group)
             && group.members.len() >= self.limits.max_members
             && !group.members.contains_key(&member_id)
@@ -255,8 +280,19 @@ impl GroupCoordinator {
     /// whole; a commit spanning several batches (over 1 MiB of offsets) keeps those written before it.
     pub fn commit(&self, req: &pb::CommitOffsetsRequest) -> Result<()> {
         check_group_name(&req.group)?;
+        let max = self.limits.max_metadata_bytes;
+        if let Some(o) = req.offsets.iter().find(|o| o.metadata.len() > max) {
+            return Err(BrokerError::InvalidArgument(format!(
+                "group {:?}: the metadata of the offset of {}/{} is {} bytes, above groups.max_metadata_bytes ({max})",
+                req.group,
+                o.topic,
+                o.partition,
+                o.metadata.len()
+            )));
+        }
         {
             let groups = self.groups.lock();
+            self.check_new_group(&req.group, &groups)?;
             let group = groups.get(&req.group);
             let active = group.is_some_and(|g| !g.members.is_empty());
             if req.member_id.is_empty() {

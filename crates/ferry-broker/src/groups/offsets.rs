@@ -80,6 +80,8 @@ pub(super) struct OffsetStore {
     base_size: u64,
     /// Offset ranges of batches that failed their CRC check on open and were skipped.
     skipped: Vec<(u64, u64)>,
+    /// Committed offsets held per group (the groups of `map`, counted for `groups.max_groups`).
+    per_group: BTreeMap<String, usize>,
 }
 
 fn storage(source: StorageError) -> BrokerError {
@@ -104,7 +106,8 @@ impl OffsetStore {
         };
         let dir = data_dir.join(OFFSETS_TOPIC).join("0");
         let log = Log::open_on(fs.clone(), dir, config, Arc::new(SystemClock)).map_err(storage)?;
-        let mut store = OffsetStore { log, map: Map::new(), tuning, base_size: 0, skipped: Vec::new() };
+        let mut store =
+            OffsetStore { log, map: Map::new(), tuning, base_size: 0, skipped: Vec::new(), per_group: BTreeMap::new() };
         store.replay()?;
         store.import_journal(&*fs, &data_dir.join(META_DIR))?;
         store.base_size = store.log.stats().size_bytes;
@@ -154,10 +157,10 @@ impl OffsetStore {
                 let k = (key.g, key.t, key.p);
                 match r.value.as_deref().map(serde_json::from_slice::<Value>) {
                     None => {
-                        self.map.remove(&k);
+                        self.remove(&k);
                     }
                     Some(Ok(v)) => {
-                        self.map.insert(k, (v.o, v.m));
+                        self.insert(k, (v.o, v.m));
                     }
                     Some(Err(e)) => {
                         return Err(BrokerError::Internal(format!(
@@ -213,9 +216,9 @@ impl OffsetStore {
                 self.log.append(&builder.build(0, 0)).map_err(storage)?;
                 for (k, v) in pending.drain(..) {
                     match v {
-                        Some(v) => self.map.insert(k, v),
-                        None => self.map.remove(&k),
-                    };
+                        Some(v) => self.insert(k, v),
+                        None => self.remove(&k),
+                    }
                 }
                 builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
             }
@@ -292,7 +295,35 @@ impl OffsetStore {
     }
 
     pub(super) fn groups(&self) -> BTreeSet<String> {
-        self.map.keys().map(|(g, _, _)| g.clone()).collect()
+        self.per_group.keys().cloned().collect()
+    }
+
+    /// Whether `group` has committed offsets.
+    pub(super) fn has_group(&self, group: &str) -> bool {
+        self.per_group.contains_key(group)
+    }
+
+    /// How many groups have committed offsets.
+    pub(super) fn group_count(&self) -> usize {
+        self.per_group.len()
+    }
+
+    fn insert(&mut self, k: Slot, v: (u64, String)) {
+        let group = k.0.clone();
+        if self.map.insert(k, v).is_none() {
+            *self.per_group.entry(group).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, k: &Slot) {
+        if self.map.remove(k).is_some()
+            && let Some(n) = self.per_group.get_mut(&k.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_group.remove(&k.0);
+            }
+        }
     }
 
     /// Offset ranges of the corrupt batches skipped on open.

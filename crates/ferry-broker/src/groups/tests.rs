@@ -189,7 +189,7 @@ fn ids_longer_than_max_id_bytes_and_members_past_max_members_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let c = GroupCoordinator::open(ferry_storage::fs::os(), dir.path(), Duration::from_millis(1), Duration::MAX)
         .unwrap()
-        .with_limits(Limits { max_id_bytes: 64, max_members: 2 });
+        .with_limits(Limits { max_id_bytes: 64, max_members: 2, ..Limits::default() });
     let counts = |_: &str| 2;
     let long = "x".repeat(65);
     let err = c.join(&join_req(&long, ""), &counts).unwrap_err();
@@ -219,6 +219,48 @@ fn ids_longer_than_max_id_bytes_and_members_past_max_members_are_refused() {
     );
     assert_eq!(c.join(&join_req(&generated, ""), &counts).unwrap().member_id, generated);
     assert_eq!(c.describe("g").members.len(), 2);
+}
+
+#[test]
+fn groups_past_max_groups_and_metadata_past_max_metadata_bytes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = GroupCoordinator::open(ferry_storage::fs::os(), dir.path(), Duration::from_millis(1), Duration::MAX)
+        .unwrap()
+        .with_limits(Limits { max_groups: 2, max_metadata_bytes: 8, ..Limits::default() });
+    let counts = |_: &str| 2;
+    let commit = |group: &str, metadata: &str| pb::CommitOffsetsRequest {
+        group: group.into(),
+        member_id: String::new(),
+        generation: 0,
+        offsets: vec![pb::CommittedOffset { topic: "t".into(), partition: 1, offset: 5, metadata: metadata.into() }],
+    };
+    // Metadata at the limit is kept; one byte over is refused, naming the offset and the key.
+    c.commit(&commit("a", "12345678")).unwrap();
+    let err = c.commit(&commit("a", "123456789")).unwrap_err();
+    assert_eq!((err.code(), err.reason()), (tonic::Code::InvalidArgument, "invalid_argument"));
+    assert_eq!(
+        err.to_string(),
+        "invalid request: group \"a\": the metadata of the offset of t/1 is 9 bytes, above \
+         groups.max_metadata_bytes (8)"
+    );
+    // Group "a" has offsets, "b" joins with a member: two groups. A third is refused, by a commit or a join.
+    c.join(&pb::JoinGroupRequest { group: "b".into(), ..join_req("m1", "") }, &counts).unwrap();
+    for err in [
+        c.commit(&commit("c", "")).unwrap_err(),
+        c.join(&pb::JoinGroupRequest { group: "c".into(), ..join_req("m1", "") }, &counts).unwrap_err(),
+    ] {
+        assert_eq!((err.code(), err.reason()), (tonic::Code::ResourceExhausted, "limit_reached"));
+        assert_eq!(
+            err.to_string(),
+            "group \"c\" would pass the broker's 2 groups (with members or committed offsets) (the limit is \
+             groups.max_groups in the broker config)"
+        );
+    }
+    // Known groups go on: "a" commits again, "b" commits through its member. What was refused left nothing.
+    c.commit(&commit("a", "x")).unwrap();
+    assert_eq!(c.committed("a", &[]).iter().map(|o| (o.offset, o.metadata.as_str())).collect::<Vec<_>>(), [(5, "x")]);
+    assert!(c.committed("c", &[]).is_empty());
+    assert_eq!(c.list().iter().map(|g| g.group.as_str()).collect::<Vec<_>>(), ["a", "b"]);
 }
 
 #[test]
