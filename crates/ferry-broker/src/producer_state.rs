@@ -246,6 +246,14 @@ impl ProducerStates {
         headers: impl IntoIterator<Item = &'a BatchHeader>,
         log_end: u64,
     ) -> Result<Vec<Check>, (i64, SequenceRefusal, String)> {
+        let headers: Vec<&BatchHeader> = headers.into_iter().collect();
+        if let [h] = headers[..] {
+            // One batch (the usual request): its verdict against the state as it is, without a scratch copy.
+            return match self.check(h) {
+                Check::Refuse(kind, reason) => Err((h.producer_id, kind, reason)),
+                verdict => Ok(vec![verdict]),
+            };
+        }
         let mut scratch = ProducerStates::new(self.settings);
         scratch.newest = self.newest;
         let mut next = log_end;
