@@ -132,6 +132,17 @@ fn flipped_after_ten_commits(fs: &SimFs, close: bool) -> (Vec<pb::CommitOffsetsR
     (requests, segment)
 }
 
+/// What the coordinator must hold once commit 4's batch is lost: every other commit at its value. Nine partitions
+/// of their own, and five of the six shared ones (g1/shared/0 only commit 4 wrote).
+fn all_but_commit_4(requests: &[pb::CommitOffsetsRequest]) -> Model {
+    let mut expected = Model::new();
+    for r in requests.iter().filter(|r| r.offsets[1].topic != "own4") {
+        apply(&mut expected, r);
+    }
+    assert_eq!(expected.len(), 14);
+    expected
+}
+
 #[test]
 fn a_byte_flipped_in_the_active_segment_before_a_crash_costs_only_its_batch() {
     let fs = new_fs();
@@ -142,11 +153,7 @@ fn a_byte_flipped_in_the_active_segment_before_a_crash_costs_only_its_batch() {
     let fs = fs.power_loss(PowerLoss::DropUnsynced, 5);
     let c = open(&fs);
     assert_eq!(c.skipped_batches(), vec![(8, 9)]);
-    let mut expected = Model::new();
-    for r in requests.iter().filter(|r| r.offsets[1].topic != "own4") {
-        apply(&mut expected, r);
-    }
-    assert_eq!(expected.len(), 14);
+    let mut expected = all_but_commit_4(&requests);
     assert_eq!(held(&c), expected, "the commits after the flipped batch are kept");
     // Rewritten away: another crash loses nothing.
     let later = commit_request(10);
@@ -168,12 +175,7 @@ fn a_flipped_byte_costs_only_the_commits_of_its_batch_and_says_so() {
     // and the keys commit 4 wrote hold what the other commits left (here: own4 and g1/shared/0, written only by
     // commit 4, are gone rather than showing a value newer than what was acknowledged).
     assert_eq!(c.skipped_batches(), vec![(8, 9)]);
-    let mut expected = Model::new();
-    for r in requests.iter().filter(|r| r.offsets[1].topic != "own4") {
-        apply(&mut expected, r);
-    }
-    // Nine partitions of their own, and five of the six shared ones (g1/shared/0 only commit 4 wrote).
-    assert_eq!(expected.len(), 14);
+    let mut expected = all_but_commit_4(&requests);
     assert_eq!(held(&c), expected);
     // The open rewrote the offsets into a new segment (at the old log end, 20) and dropped the segment holding the
     // bad batch: left in the active segment, it would make the next unclean open cut the log there and lose
