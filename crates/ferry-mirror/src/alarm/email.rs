@@ -116,6 +116,7 @@ mod tests {
             ca_file: None,
             username: Some("ferry".into()),
             password_file: None,
+            password_env: None,
             password: Some(Secret::new("pw")),
             from: "Ferry <ferry@example.org>".into(),
             to: vec!["oncall@example.org".into()],

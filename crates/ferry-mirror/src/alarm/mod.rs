@@ -318,6 +318,7 @@ mod tests {
                 ca_file: None,
                 username: None,
                 password_file: None,
+                password_env: None,
                 password: None,
                 from: "ferry@example.org".into(),
                 to: vec!["oncall@example.org".into()],

@@ -106,9 +106,12 @@ pub struct EmailConfig {
     pub ca_file: Option<PathBuf>,
     /// Login.
     pub username: Option<String>,
-    /// File holding the password (else `FERRY_SMTP_PASSWORD`).
+    /// File holding the password.
     pub password_file: Option<PathBuf>,
-    /// Password, read at load from `password_file` or `FERRY_SMTP_PASSWORD`.
+    /// Environment variable holding the password (instead of `password_file`).
+    pub password_env: Option<String>,
+    /// Password, read at load from `password_file` or `password_env`, or from `FERRY_SMTP_PASSWORD` when this is
+    /// the only email channel.
     #[serde(skip)]
     pub password: Option<Secret>,
     /// Sender.
@@ -129,6 +132,7 @@ impl Default for EmailConfig {
             ca_file: None,
             username: None,
             password_file: None,
+            password_env: None,
             password: None,
             from: String::new(),
             to: Vec::new(),
@@ -153,9 +157,12 @@ impl EmailConfig {
         let credentials = match (&self.username, &self.password) {
             (Some(user), Some(password)) => Some(Credentials::new(user.clone(), password.expose().to_owned())),
             (Some(_), None) => {
-                return Err(format!("username is set but there is no password (password_file or {SMTP_PASSWORD_ENV})"));
+                return Err(format!(
+                    "username is set but there is no password (password_file, password_env, or {SMTP_PASSWORD_ENV} \
+                     when this is the only email channel)"
+                ));
             }
-            // A password without a username (e.g. FERRY_SMTP_PASSWORD meant for another channel): no AUTH.
+            // A password without a username: no AUTH.
             (None, _) => None,
         };
         Ok((from, to, credentials))
@@ -222,10 +229,43 @@ impl AlarmsConfig {
         for (i, w) in self.webhooks.iter_mut().enumerate() {
             w.secret = secret::read(p, &format!("alarms.webhook[{i}].secret_file"), w.secret_file.as_deref(), None);
         }
+        // FERRY_SMTP_PASSWORD is one server's password: it may only go to the one email channel there is, never to
+        // whichever of several lacks its own source.
+        let count = self.emails.len();
+        let shared = std::env::var(SMTP_PASSWORD_ENV).ok().filter(|v| !v.trim().is_empty());
         for (i, e) in self.emails.iter_mut().enumerate() {
-            let key = format!("alarms.email[{i}].password_file");
-            e.password = secret::read(p, &key, e.password_file.as_deref(), None)
-                .or_else(|| std::env::var(SMTP_PASSWORD_ENV).ok().filter(|v| !v.is_empty()).map(Secret::new));
+            let key = format!("alarms.email[{i}]");
+            let named = format!("channel {:?}", e.name);
+            match (&e.password_file, &e.password_env) {
+                (Some(_), Some(_)) => {
+                    p.push(
+                        format!("{key}.password_env"),
+                        format!("{named}: set password_file or password_env, not both"),
+                    );
+                }
+                (None, Some(var)) => {
+                    e.password =
+                        std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| Secret::new(v.trim()));
+                    if e.password.is_none() {
+                        p.push(format!("{key}.password_env"), format!("{named}: {var:?} is not set, or empty"));
+                    }
+                }
+                (Some(file), None) => {
+                    e.password = secret::read(p, &format!("{key}.password_file"), Some(file), None);
+                }
+                (None, None) if e.username.is_some() => match &shared {
+                    Some(v) if count == 1 => e.password = Some(Secret::new(v.trim())),
+                    Some(_) => p.push(
+                        format!("{key}.password_env"),
+                        format!(
+                            "{named}: {SMTP_PASSWORD_ENV} applies only when there is exactly one email channel (there \
+                             are {count}); give each channel with a username its own password_file or password_env"
+                        ),
+                    ),
+                    None => {}
+                },
+                (None, None) => {}
+            }
         }
     }
 
@@ -262,6 +302,16 @@ impl AlarmsConfig {
                 }
             }
             p.at_least(format!("{key}.timeout"), e.timeout, Duration::from_millis(10));
+            if e.tls == SmtpTls::None && e.username.is_some() && !is_loopback(&e.smtp.host) {
+                p.push(
+                    format!("{key}.tls"),
+                    format!(
+                        "channel {:?}: credentials over tls = \"none\" would cross the network in clear text to {}; \
+                         use tls = \"starttls\" or \"tls\", or a relay on loopback (127.0.0.1, ::1, localhost)",
+                        e.name, e.smtp.host
+                    ),
+                );
+            }
         }
         match &self.rules {
             Some(r) if !r.is_file() => p.push("alarms.rules", format!("{} does not exist", r.display())),
@@ -274,16 +324,25 @@ impl AlarmsConfig {
         if let Err(problems) = Templates::load(self.rules.as_deref()) {
             p.extend(problems);
         }
-        for e in &self.emails {
-            // Addresses without '@' are reported above.
+        for (i, e) in self.emails.iter().enumerate() {
+            // Addresses without '@' are reported above, and a password source that failed when the secrets were read.
+            let password_reported =
+                p.has(&format!("alarms.email[{i}].password_env")) || p.has(&format!("alarms.email[{i}].password_file"));
             if e.from.contains('@')
                 && e.to.iter().all(|t| t.contains('@'))
+                && !password_reported
                 && let Err(reason) = e.check_channel()
             {
                 p.push_text(format!("alarm channel {:?}: {reason}", e.name));
             }
         }
     }
+}
+
+/// Whether an SMTP host is this machine: `localhost`, or a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback())
 }
 
 fn channel_name(p: &mut Problems, key: &str, name: &str, seen: &mut BTreeSet<String>) {

@@ -50,6 +50,7 @@ pub fn email(name: &str, port: u16, auth: Option<(&str, &str)>, timeout: Duratio
         ca_file: None,
         username: auth.map(|a| a.0.to_owned()),
         password_file: None,
+        password_env: None,
         password: auth.map(|a| Secret::new(a.1)),
         from: "Ferry Alarms <ferry@example.org>".into(),
         to: vec!["oncall@example.org".into(), "backup@example.org".into()],

@@ -262,6 +262,7 @@ fn alarms_config(rules: Option<std::path::PathBuf>) -> AlarmsConfig {
             ca_file: None,
             username: None,
             password_file: None,
+            password_env: None,
             password: None,
             from: "ferry@example.org".into(),
             to: vec!["oncall@example.org".into()],
