@@ -1,5 +1,6 @@
 //! The email channel: SMTP through lettre (rustls + ring), with STARTTLS, TLS from the first byte, or no TLS
-//! (loopback relays only), optional AUTH with the username and the password secret, and a plain-text message
+//! (credentials then only to a loopback relay, which the config's validate enforces), optional AUTH with the username
+//! and the channel's own password secret, and a plain-text message
 //! whose subject and body come from the [`Templates`].
 //!
 //! The password lives only in the transport's credentials; nothing here logs or formats it.
