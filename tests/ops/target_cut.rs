@@ -55,12 +55,12 @@ async fn target_cut_for_20s_alarms_then_recovers_with_an_identical_target() -> a
     assert!(ready.body["reasons"].as_array().is_some_and(|r| r.contains(&"target_down".into())), "{}", ready.body);
     // An append whose request reached dc-b before the cut may still be completing there (one per partition at
     // most): the outage's log ends are those once dc-b's log ends stop moving (two reads a poll apart agree).
-    let mut last = b.leos(TOPIC).await?;
+    // wait_for polls every POLL_INTERVAL: each reading is compared with the one a poll before.
+    let mut last = None;
     let leos_during = ferry_testkit::wait_for("dc-b's log ends to settle after the cut", alarm_limit, async || {
-        tokio::time::sleep(ferry_testkit::POLL_INTERVAL).await;
         let now = b.leos(TOPIC).await?;
-        let settled = (now == last).then(|| now.clone());
-        last = now;
+        let settled = (last.as_ref() == Some(&now)).then(|| now.clone());
+        last = Some(now);
         anyhow::Ok(settled)
     })
     .await?;

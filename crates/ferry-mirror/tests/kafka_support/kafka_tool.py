@@ -22,6 +22,7 @@ base64 (null kept) and headers as an ordered list of [key, value]. Subcommands:
 """
 import base64
 import json
+import signal
 import sys
 import time
 
@@ -150,7 +151,8 @@ def hold(bootstrap, topic, partition, txn, headers_json, count, base):
         p.produce(topic, value=f"zombie-{i}".encode(), partition=partition, headers=headers)
     p.flush(30)
     print("ready", flush=True)
-    time.sleep(3600)
+    # Held open mid-transaction until the test kills this process.
+    signal.pause()
 
 
 def main(argv):

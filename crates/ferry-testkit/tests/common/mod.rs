@@ -124,7 +124,7 @@ if mode == "fail":
     print("fatal: bad config key storage.flsh", file=sys.stderr, flush=True)
     sys.exit(3)
 if mode == "hang":
-    time.sleep(3600)
+    signal.pause()
 def on_term(*_):
     print("got SIGTERM, shutting down", flush=True)
     sys.exit(0)
