@@ -228,16 +228,6 @@ impl ProducerStates {
         self.producers.clear();
     }
 
-    /// Checks the batches of one request in order, as if each accepted one had been written, without changing
-    /// anything: the first refusal, with the refused batch's producer id, or `Ok` when every batch would be
-    /// appended or recognised as a duplicate. Lets a request of several batches be refused before any is written.
-    pub fn check_all<'a>(
-        &self,
-        headers: impl IntoIterator<Item = &'a BatchHeader>,
-    ) -> Result<(), (i64, SequenceRefusal, String)> {
-        self.plan(headers, 0).map(|_| ())
-    }
-
     /// The verdict on each batch of one request, in order, as if each accepted one had been written at the offsets
     /// it will get, the first at `log_end`: a `Duplicate` of a batch earlier in the same request gets that batch's
     /// offsets. The first refusal ends the plan (with the refused batch's producer id). Changes nothing.
@@ -278,6 +268,19 @@ impl ProducerStates {
             verdicts.push(verdict);
         }
         Ok(verdicts)
+    }
+}
+
+#[cfg(test)]
+impl ProducerStates {
+    /// Checks the batches of one request in order, as if each accepted one had been written, without changing
+    /// anything: the first refusal, with the refused batch's producer id, or `Ok` when every batch would be
+    /// appended or recognised as a duplicate. Lets a request of several batches be refused before any is written.
+    pub fn check_all<'a>(
+        &self,
+        headers: impl IntoIterator<Item = &'a BatchHeader>,
+    ) -> Result<(), (i64, SequenceRefusal, String)> {
+        self.plan(headers, 0).map(|_| ())
     }
 }
 
