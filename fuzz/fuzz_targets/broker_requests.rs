@@ -298,6 +298,13 @@ impl Oracle {
     }
 }
 
+/// A request as the interceptor passes it on a broker without tokens: with the open grant.
+fn call<T>(message: T) -> Request<T> {
+    let mut req = Request::new(message);
+    req.extensions_mut().insert(ferry_broker::auth::Caller(ferry_broker::auth::Grant::open()));
+    req
+}
+
 fn open(fs: &SimFs) -> (Arc<BrokerCore>, BrokerService) {
     let defaults = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
     let fs_ref: ferry_storage::fs::FsRef = Arc::new(fs.clone());
@@ -354,38 +361,38 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                 config: Some(config.proto()),
                 mirror,
             };
-            check(op, svc.create_topic(Request::new(req)).await);
+            check(op, svc.create_topic(call(req)).await);
         }
         Op::Delete { name } => {
-            if check(op, svc.delete_topic(Request::new(pb::DeleteTopicRequest { name: name.text() })).await).is_some() {
+            if check(op, svc.delete_topic(call(pb::DeleteTopicRequest { name: name.text() })).await).is_some() {
                 oracle.forget_topic(&name.text());
             }
         }
         Op::Describe { name } => {
-            check(op, svc.describe_topic(Request::new(pb::DescribeTopicRequest { name: name.text() })).await);
+            check(op, svc.describe_topic(call(pb::DescribeTopicRequest { name: name.text() })).await);
         }
         Op::List => {
-            let listed = check(op, svc.list_topics(Request::new(pb::ListTopicsRequest {})).await);
+            let listed = check(op, svc.list_topics(call(pb::ListTopicsRequest {})).await);
             for t in listed.into_iter().flat_map(|l| l.topics) {
                 assert!(!t.name.starts_with("__ferry"), "an internal partition was listed: {}", t.name);
             }
         }
         Op::Metadata => {
-            check(op, svc.metadata(Request::new(pb::MetadataRequest {})).await);
+            check(op, svc.metadata(call(pb::MetadataRequest {})).await);
         }
         Op::AlterPartitions { name, partitions } => {
             let req = pb::AlterPartitionsRequest { name: name.text(), partitions: partitions.get() };
-            check(op, svc.alter_partitions(Request::new(req)).await);
+            check(op, svc.alter_partitions(call(req)).await);
         }
         Op::AlterConfig { name, config } => {
             let req = pb::AlterTopicConfigRequest { name: name.text(), config: Some(config.proto()) };
-            check(op, svc.alter_topic_config(Request::new(req)).await);
+            check(op, svc.alter_topic_config(call(req)).await);
         }
         Op::Promote { name } => {
-            check(op, svc.promote(Request::new(pb::PromoteRequest { name: name.text() })).await);
+            check(op, svc.promote(call(pb::PromoteRequest { name: name.text() })).await);
         }
         Op::InitProducer => {
-            check(op, svc.init_producer(Request::new(pb::InitProducerRequest {})).await);
+            check(op, svc.init_producer(call(pb::InitProducerRequest {})).await);
         }
         Op::Produce { name, partition, key, batches } => {
             let bytes = concat(batches);
@@ -395,7 +402,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                 key: key.as_ref().map(|k| Bytes::copy_from_slice(&k[..k.len().min(32)])),
                 batches: bytes.clone(),
             };
-            if let Some(r) = check(op, svc.produce(Request::new(req)).await) {
+            if let Some(r) = check(op, svc.produce(call(req)).await) {
                 let headers: Vec<_> = BatchIter::new(&bytes).flatten().map(|(h, _)| h).collect();
                 // A duplicate keeps the offsets (and bytes) of the batch written first; a request mixing
                 // idempotent batches may hold duplicates among new ones, whose placement the answer does not say.
@@ -414,7 +421,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                 source_log_start_offset: *source_log_start,
                 batches: bytes.clone(),
             };
-            if let Some(r) = check(op, svc.append_with_offsets(Request::new(req)).await)
+            if let Some(r) = check(op, svc.append_with_offsets(call(req)).await)
                 && r.error == pb::ErrorCode::None as i32
             {
                 // Written or already present: either way the log holds these records at these offsets.
@@ -423,11 +430,11 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
         }
         Op::EpochEnd { name, partition, epoch } => {
             let req = pb::EpochEndRequest { topic: name.text(), partition: partition.get(), epoch: *epoch };
-            check(op, svc.epoch_end(Request::new(req)).await);
+            check(op, svc.epoch_end(call(req)).await);
         }
         Op::Truncate { name, partition, offset } => {
             let req = pb::TruncatePartitionRequest { topic: name.text(), partition: partition.get(), offset: *offset };
-            if check(op, svc.truncate_partition(Request::new(req)).await).is_some() {
+            if check(op, svc.truncate_partition(call(req)).await).is_some() {
                 oracle.truncate(&name.text(), partition.get(), *offset);
             }
         }
@@ -446,7 +453,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                 max_wait_ms: 0,
                 max_bytes: *max_bytes,
             };
-            check(op, svc.fetch(Request::new(req)).await);
+            check(op, svc.fetch(call(req)).await);
         }
         Op::ListOffsets { name, partition, spec } => {
             let spec = match spec {
@@ -461,7 +468,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                     spec: Some(spec),
                 }],
             };
-            check(op, svc.list_offsets(Request::new(req)).await);
+            check(op, svc.list_offsets(call(req)).await);
         }
         Op::Join { group, member, topics, session_ms, client } => {
             let req = pb::JoinGroupRequest {
@@ -471,15 +478,15 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                 session_timeout_ms: *session_ms,
                 client_id: client.clone(),
             };
-            check(op, svc.join_group(Request::new(req)).await);
+            check(op, svc.join_group(call(req)).await);
         }
         Op::Heartbeat { group, member, generation } => {
             let req = pb::HeartbeatRequest { group: group.text(), member_id: member.clone(), generation: *generation };
-            check(op, svc.heartbeat(Request::new(req)).await);
+            check(op, svc.heartbeat(call(req)).await);
         }
         Op::Leave { group, member } => {
             let req = pb::LeaveGroupRequest { group: group.text(), member_id: member.clone() };
-            check(op, svc.leave_group(Request::new(req)).await);
+            check(op, svc.leave_group(call(req)).await);
         }
         Op::Commit { group, member, generation, offsets } => {
             let req = pb::CommitOffsetsRequest {
@@ -497,7 +504,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                     })
                     .collect(),
             };
-            check(op, svc.commit_offsets(Request::new(req)).await);
+            check(op, svc.commit_offsets(call(req)).await);
         }
         Op::FetchCommitted { group, parts } => {
             let req = pb::FetchCommittedOffsetsRequest {
@@ -508,13 +515,13 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                     .map(|(t, p)| pb::TopicPartition { topic: t.text(), partition: p.get() })
                     .collect(),
             };
-            check(op, svc.fetch_committed_offsets(Request::new(req)).await);
+            check(op, svc.fetch_committed_offsets(call(req)).await);
         }
         Op::ListGroups => {
-            check(op, svc.list_groups(Request::new(pb::ListGroupsRequest {})).await);
+            check(op, svc.list_groups(call(pb::ListGroupsRequest {})).await);
         }
         Op::DescribeGroup { group } => {
-            check(op, svc.describe_group(Request::new(pb::DescribeGroupRequest { group: group.text() })).await);
+            check(op, svc.describe_group(call(pb::DescribeGroupRequest { group: group.text() })).await);
         }
     }
 }

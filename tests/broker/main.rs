@@ -17,6 +17,7 @@ mod mirror_append;
 mod produce_consume;
 mod restart;
 mod rpc_bounds;
+mod scopes;
 mod startup;
 mod state_limits;
 mod subscribe;

@@ -26,6 +26,7 @@ mod reload;
 mod restarts;
 mod retention;
 mod scaleout;
+mod scoped;
 mod secure;
 mod sigterm;
 mod soak;

@@ -32,6 +32,71 @@ pub struct BrokerConfig {
     pub groups: GroupsSection,
     /// `[limits]`: bounds on what clients can create or hold open.
     pub limits: LimitsSection,
+    /// `[auth]`: scoped bearer tokens.
+    pub auth: AuthSection,
+}
+
+/// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    /// `[[auth.tokens]]`, one per client role.
+    pub tokens: Vec<TokenSection>,
+}
+
+/// One `[[auth.tokens]]` entry. docs/broker.md ("Tokens and scopes") says what each scope allows.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSection {
+    /// The token's name: in denials and logs, never the secret.
+    pub name: String,
+    /// File holding the secret the client presents as `authorization: Bearer <secret>`.
+    pub token_file: PathBuf,
+    /// What the token may do.
+    pub scopes: Vec<crate::auth::Scope>,
+    /// Regexes of the topics it may touch, each matched against the whole name. Empty: none.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// Regexes of the consumer groups it may touch, each matched against the whole name. Empty: none.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+impl AuthSection {
+    /// Every problem of `[auth]` that needs no file read (the secrets are read at start, by
+    /// [`crate::auth::Authorizer::from_config`]).
+    fn validate(&self, p: &mut Problems) {
+        let mut names = std::collections::HashSet::new();
+        for (i, t) in self.tokens.iter().enumerate() {
+            let key = format!("auth.tokens[{i}]");
+            if t.name.is_empty()
+                || t.name.len() > 64
+                || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                p.push(format!("{key}.name"), format!("{:?} must be 1-64 characters of A-Z a-z 0-9 - _ .", t.name));
+            } else if !names.insert(t.name.as_str()) {
+                p.push(format!("{key}.name"), format!("{:?} names two tokens", t.name));
+            }
+            if t.scopes.is_empty() {
+                p.push(
+                    format!("{key}.scopes"),
+                    "is empty; give at least one of produce, consume, admin, mirror, replica",
+                );
+            }
+            let only_replica = t.scopes.iter().all(|s| *s == crate::auth::Scope::Replica);
+            if t.topics.is_empty() && !only_replica {
+                p.push(
+                    format!("{key}.topics"),
+                    "is empty, so the token may touch no topic; write [\"^.*$\"] for every topic",
+                );
+            }
+            for (field, patterns) in [("topics", &t.topics), ("groups", &t.groups)] {
+                if let Err(e) = crate::auth::Names::matching(patterns) {
+                    p.push(format!("{key}.{field}"), e);
+                }
+            }
+        }
+    }
 }
 
 /// `[broker]`.
@@ -415,6 +480,7 @@ impl BrokerConfig {
         self.storage.validate(p);
         self.groups.validate(p);
         self.limits.validate(p);
+        self.auth.validate(p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

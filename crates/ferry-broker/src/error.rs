@@ -208,6 +208,16 @@ pub enum BrokerError {
         /// What the lock file says of its holder.
         holder: String,
     },
+    /// The caller's token may not do this (docs/broker.md, "Tokens and scopes").
+    #[error("{message}")]
+    PermissionDenied {
+        /// The token's name.
+        token: String,
+        /// The RPC.
+        operation: &'static str,
+        /// What was refused and why, naming the token and the operation.
+        message: String,
+    },
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
@@ -311,6 +321,7 @@ impl BrokerError {
             BrokerError::Storage { .. } => "storage_error",
             BrokerError::Io { .. } => "io_error",
             BrokerError::DataDirInUse { .. } => "data_dir_in_use",
+            BrokerError::PermissionDenied { .. } => "permission_denied",
             BrokerError::Internal(_) => "internal",
         }
     }
@@ -332,6 +343,7 @@ impl BrokerError {
             BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
+            BrokerError::PermissionDenied { .. } => Code::PermissionDenied,
             BrokerError::Storage { .. }
             | BrokerError::Io { .. }
             | BrokerError::DataDirInUse { .. }

@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use crate::auth::{Grant, Scopes};
 use crate::core::BrokerCore;
 use crate::error::BrokerError;
 use crate::partition::Partition;
@@ -192,8 +193,10 @@ struct Sub {
 
 /// Runs one subscribe stream until the client goes away or the broker shuts down. No response carries more than
 /// `limit` bytes of batches (see [`response_limit`]); a client's `max_response_bytes` is capped at it.
+/// Each partition a Start adds must be one `who` may read (PERMISSION_DENIED ends the stream).
 pub async fn subscribe(
     core: Arc<BrokerCore>,
+    who: Arc<Grant>,
     mut requests: tonic::Streaming<pb::SubscribeRequest>,
     tx: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
     limit: u64,
@@ -288,7 +291,9 @@ pub async fn subscribe(
             while let Some(msg) = requests.message().now_or_never() {
                 match msg {
                     Ok(Some(req)) => {
-                        if let Err(status) = apply(&mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs) {
+                        if let Err(status) =
+                            apply(&who, &mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs)
+                        {
                             let _ = tx.send(Err(status)).await;
                             return;
                         }
@@ -306,7 +311,7 @@ pub async fn subscribe(
             }
             msg = requests.message() => match msg {
                 Ok(Some(req)) => {
-                    if let Err(status) = apply(&mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs) {
+                    if let Err(status) = apply(&who, &mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs) {
                         let _ = tx.send(Err(status)).await;
                         return;
                     }
@@ -368,6 +373,7 @@ fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::
 /// Takes in one client message. A start that would make the stream follow more than `max_subs` partitions ends it
 /// with RESOURCE_EXHAUSTED (partitions of topics that do not exist count too: each is answered with its error).
 fn apply(
+    who: &Grant,
     subs: &mut BTreeMap<(String, u32), Sub>,
     req: pb::SubscribeRequest,
     limit: u64,
@@ -377,6 +383,9 @@ fn apply(
 ) -> Result<(), Status> {
     match req.kind {
         Some(pb::subscribe_request::Kind::Start(start)) => {
+            for p in &start.partitions {
+                who.allow_topic("Subscribe", Scopes::READ, &p.topic)?;
+            }
             if start.max_response_bytes > 0 {
                 *max_response = start.max_response_bytes.max(64 * 1024).min(limit);
             }

@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod config;
 pub mod core;
 pub mod error;

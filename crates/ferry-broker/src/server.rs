@@ -1,5 +1,5 @@
 //! Running a broker: open the data dir, start the gRPC listener (with health service, optional TLS and bearer
-//! token, message limits derived from `max_batch_bytes`, zstd accepted), run the background duties (async flush,
+//! scoped tokens, message limits derived from `max_batch_bytes`, zstd accepted), run the background duties (async flush,
 //! retention, group session expiry), and on shutdown stop serving, then flush and close every log so the next start
 //! is a clean one.
 
@@ -9,13 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_proto::broker_server::BrokerServer;
-use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
-use tonic::{Request, Status};
 
 use crate::config::BrokerConfig;
 use crate::core::BrokerCore;
@@ -61,33 +59,6 @@ pub enum ServerError {
     },
 }
 
-/// Checks `authorization: Bearer <token>` in constant time.
-#[derive(Clone)]
-struct Auth {
-    token: Option<Arc<Vec<u8>>>,
-}
-
-impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.token else { return Ok(req) };
-        let presented = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if presented.as_bytes().ct_eq(expected).into() {
-            Ok(req)
-        } else {
-            Err(crate::error::status(
-                tonic::Code::Unauthenticated,
-                "unauthenticated",
-                "missing or wrong bearer token; pass the broker's token (FERRY_TOKEN)",
-            ))
-        }
-    }
-}
-
 fn tls_config(cfg: &crate::config::TlsSection) -> Result<ServerTlsConfig, ServerError> {
     let read =
         |p: &PathBuf| std::fs::read(p).map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", p.display())));
@@ -126,7 +97,7 @@ pub async fn run(
     shutdown: CancellationToken,
     on_started: impl FnOnce(Started) + Send,
 ) -> Result<(), ServerError> {
-    let token = config.token()?;
+    let auth = crate::auth::Authorizer::from_config(&config)?;
     let tls = config.broker.tls.as_ref().map(tls_config).transpose()?;
     let data_dir = config.broker.data_dir.clone();
     let defaults = config.default_log_config();
@@ -173,7 +144,6 @@ pub async fn run(
         .max_encoding_message_size(max_message)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Zstd);
-    let auth = Auth { token: token.map(|t| Arc::new(t.into_bytes())) };
     let grpc = tonic::service::interceptor::InterceptedService::new(grpc, auth);
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<BrokerServer<BrokerService>>().await;

@@ -1,5 +1,6 @@
-//! The `ferry.v1.Broker` gRPC service: request validation and translation between protobuf messages and the
-//! broker core. No broker logic lives here beyond picking a partition for produce.
+//! The `ferry.v1.Broker` gRPC service: the caller's permission for each call (the rules of docs/broker.md, "Tokens
+//! and scopes", checked before anything else), request validation, and translation between protobuf messages and
+//! the broker core. No broker logic lives here beyond picking a partition for produce.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -13,6 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Scopes, caller, member_scopes, offset_scopes};
 use crate::core::BrokerCore;
 use crate::error::{BrokerError, RefusalKind};
 use crate::groups::GroupCoordinator;
@@ -79,6 +81,20 @@ impl BrokerService {
 
 type Rpc<T> = Result<Response<T>, Status>;
 
+const READ: Scopes = Scopes::READ;
+/// Reading what a topic or group is: every scope but replica.
+const DESCRIBE: Scopes = READ.or(Scopes::PRODUCE).or(Scopes::ADMIN);
+/// Changing a mirror topic's shape: admins, and the mirror that keeps it.
+const SHAPE_MIRROR: Scopes = Scopes::ADMIN.or(Scopes::MIRROR);
+
+/// Who may change topic `name`'s shape or config: admins, and the mirror scope when it is a mirror topic.
+fn shape_scopes(core: &BrokerCore, name: &str) -> Scopes {
+    match core.topic(name) {
+        Ok(t) if t.mirror().is_some() => SHAPE_MIRROR,
+        _ => Scopes::ADMIN,
+    }
+}
+
 fn ok<T>(v: T) -> Rpc<T> {
     Ok(Response::new(v))
 }
@@ -97,7 +113,9 @@ fn append_error(code: pb::ErrorCode, message: String, leo: u64, log_start: u64) 
 
 #[tonic::async_trait]
 impl Broker for BrokerService {
-    async fn metadata(&self, _req: Request<pb::MetadataRequest>) -> Rpc<pb::MetadataResponse> {
+    async fn metadata(&self, req: Request<pb::MetadataRequest>) -> Rpc<pb::MetadataResponse> {
+        // Every token may ask what the broker is: clients read its limits before anything else.
+        caller(&req)?;
         ok(pb::MetadataResponse {
             cluster_id: self.core.cluster_id().to_owned(),
             broker_address: self.advertised.clone(),
@@ -108,7 +126,10 @@ impl Broker for BrokerService {
     }
 
     async fn create_topic(&self, req: Request<pb::CreateTopicRequest>) -> Rpc<pb::CreateTopicResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        let need = if req.mirror.is_some() { SHAPE_MIRROR } else { Scopes::ADMIN };
+        who.allow_topic("CreateTopic", need, &req.name)?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
         let mirror = req.mirror.as_ref().map(MirrorMark::from_proto).transpose()?;
         let t = self.core.create_topic(&req.name, req.partitions, settings, mirror).await?;
@@ -116,7 +137,9 @@ impl Broker for BrokerService {
     }
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Rpc<pb::DeleteTopicResponse> {
+        let who = caller(&req)?;
         let name = req.into_inner().name;
+        who.allow_topic("DeleteTopic", Scopes::ADMIN, &name)?;
         refuse_reserved(&name)?;
         // Its committed offsets go with it, under the same admin turn: a topic created later under the name starts
         // from offset 0, and one created right after keeps what is committed to it.
@@ -126,26 +149,41 @@ impl Broker for BrokerService {
         ok(pb::DeleteTopicResponse {})
     }
 
-    async fn list_topics(&self, _req: Request<pb::ListTopicsRequest>) -> Rpc<pb::ListTopicsResponse> {
-        let topics = self.core.topics().iter().map(|t| self.core.topic_info(t)).collect();
+    async fn list_topics(&self, req: Request<pb::ListTopicsRequest>) -> Rpc<pb::ListTopicsResponse> {
+        let who = caller(&req)?;
+        who.allow("ListTopics", DESCRIBE)?;
+        let topics = self
+            .core
+            .topics()
+            .iter()
+            .map(|t| self.core.topic_info(t))
+            .filter(|info| who.sees_topic(&info.name))
+            .collect();
         ok(pb::ListTopicsResponse { topics })
     }
 
     async fn describe_topic(&self, req: Request<pb::DescribeTopicRequest>) -> Rpc<pb::DescribeTopicResponse> {
-        let t = self.core.topic(&req.into_inner().name)?;
+        let who = caller(&req)?;
+        let name = req.into_inner().name;
+        who.allow_topic("DescribeTopic", DESCRIBE, &name)?;
+        let t = self.core.topic(&name)?;
         let partitions = t.partitions().iter().map(|p| p.info()).collect();
         ok(pb::DescribeTopicResponse { topic: Some(self.core.topic_info(&t)), partitions })
     }
 
     async fn alter_partitions(&self, req: Request<pb::AlterPartitionsRequest>) -> Rpc<pb::AlterPartitionsResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        who.allow_topic("AlterPartitions", shape_scopes(&self.core, &req.name), &req.name)?;
         refuse_reserved(&req.name)?;
         let t = self.core.alter_partitions(&req.name, req.partitions).await?;
         ok(pb::AlterPartitionsResponse { topic: Some(self.core.topic_info(&t)) })
     }
 
     async fn alter_topic_config(&self, req: Request<pb::AlterTopicConfigRequest>) -> Rpc<pb::AlterTopicConfigResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        who.allow_topic("AlterTopicConfig", shape_scopes(&self.core, &req.name), &req.name)?;
         refuse_reserved(&req.name)?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
         let t = self.core.alter_config(&req.name, settings).await?;
@@ -153,20 +191,25 @@ impl Broker for BrokerService {
     }
 
     async fn promote(&self, req: Request<pb::PromoteRequest>) -> Rpc<pb::PromoteResponse> {
+        let who = caller(&req)?;
         let name = req.into_inner().name;
+        who.allow_topic("Promote", Scopes::ADMIN, &name)?;
         refuse_reserved(&name)?;
         let (t, was_mirror) = self.core.promote(&name).await?;
         ok(pb::PromoteResponse { topic: Some(self.core.topic_info(&t)), was_mirror })
     }
 
-    async fn init_producer(&self, _req: Request<pb::InitProducerRequest>) -> Rpc<pb::InitProducerResponse> {
+    async fn init_producer(&self, req: Request<pb::InitProducerRequest>) -> Rpc<pb::InitProducerResponse> {
+        caller(&req)?.allow("InitProducer", Scopes::PRODUCE)?;
         // Random 63-bit ids: unique across clusters without coordination (a collision needs ~3e9 producers).
         let producer_id = (rand::random::<u64>() >> 1) as i64;
         ok(pb::InitProducerResponse { producer_id, producer_epoch: 0 })
     }
 
     async fn produce(&self, req: Request<pb::ProduceRequest>) -> Rpc<pb::ProduceResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        who.allow_topic("Produce", Scopes::PRODUCE, &req.topic)?;
         refuse_reserved(&req.topic)?;
         let topic = self.core.topic(&req.topic)?;
         if let Some(mark) = topic.mirror() {
@@ -197,7 +240,9 @@ impl Broker for BrokerService {
         &self,
         req: Request<pb::AppendWithOffsetsRequest>,
     ) -> Rpc<pb::AppendWithOffsetsResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        who.allow_topic("AppendWithOffsets", Scopes::MIRROR, &req.topic)?;
         refuse_reserved(&req.topic)?;
         let topic = self.core.topic(&req.topic)?;
         let part = topic.partition(req.partition)?;
@@ -258,7 +303,9 @@ impl Broker for BrokerService {
     }
 
     async fn epoch_end(&self, req: Request<pb::EpochEndRequest>) -> Rpc<pb::EpochEndResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        who.allow_topic("EpochEnd", Scopes::MIRROR, &req.topic)?;
         let part = self.core.partition(&req.topic, req.partition)?;
         ok(match part.log().epoch_end(req.epoch) {
             Some(e) => pb::EpochEndResponse { found: true, epoch: e.epoch, end_offset: e.end_offset },
@@ -276,7 +323,14 @@ impl Broker for BrokerService {
         &self,
         req: Request<pb::TruncatePartitionRequest>,
     ) -> Rpc<pb::TruncatePartitionResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        let need = if self.core.topic(&req.topic).is_ok_and(|t| t.mirror().is_some()) {
+            Scopes::MIRROR
+        } else {
+            Scopes::ADMIN
+        };
+        who.allow_topic("TruncatePartition", need, &req.topic)?;
         refuse_reserved(&req.topic)?;
         let topic = self.core.topic(&req.topic)?;
         if topic.mirror().is_none() {
@@ -289,6 +343,10 @@ impl Broker for BrokerService {
     }
 
     async fn fetch(&self, req: Request<pb::FetchRequest>) -> Rpc<pb::FetchResponse> {
+        let who = caller(&req)?;
+        for p in &req.get_ref().partitions {
+            who.allow_topic("Fetch", READ, &p.topic)?;
+        }
         let limit = crate::fetch::response_limit(self.max_batch_bytes);
         let turn = self.fetch_turns.fetch_add(1, Ordering::Relaxed) as usize;
         ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, limit, turn, &self.shutdown).await)
@@ -297,17 +355,24 @@ impl Broker for BrokerService {
     type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
 
     async fn subscribe(&self, req: Request<tonic::Streaming<pb::SubscribeRequest>>) -> Rpc<Self::SubscribeStream> {
+        let who = caller(&req)?;
+        who.allow("Subscribe", READ)?;
         let (tx, rx) = mpsc::channel(4);
         let core = Arc::clone(&self.core);
         let shutdown = self.shutdown.clone();
         let limit = crate::fetch::response_limit(self.max_batch_bytes);
-        tokio::spawn(crate::fetch::subscribe(core, req.into_inner(), tx, limit, shutdown));
+        tokio::spawn(crate::fetch::subscribe(core, who, req.into_inner(), tx, limit, shutdown));
         ok(ReceiverStream::new(rx))
     }
 
     async fn list_offsets(&self, req: Request<pb::ListOffsetsRequest>) -> Rpc<pb::ListOffsetsResponse> {
+        let who = caller(&req)?;
+        let req = req.into_inner();
+        for lo in &req.partitions {
+            who.allow_topic("ListOffsets", READ.or(Scopes::ADMIN), &lo.topic)?;
+        }
         let mut out = Vec::new();
-        for lo in req.into_inner().partitions {
+        for lo in req.partitions {
             let mut r = pb::ListOffsetsResult {
                 topic: lo.topic.clone(),
                 partition: lo.partition,
@@ -346,7 +411,13 @@ impl Broker for BrokerService {
     }
 
     async fn join_group(&self, req: Request<pb::JoinGroupRequest>) -> Rpc<pb::JoinGroupResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        let need = member_scopes(&req.group);
+        who.allow_group("JoinGroup", need, &req.group)?;
+        for t in &req.topics {
+            who.allow_topic("JoinGroup", need, t)?;
+        }
         for t in &req.topics {
             self.core.topic(t)?;
         }
@@ -360,17 +431,28 @@ impl Broker for BrokerService {
     }
 
     async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Rpc<pb::HeartbeatResponse> {
-        ok(self.groups.heartbeat(&req.into_inner(), &self.counts()))
+        let who = caller(&req)?;
+        let req = req.into_inner();
+        who.allow_group("Heartbeat", member_scopes(&req.group), &req.group)?;
+        ok(self.groups.heartbeat(&req, &self.counts()))
     }
 
     async fn leave_group(&self, req: Request<pb::LeaveGroupRequest>) -> Rpc<pb::LeaveGroupResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        who.allow_group("LeaveGroup", member_scopes(&req.group), &req.group)?;
         self.groups.leave(&req.group, &req.member_id, &self.counts());
         ok(pb::LeaveGroupResponse {})
     }
 
     async fn commit_offsets(&self, req: Request<pb::CommitOffsetsRequest>) -> Rpc<pb::CommitOffsetsResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
+        let need = offset_scopes(&req.group);
+        who.allow_group("CommitOffsets", need, &req.group)?;
+        for o in &req.offsets {
+            who.allow_topic("CommitOffsets", need, &o.topic)?;
+        }
         // Offsets only for partitions that exist, so no offset outlives its topic (see delete_topic).
         for o in &req.offsets {
             self.core.partition(&o.topic, o.partition)?;
@@ -386,15 +468,33 @@ impl Broker for BrokerService {
         &self,
         req: Request<pb::FetchCommittedOffsetsRequest>,
     ) -> Rpc<pb::FetchCommittedOffsetsResponse> {
+        let who = caller(&req)?;
         let req = req.into_inner();
-        ok(pb::FetchCommittedOffsetsResponse { offsets: self.groups.committed(&req.group, &req.partitions) })
+        let need = offset_scopes(&req.group);
+        who.allow_group("FetchCommittedOffsets", need, &req.group)?;
+        for p in &req.partitions {
+            who.allow_topic("FetchCommittedOffsets", need, &p.topic)?;
+        }
+        // Asked for every partition (none named): only those of topics the token may see.
+        let mut offsets = self.groups.committed(&req.group, &req.partitions);
+        offsets.retain(|o| who.sees_topic(&o.topic));
+        ok(pb::FetchCommittedOffsetsResponse { offsets })
     }
 
-    async fn list_groups(&self, _req: Request<pb::ListGroupsRequest>) -> Rpc<pb::ListGroupsResponse> {
-        ok(pb::ListGroupsResponse { groups: self.groups.list() })
+    async fn list_groups(&self, req: Request<pb::ListGroupsRequest>) -> Rpc<pb::ListGroupsResponse> {
+        let who = caller(&req)?;
+        who.allow("ListGroups", READ.or(Scopes::ADMIN))?;
+        let mut groups = self.groups.list();
+        groups.retain(|g| who.sees_group(&g.group));
+        ok(pb::ListGroupsResponse { groups })
     }
 
     async fn describe_group(&self, req: Request<pb::DescribeGroupRequest>) -> Rpc<pb::DescribeGroupResponse> {
-        ok(self.groups.describe(&req.into_inner().group))
+        let who = caller(&req)?;
+        let group = req.into_inner().group;
+        who.allow_group("DescribeGroup", READ.or(Scopes::ADMIN), &group)?;
+        let mut described = self.groups.describe(&group);
+        described.offsets.retain(|o| who.sees_topic(&o.topic));
+        ok(described)
     }
 }

@@ -232,3 +232,53 @@ fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
     assert_eq!(defaults.producer_settings(), crate::producer_state::Settings::default());
     assert_eq!(defaults.groups.group_limits(), crate::groups::Limits::default());
 }
+
+#[test]
+fn every_bad_token_entry_is_named() {
+    let text = r#"
+[[auth.tokens]]
+name = "orders app"
+token_file = "/x"
+scopes = []
+topics = ["orders("]
+
+[[auth.tokens]]
+name = "ops"
+token_file = "/y"
+scopes = ["admin"]
+
+[[auth.tokens]]
+name = "ops"
+token_file = "/z"
+scopes = ["replica"]
+
+[[auth.tokens]]
+name = "typo"
+token_file = "/w"
+scopes = ["produse"]
+topics = [".*"]
+"#;
+    let err = BrokerConfig::from_toml(text, false).unwrap_err();
+    let ConfigError::Invalid(problems) = &err else { panic!("{err}") };
+    let mut got = problems.0.clone();
+    got.sort();
+    assert_eq!(got.len(), 7, "{err}");
+    assert_eq!(got[0], "auth.tokens[0].name: \"orders app\" must be 1-64 characters of A-Z a-z 0-9 - _ .");
+    assert_eq!(
+        got[1],
+        "auth.tokens[0].scopes: is empty; give at least one of produce, consume, admin, mirror, replica"
+    );
+    assert_eq!(got[2], "auth.tokens[0].topics: pattern \"orders(\" is not a valid regex: unclosed group");
+    assert!(got[3].starts_with("auth.tokens[1].topics: is empty, so the token may touch no topic"), "{err}");
+    assert_eq!(got[4], "auth.tokens[2].name: \"ops\" names two tokens");
+    // The unknown scope, and (as it is dropped) the list is empty.
+    assert_eq!(
+        got[5],
+        "auth.tokens[3].scopes: is empty; give at least one of produce, consume, admin, mirror, replica"
+    );
+    assert!(got[6].starts_with("auth.tokens[3].scopes[0]: \"produse\" is not one of \"produce\""), "{err}");
+    assert!(!err.to_string().contains('\n'), "{err}");
+    // A replica-only token needs no topic; a good entry loads.
+    let ok = "[[auth.tokens]]\nname = \"peer\"\ntoken_file = \"/p\"\nscopes = [\"replica\"]\n";
+    assert_eq!(BrokerConfig::from_toml(ok, false).unwrap().auth.tokens.len(), 1);
+}
