@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use regex::RegexSet;
-use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
+pub use crate::config::Scope;
 use crate::config::{BrokerConfig, ConfigError, TOKEN_ENV};
 use crate::error::BrokerError;
 
@@ -29,27 +29,8 @@ pub const MIRROR_GROUP_PREFIX: &str = "ferry-mirror.";
 /// The shortest secret a scoped token may have.
 pub const MIN_SECRET_CHARS: usize = 16;
 
-/// Largest compiled size of one token's topic or group patterns (the regex crate's own bound, 10 MiB by default).
-const PATTERN_SIZE_LIMIT: usize = 1 << 20;
-
 /// Shortest time between two logged denials of one token.
 const LOG_EVERY: Duration = Duration::from_secs(1);
-
-/// What a token may do. docs/broker.md lists the RPCs of each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Produce and InitProducer.
-    Produce,
-    /// Fetch, Subscribe, ListOffsets, and group membership and commits.
-    Consume,
-    /// Topic create, delete, alter and promote.
-    Admin,
-    /// What a mirror needs on either side.
-    Mirror,
-    /// Reserved for broker-to-broker traffic; allows no RPC yet.
-    Replica,
-}
 
 impl Scope {
     const EVERY: [Scope; 5] = [Scope::Produce, Scope::Consume, Scope::Admin, Scope::Mirror, Scope::Replica];
@@ -123,19 +104,7 @@ pub enum Names {
 impl Names {
     /// The names matching one of `patterns`, each anchored at both ends. The error names the bad pattern.
     pub fn matching(patterns: &[String]) -> Result<Names, String> {
-        for p in patterns {
-            if let Err(e) = regex::RegexBuilder::new(p).size_limit(PATTERN_SIZE_LIMIT).build() {
-                // The parser's message spans lines (the pattern, a caret, the error): keep its last, the error.
-                let text = e.to_string();
-                let why = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_start_matches("error: ");
-                return Err(format!("pattern {p:?} is not a valid regex: {why}"));
-            }
-        }
-        regex::RegexSetBuilder::new(patterns.iter().map(|p| format!("^(?:{p})$")))
-            .size_limit(PATTERN_SIZE_LIMIT)
-            .build()
-            .map(Names::Matching)
-            .map_err(|e| format!("the patterns together are too large: {e}"))
+        crate::config::compile_patterns(patterns).map(Names::Matching)
     }
 
     fn covers(&self, name: &str) -> bool {

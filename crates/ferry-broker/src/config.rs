@@ -53,13 +53,48 @@ pub struct TokenSection {
     /// File holding the secret the client presents as `authorization: Bearer <secret>`.
     pub token_file: PathBuf,
     /// What the token may do.
-    pub scopes: Vec<crate::auth::Scope>,
+    pub scopes: Vec<Scope>,
     /// Regexes of the topics it may touch, each matched against the whole name. Empty: none.
     #[serde(default)]
     pub topics: Vec<String>,
     /// Regexes of the consumer groups it may touch, each matched against the whole name. Empty: none.
     #[serde(default)]
     pub groups: Vec<String>,
+}
+
+/// What a token may do. docs/broker.md lists the RPCs of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Produce and InitProducer.
+    Produce,
+    /// Fetch, Subscribe, ListOffsets, and group membership and commits.
+    Consume,
+    /// Topic create, delete, alter and promote.
+    Admin,
+    /// What a mirror needs on either side.
+    Mirror,
+    /// Reserved for broker-to-broker traffic; allows no RPC yet.
+    Replica,
+}
+
+/// Largest compiled size of one token's topic or group patterns (the regex crate's own bound is 10 MiB).
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// `patterns` as one set, each anchored at both ends. The error names the bad pattern, on one line.
+pub fn compile_patterns(patterns: &[String]) -> Result<regex::RegexSet, String> {
+    for p in patterns {
+        if let Err(e) = regex::RegexBuilder::new(p).size_limit(PATTERN_SIZE_LIMIT).build() {
+            // The parser's message spans lines (the pattern, a caret, the error): keep its last, the error.
+            let text = e.to_string();
+            let why = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_start_matches("error: ");
+            return Err(format!("pattern {p:?} is not a valid regex: {why}"));
+        }
+    }
+    regex::RegexSetBuilder::new(patterns.iter().map(|p| format!("^(?:{p})$")))
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("the patterns together are too large: {e}"))
 }
 
 impl AuthSection {
@@ -83,7 +118,7 @@ impl AuthSection {
                     "is empty; give at least one of produce, consume, admin, mirror, replica",
                 );
             }
-            let only_replica = t.scopes.iter().all(|s| *s == crate::auth::Scope::Replica);
+            let only_replica = t.scopes.iter().all(|s| *s == Scope::Replica);
             if t.topics.is_empty() && !only_replica {
                 p.push(
                     format!("{key}.topics"),
@@ -91,7 +126,7 @@ impl AuthSection {
                 );
             }
             for (field, patterns) in [("topics", &t.topics), ("groups", &t.groups)] {
-                if let Err(e) = crate::auth::Names::matching(patterns) {
+                if let Err(e) = compile_patterns(patterns) {
                     p.push(format!("{key}.{field}"), e);
                 }
             }
