@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferry_batch::{self as batch, Header};
-use ferry_client::{Admin, BrokerClient, ClientConfig, ClientError, Code, ConsumerRecord};
+use ferry_client::{
+    Admin, BrokerClient, ClientConfig, ClientError, Code, ConsumerRecord, ProducerRecord, RecordMetadata,
+};
 use ferry_testkit::BrokerProcess;
 use sha2::{Digest, Sha256};
 
@@ -54,6 +56,18 @@ pub struct Rec {
 }
 
 impl Rec {
+    /// A produced record as the log holds it, at the partition and offset its acknowledgement names.
+    pub fn acked(ack: &RecordMetadata, r: ProducerRecord) -> Rec {
+        Rec {
+            partition: ack.partition,
+            offset: ack.offset,
+            key: r.key,
+            value: r.value,
+            headers: headers(&r.headers),
+            timestamp: r.timestamp.expect("the test's records carry timestamps"),
+        }
+    }
+
     /// From a consumed record.
     pub fn from_consumed(r: &ConsumerRecord) -> Rec {
         Rec {

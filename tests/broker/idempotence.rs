@@ -7,7 +7,7 @@ use ferry_client::proto as pb;
 use ferry_client::{Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::Proxy;
 
-use crate::common::{Rec, assert_same_records, client_for, connect, headers, leos, read_topic, start_broker};
+use crate::common::{Rec, assert_same_records, client_for, connect, leos, read_topic, start_broker};
 
 const TS0: i64 = 1_700_000_000_000;
 
@@ -48,21 +48,8 @@ async fn producer_retries_after_lost_responses_write_each_record_once() -> anyho
     // Acknowledged offsets are contiguous after the first record, and the log holds each record exactly once.
     let offsets: Vec<u64> = acks.iter().map(|a| a.offset).collect();
     assert_eq!(offsets, (1..=300).collect::<Vec<u64>>());
-    let expected: Vec<Rec> = std::iter::once(&first)
-        .chain(acks.iter())
-        .enumerate()
-        .map(|(i, ack)| {
-            let r = record(i);
-            Rec {
-                partition: ack.partition,
-                offset: ack.offset,
-                key: r.key,
-                value: r.value,
-                headers: headers(&r.headers),
-                timestamp: r.timestamp.unwrap(),
-            }
-        })
-        .collect();
+    let expected: Vec<Rec> =
+        std::iter::once(&first).chain(acks.iter()).enumerate().map(|(i, ack)| Rec::acked(ack, record(i))).collect();
     assert_same_records("log after lost responses", &expected, &read_topic(&client, "payments").await);
     assert_eq!(leos(&admin, "payments").await, vec![301]);
     Ok(())

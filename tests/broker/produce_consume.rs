@@ -44,21 +44,7 @@ async fn keyed_records_are_consumed_exactly_once_in_partition_order() -> anyhow:
     }
     let acks = futures::future::try_join_all(deliveries).await?;
     producer.close().await;
-    let expected: Vec<Rec> = acks
-        .iter()
-        .enumerate()
-        .map(|(i, ack)| {
-            let r = record("orders", i);
-            Rec {
-                partition: ack.partition,
-                offset: ack.offset,
-                key: r.key,
-                value: r.value,
-                headers: crate::common::headers(&r.headers),
-                timestamp: r.timestamp.unwrap(),
-            }
-        })
-        .collect();
+    let expected: Vec<Rec> = acks.iter().enumerate().map(|(i, ack)| Rec::acked(ack, record("orders", i))).collect();
 
     // The same key always lands on the partition of the documented partitioner.
     for r in &expected {

@@ -12,7 +12,7 @@ use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient, ClientConfig, ClientError, Code, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::{BrokerProcess, deadline, wait_for};
 
-use crate::common::{IO_BUDGET, Rec, assert_same_records, assert_status, headers, leos, plain_batch, read_topic};
+use crate::common::{IO_BUDGET, Rec, assert_same_records, assert_status, leos, plain_batch, read_topic};
 
 const APP_SECRET: &str = "app-secret-5d0c7a91e2b84f36";
 const OPS_SECRET: &str = "ops-secret-c81f4e09a6d2b753";
@@ -88,21 +88,7 @@ async fn a_produce_only_token_produces_to_its_topics_and_is_denied_everything_el
     }
     let acks = futures::future::try_join_all(deliveries).await?;
     producer.close().await;
-    let expected: Vec<Rec> = acks
-        .iter()
-        .enumerate()
-        .map(|(i, ack)| {
-            let r = record(i);
-            Rec {
-                partition: ack.partition,
-                offset: ack.offset,
-                key: r.key,
-                value: r.value,
-                headers: headers(&r.headers),
-                timestamp: r.timestamp.unwrap(),
-            }
-        })
-        .collect();
+    let expected: Vec<Rec> = acks.iter().enumerate().map(|(i, ack)| Rec::acked(ack, record(i))).collect();
     assert_same_records("orders.eu as produced", &expected, &read_topic(&ops, "orders.eu").await);
 
     // Other topics.

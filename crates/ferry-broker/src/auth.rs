@@ -20,7 +20,7 @@ use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
 pub use crate::config::Scope;
-use crate::config::{BrokerConfig, ConfigError, TOKEN_ENV};
+use crate::config::{BrokerConfig, ConfigError};
 use crate::error::BrokerError;
 
 /// The prefix of the mirror's own groups (`ferry-mirror.{name}`): only the mirror scope may touch them.
@@ -244,13 +244,8 @@ impl Authorizer {
     /// caller must be one token.
     pub fn from_config(config: &BrokerConfig) -> Result<Authorizer, ConfigError> {
         let mut grants = Vec::new();
-        if let Some(secret) = config.token()? {
-            let name = if std::env::var(TOKEN_ENV).is_ok_and(|t| !t.trim().is_empty()) {
-                TOKEN_ENV
-            } else {
-                "broker.token_file"
-            };
-            grants.push(Grant::new(name.into(), Some(secret.into_bytes()), Scopes::ALL, Names::All, Names::All));
+        if let Some((source, secret)) = config.token()? {
+            grants.push(Grant::new(source.into(), Some(secret.into_bytes()), Scopes::ALL, Names::All, Names::All));
         }
         let mut problems = ferry_config::Problems::new();
         for (i, t) in config.auth.tokens.iter().enumerate() {

@@ -522,12 +522,13 @@ impl BrokerConfig {
         }
     }
 
-    /// The bearer token clients must present, from `FERRY_BROKER_TOKEN` or `broker.token_file`.
-    pub fn token(&self) -> Result<Option<String>, ConfigError> {
+    /// The all-scope bearer token, from `FERRY_BROKER_TOKEN` or `broker.token_file`, with the name of where it
+    /// came from.
+    pub fn token(&self) -> Result<Option<(&'static str, String)>, ConfigError> {
         if let Ok(token) = std::env::var(TOKEN_ENV)
             && !token.trim().is_empty()
         {
-            return Ok(Some(token.trim().to_owned()));
+            return Ok(Some((TOKEN_ENV, token.trim().to_owned())));
         }
         match &self.broker.token_file {
             None => Ok(None),
@@ -538,7 +539,7 @@ impl BrokerConfig {
                 if token.is_empty() {
                     return Err(ConfigError::Invalid(Problems(vec!["broker.token_file: the file is empty".into()])));
                 }
-                Ok(Some(token.to_owned()))
+                Ok(Some(("broker.token_file", token.to_owned())))
             }
         }
     }
