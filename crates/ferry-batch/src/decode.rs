@@ -25,14 +25,26 @@ pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>, BatchError> {
 /// count is checked against what the body can hold before any record is decoded, and decoding stops at the
 /// first inconsistency.
 pub fn decode_records_bounded(batch: &[u8], max_decompressed: usize) -> Result<Vec<Record>, BatchError> {
+    decode(batch, None, max_decompressed)
+}
+
+/// [`decode_records_bounded`] without copying: every key and value (record and header) is a slice of `batch`,
+/// or of the decompressed section, and keeps that buffer alive while it lives. For a consumer handing out the
+/// records of a fetch it received as one buffer.
+pub fn decode_records_shared(batch: &Bytes, max_decompressed: usize) -> Result<Vec<Record>, BatchError> {
+    decode(batch, Some(batch), max_decompressed)
+}
+
+/// Decodes `batch`; with an `owner` (the batch's own bytes), values are slices of it instead of copies.
+fn decode(batch: &[u8], owner: Option<&Bytes>, max_decompressed: usize) -> Result<Vec<Record>, BatchError> {
     let header = verify(batch)?;
     let section = &batch[HEADER_LEN..];
-    let decompressed;
-    let records: &[u8] = match header.compression()? {
-        Compression::None => section,
+    let decompressed: Bytes;
+    let (records, owner): (&[u8], Option<&Bytes>) = match header.compression()? {
+        Compression::None => (section, owner),
         Compression::Zstd => {
-            decompressed = decompress_zstd(section, max_decompressed)?;
-            &decompressed
+            decompressed = Bytes::from(decompress_zstd(section, max_decompressed)?);
+            (&decompressed, owner.map(|_| &decompressed))
         }
     };
     // The count comes from an untrusted header: a body too short for it is refused before decoding anything.
@@ -42,7 +54,7 @@ pub fn decode_records_bounded(batch: &[u8], max_decompressed: usize) -> Result<V
             position: records.len(),
         });
     }
-    let mut reader = Reader { buf: records, pos: 0 };
+    let mut reader = Reader { buf: records, pos: 0, owner };
     let mut out = Vec::with_capacity(header.record_count as usize);
     for _ in 0..header.record_count {
         let at = reader.pos;
@@ -60,10 +72,11 @@ pub fn decode_records_bounded(batch: &[u8], max_decompressed: usize) -> Result<V
     Ok(out)
 }
 
-/// A cursor over a records section.
+/// A cursor over a records section; with an `owner` (the buffer `buf` lies in), values are slices of it.
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    owner: Option<&'a Bytes>,
 }
 
 impl Reader<'_> {
@@ -110,7 +123,12 @@ impl Reader<'_> {
             return Err(self.malformed(what));
         }
         let len = usize::try_from(len).map_err(|_| self.malformed(what))?;
-        Ok(Some(Bytes::copy_from_slice(self.bytes(len, what)?)))
+        let owner = self.owner;
+        let bytes = self.bytes(len, what)?;
+        Ok(Some(match owner {
+            Some(owner) => owner.slice_ref(bytes),
+            None => Bytes::copy_from_slice(bytes),
+        }))
     }
 
     fn record(&mut self, header: &BatchHeader) -> Result<Record, BatchError> {
@@ -297,7 +315,23 @@ mod tests {
             prop_assert_eq!(header.record_count as usize, records.len());
             prop_assert_eq!(header.last_offset(), records.last().unwrap().offset);
             prop_assert_eq!((header.producer_id, header.producer_epoch, header.base_sequence), (5, 1, 10));
-            prop_assert_eq!(decode_records(&batch).unwrap(), records);
+            prop_assert_eq!(&decode_records(&batch).unwrap(), &records);
+            // The shared decode gives the same records; uncompressed, every value lies inside the batch itself.
+            let shared = decode_records_shared(&batch, MAX_DECOMPRESSED_BYTES).unwrap();
+            prop_assert_eq!(&shared, &records);
+            if !zstd {
+                let inside = |b: &Bytes| b.is_empty() || batch.as_ptr_range().contains(&b.as_ptr());
+                for r in &shared {
+                    prop_assert!(r.key.iter().chain(&r.value).all(inside));
+                    prop_assert!(r.headers.iter().filter_map(|h| h.value.as_ref()).all(inside));
+                }
+            }
+        }
+
+        #[test]
+        fn the_shared_decode_refuses_what_the_copying_one_refuses(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let bytes = Bytes::from(bytes);
+            prop_assert_eq!(decode_records_shared(&bytes, MAX_DECOMPRESSED_BYTES).err(), decode_records(&bytes).err());
         }
 
         #[test]
