@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use ferry_batch::{self as batch, BatchHeader, BatchIter};
@@ -38,6 +39,8 @@ pub struct Partition {
     log: Arc<Log>,
     writer: Mutex<ProducerStates>,
     arrivals: watch::Sender<u64>,
+    /// Set while a flush started by [`Partition::flush_behind`] is queued or running.
+    flush_behind: Arc<AtomicBool>,
 }
 
 impl Partition {
@@ -59,7 +62,14 @@ impl Partition {
         let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
         log.for_each_batch_header(from, &mut |h: &BatchHeader| producers.record(h, h.base_offset, h.last_offset()))
             .map_err(|e| BrokerError::storage(topic, index, e))?;
-        Ok(Partition { topic: topic.to_owned(), index, log: Arc::new(log), writer: Mutex::new(producers), arrivals })
+        Ok(Partition {
+            topic: topic.to_owned(),
+            index,
+            log: Arc::new(log),
+            writer: Mutex::new(producers),
+            arrivals,
+            flush_behind: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Topic name.
@@ -183,14 +193,18 @@ impl Partition {
             Vec::new()
         } else {
             let log = Arc::clone(&self.log);
-            let infos = tokio::task::spawn_blocking(move || {
+            let (infos, over) = tokio::task::spawn_blocking(move || {
                 let parts: Vec<&[u8]> = to_write.iter().map(|b| b.as_ref()).collect();
-                log.append_all(&parts)
+                // Verified above (`verified_batches`): the log makes every other check, not the CRC pass again.
+                log.append_all_verified(&parts).map(|infos| (infos, log.over_flush_threshold()))
             })
             .await
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
             .map_err(|e| self.err(e))?;
             self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+            if over {
+                self.flush_behind();
+            }
             infos
         }
         .into_iter();
@@ -230,25 +244,45 @@ impl Partition {
 
     /// The mirror's path: appends batches that carry their source offsets and epochs.
     pub async fn append_with_offsets(&self, batches: Bytes, source_log_start: u64) -> Result<OffsetAppendOutcome> {
-        if !batches.is_empty() {
-            // Validate framing, size and CRC up front so a bad request gets its own status code.
-            self.verified_batches(&batches)?;
-        }
+        // Validate framing, size and CRC up front so a bad request gets its own status code; the log then makes
+        // every other check without a second CRC pass, and the headers parsed here feed the producer state.
+        let verified = if batches.is_empty() { Vec::new() } else { self.verified_batches(&batches)? };
         let mut producers = self.writer.lock().await;
         let log = Arc::clone(&self.log);
-        let for_state = batches.clone();
-        let outcome = tokio::task::spawn_blocking(move || log.append_with_offsets(&batches, source_log_start))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
-            .map_err(|e| self.offset_append_error(e))?;
+        let (outcome, over) = tokio::task::spawn_blocking(move || {
+            log.append_with_offsets_verified(&batches, source_log_start).map(|o| (o, log.over_flush_threshold()))
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
+        .map_err(|e| self.offset_append_error(e))?;
+        if over {
+            self.flush_behind();
+        }
         let leo = self.log.log_end_offset();
-        for (header, _) in BatchIter::new(&for_state).flatten() {
+        for (header, _) in &verified {
             if header.last_offset() < leo {
-                producers.record(&header, header.base_offset, header.last_offset());
+                producers.record(header, header.base_offset, header.last_offset());
             }
         }
         self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
         Ok(outcome)
+    }
+
+    /// Starts the async policy's byte-threshold fsync on the blocking pool, unless one is queued or running
+    /// already; the append that crossed the threshold does not wait for it (under `flush = "async"` an
+    /// acknowledgement never waited for an fsync), and later appends go on while it runs.
+    fn flush_behind(&self) {
+        if self.flush_behind.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (log, flag) = (Arc::clone(&self.log), Arc::clone(&self.flush_behind));
+        let (topic, index) = (self.topic.clone(), self.index);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = log.flush_over_threshold() {
+                tracing::warn!(topic, partition = index, error = %e, "flush failed; will retry");
+            }
+            flag.store(false, Ordering::Release);
+        });
     }
 
     /// A refused offset append becomes [`BrokerError::AppendRefused`] with its kind, or a malformed request when

@@ -17,7 +17,7 @@ use crate::fs::OpenMode;
 use crate::index;
 use crate::segment::Segment;
 use crate::state::{LogCore, SealedFiles, Writer};
-use crate::types::{AppendInfo, BatchMeta};
+use crate::types::{AppendInfo, BatchMeta, Caller};
 use crate::{FlushPolicy, Result, StorageError};
 
 /// Index bytes collected before they are written to the index file.
@@ -26,13 +26,14 @@ const INDEX_WRITE_BLOCK: usize = 4096;
 impl LogCore {
     /// `Log::append`.
     pub(crate) fn append_batch(&self, batch: &[u8]) -> Result<AppendInfo> {
-        let mut infos = self.append_batches(&[batch])?;
+        let mut infos = self.append_batches(&[batch], Caller::Plain)?;
         Ok(infos.pop().expect("one batch in, one out"))
     }
 
-    /// `Log::append_all`: every batch is checked and given its offsets before anything is written, and then all of
-    /// them go to disk in one write, published together. A failed write is taken back whole.
-    pub(crate) fn append_batches(&self, batches: &[&[u8]]) -> Result<Vec<AppendInfo>> {
+    /// `Log::append_all` (and, with [`Caller::Verified`], `Log::append_all_verified`): every batch is checked and
+    /// given its offsets before anything is written, and then all of them go to disk in one write, published
+    /// together. A failed write is taken back whole.
+    pub(crate) fn append_batches(&self, batches: &[&[u8]], caller: Caller) -> Result<Vec<AppendInfo>> {
         let mut w = self.writer.lock();
         let (leo, epoch, max) = {
             let st = self.state.read();
@@ -51,7 +52,8 @@ impl LogCore {
             // A plain append takes one offset per record: a sparse header (say one record claiming a span of
             // 2^32) would move the log end by billions and roll a segment per append. Sparse batches from a
             // compacted source come through append-with-offsets only.
-            let header = batch::verify(batch)
+            let header = caller
+                .check(batch)
                 .and_then(|h| h.check_dense().map(|()| h))
                 .map_err(|source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: next, source })?;
             if batch.len() as u64 > max {
@@ -83,7 +85,7 @@ impl LogCore {
         }
         let parts: Vec<&[u8]> =
             prefixes.iter().zip(batches).flat_map(|(p, b)| [p.as_slice(), &b[CRC_START..]]).collect();
-        self.write_batches(&mut w, &parts, &metas)?;
+        self.write_batches(&mut w, &parts, &metas, caller)?;
         Ok(metas
             .iter()
             .map(|m| AppendInfo { base_offset: m.base, last_offset: m.last, epoch, log_end_offset: next })
@@ -91,16 +93,22 @@ impl LogCore {
     }
 
     /// Writes one verified batch whose offsets start at the log end (see [`LogCore::write_batches`]).
-    pub(crate) fn write_batch(&self, w: &mut Writer, parts: &[&[u8]], meta: BatchMeta) -> Result<()> {
-        self.write_batches(w, parts, &[meta])
+    pub(crate) fn write_batch(&self, w: &mut Writer, parts: &[&[u8]], meta: BatchMeta, caller: Caller) -> Result<()> {
+        self.write_batches(w, parts, &[meta], caller)
     }
 
     /// Writes verified batches whose offsets run on from the log end, back to back, with one write: rolls first if
     /// the active segment is full or old, records new epochs in the history, writes, indexes, publishes all of them
-    /// at once, and applies the flush policy. `parts` are the batches' bytes in order; `metas` say where each
-    /// batch starts and ends in offsets (their `pos` is set here). A write that fails part-way is taken back
-    /// whole, so the log holds all of the batches or none.
-    pub(crate) fn write_batches(&self, w: &mut Writer, parts: &[&[u8]], metas: &[BatchMeta]) -> Result<()> {
+    /// at once, and applies the flush policy (the async byte threshold only for a [`Caller::Plain`]). `parts` are
+    /// the batches' bytes in order; `metas` say where each batch starts and ends in offsets (their `pos` is set
+    /// here). A write that fails part-way is taken back whole, so the log holds all of the batches or none.
+    pub(crate) fn write_batches(
+        &self,
+        w: &mut Writer,
+        parts: &[&[u8]],
+        metas: &[BatchMeta],
+        caller: Caller,
+    ) -> Result<()> {
         let (Some(first), Some(final_meta)) = (metas.first(), metas.last()) else { return Ok(()) };
         let total: u64 = metas.iter().map(|m| m.len).sum();
         let now = self.clock.now_ms();
@@ -187,6 +195,7 @@ impl LogCore {
             tracing::warn!(dir = %self.dir.display(), error = %e, "index write failed; will retry");
         }
         if let FlushPolicy::Async { bytes, .. } = config.flush
+            && caller == Caller::Plain
             && w.unflushed >= bytes
             && let Err(e) = self.flush_locked(w)
         {
@@ -230,18 +239,7 @@ impl LogCore {
             checkpoint::sync_dir(&*self.fs, &self.dir)?;
             w.dir_unsynced = false;
         }
-        for sealed in &w.sealed_unflushed {
-            // A segment that retention or a truncation removed since it was sealed has nothing left to sync.
-            let log = match sealed.log.get() {
-                Err(StorageError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => continue,
-                other => other?,
-            };
-            log.sync_data().map_err(LogCore::io_error(&sealed.log_path))?;
-            match self.fs.open(&sealed.index_path, OpenMode::Existing) {
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                index => index.and_then(|i| i.sync_all()).map_err(LogCore::io_error(&sealed.index_path))?,
-            }
-        }
+        self.sync_sealed(&w.sealed_unflushed)?;
         w.sealed_unflushed.clear();
         let (file, path, active_base) = {
             let st = self.state.read();
@@ -252,6 +250,54 @@ impl LogCore {
         w.unflushed = 0;
         w.last_flush_ms = self.clock.now_ms();
         self.set_recovery_point(w, active_base)
+    }
+
+    /// fsyncs everything appended before the call, as [`LogCore::flush_locked`] does, but holds the writer lock only
+    /// to take stock and to record the result, not over the fsync: appends go on meanwhile, and their bytes are
+    /// left for the next flush. Such flushes run one at a time.
+    ///
+    /// Only the common case runs unlocked: the active segment's data, with the recovery point already at the
+    /// active segment. When segments were sealed or created since the last flush, it is [`LogCore::flush_locked`]:
+    /// those files, the directory and the recovery point move together under the lock, so no flush ever records
+    /// a point past a file that is not durable yet.
+    pub(crate) fn flush_concurrently(&self) -> Result<()> {
+        let _one_at_a_time = self.flushing.lock();
+        let (file, path, taken) = {
+            let mut w = self.writer.lock();
+            if self.state.read().closed {
+                return Err(self.closed_error());
+            }
+            let active_base = self.state.read().segments.last().map(|s| s.base);
+            if !w.sealed_unflushed.is_empty() || w.dir_unsynced || active_base != Some(w.recovery_point) {
+                return self.flush_locked(&mut w);
+            }
+            self.write_pending_index(&mut w)?;
+            let st = self.state.read();
+            let active = st.segments.last().ok_or_else(|| self.closed_error())?;
+            (active.file.get()?, active.log_path.clone(), w.unflushed)
+        };
+        file.sync_data().map_err(LogCore::io_error(&path))?;
+        let mut w = self.writer.lock();
+        // What was appended meanwhile stays unflushed (a flush under the lock meanwhile may have counted it).
+        w.unflushed = w.unflushed.saturating_sub(taken);
+        w.last_flush_ms = self.clock.now_ms();
+        Ok(())
+    }
+
+    /// fsyncs sealed segments' files (a segment removed since it was sealed has nothing left to sync).
+    fn sync_sealed(&self, sealed: &[SealedFiles]) -> Result<()> {
+        for sealed in sealed {
+            let log = match sealed.log.get() {
+                Err(StorageError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => continue,
+                other => other?,
+            };
+            log.sync_data().map_err(LogCore::io_error(&sealed.log_path))?;
+            match self.fs.open(&sealed.index_path, OpenMode::Existing) {
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                index => index.and_then(|i| i.sync_all()).map_err(LogCore::io_error(&sealed.index_path))?,
+            }
+        }
+        Ok(())
     }
 
     /// Persists a new recovery point (every segment based below it is durable) if it changed.

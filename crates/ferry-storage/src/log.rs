@@ -14,7 +14,7 @@ use crate::checkpoint;
 use crate::clock::{Clock, SystemClock};
 use crate::fs::FsRef;
 use crate::state::LogCore;
-use crate::types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};
+use crate::types::{AppendInfo, Caller, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};
 use crate::{FlushPolicy, LogConfig, Result, StorageError};
 
 /// One partition's segmented log. `Send + Sync`: one writer and many readers may call it concurrently; all
@@ -86,7 +86,15 @@ impl Log {
     /// some of them without the others, and a write that fails part-way (a full disk) is taken back whole. One
     /// [`AppendInfo`] per batch, in order.
     pub fn append_all(&self, batches: &[&[u8]]) -> Result<Vec<AppendInfo>> {
-        self.core.append_batches(batches)
+        self.core.append_batches(batches, Caller::Plain)
+    }
+
+    /// [`Log::append_all`] for batches whose CRCs the caller has just verified (`ferry_batch::verify` on these very
+    /// bytes, in this process): every other check is made, the CRC pass is not made twice. The broker verifies a
+    /// request once, before it plans it, and appends with this. Under the async flush policy the byte threshold is
+    /// the caller's: this append never fsyncs for it, and the caller runs [`Log::flush_over_threshold`].
+    pub fn append_all_verified(&self, batches: &[&[u8]]) -> Result<Vec<AppendInfo>> {
+        self.core.append_batches(batches, Caller::Verified)
     }
 
     /// Appends batches that already carry offsets and epochs (the mirror's path, design §3).
@@ -106,7 +114,13 @@ impl Log {
     ///   moves the log end to `source_log_start` the same way;
     /// - a batch straddling the LEO is refused, as is a batch lying below the log start (nothing to compare).
     pub fn append_with_offsets(&self, batches: &[u8], source_log_start: u64) -> Result<OffsetAppendOutcome> {
-        self.core.append_offsets(batches, source_log_start)
+        self.core.append_offsets(batches, source_log_start, Caller::Plain)
+    }
+
+    /// [`Log::append_with_offsets`] for batches whose CRCs the caller has just verified, leaving the async byte
+    /// threshold to the caller (as [`Log::append_all_verified`]).
+    pub fn append_with_offsets_verified(&self, batches: &[u8], source_log_start: u64) -> Result<OffsetAppendOutcome> {
+        self.core.append_offsets(batches, source_log_start, Caller::Verified)
     }
 
     /// Reads whole batches starting with the one that contains `offset`, up to `max_bytes` (at least one whole
@@ -192,9 +206,10 @@ impl Log {
     }
 
     /// Under the async flush policy, fsyncs when the interval has passed since the last flush. Returns whether it
-    /// flushed.
+    /// flushed. Appends are not held up by the fsync: it runs without the log's write lock (what they append
+    /// meanwhile is left for the next flush).
     pub fn flush_if_due(&self) -> Result<bool> {
-        let mut w = self.core.writer.lock();
+        let w = self.core.writer.lock();
         let interval = {
             let st = self.core.state.read();
             if st.closed {
@@ -209,8 +224,28 @@ impl Log {
         if w.unflushed == 0 || self.core.clock.now_ms() < due_at {
             return Ok(false);
         }
-        self.core.flush_locked(&mut w)?;
+        drop(w);
+        self.core.flush_concurrently()?;
         Ok(true)
+    }
+
+    /// Under the async flush policy, fsyncs when `bytes` or more are unflushed, as [`Log::flush_if_due`] does
+    /// (appends go on meanwhile). For the callers of [`Log::append_all_verified`] and
+    /// [`Log::append_with_offsets_verified`], whose appends leave the byte threshold to them: the broker runs it
+    /// right after such an append, without making that append's answer wait for it. Returns whether it flushed.
+    pub fn flush_over_threshold(&self) -> Result<bool> {
+        if !self.over_flush_threshold() {
+            return Ok(false);
+        }
+        self.core.flush_concurrently()?;
+        Ok(true)
+    }
+
+    /// Whether the async policy's byte threshold is reached (what [`Log::flush_over_threshold`] would flush).
+    pub fn over_flush_threshold(&self) -> bool {
+        let w = self.core.writer.lock();
+        let st = self.core.state.read();
+        matches!(st.config.flush, FlushPolicy::Async { bytes, .. } if !st.closed && w.unflushed >= bytes)
     }
 
     /// Calls `f` with the header of every batch whose last offset is >= `from_offset`, in order (reads headers

@@ -13,7 +13,7 @@
 use ferry_batch::{self as batch, BatchHeader, BatchIter, Record};
 
 use crate::state::LogCore;
-use crate::types::{BatchMeta, OffsetAppendOutcome};
+use crate::types::{BatchMeta, Caller, OffsetAppendOutcome};
 use crate::{Result, StorageError};
 
 /// Read size used when collecting stored records to compare.
@@ -52,7 +52,7 @@ impl LogCore {
 
     /// Splits and checks the offered bytes: whole batches, good CRCs, within the size limit, offsets strictly
     /// increasing and not overflowing.
-    fn parse_offered<'a>(&self, batches: &'a [u8], log_end: u64, max: u64) -> Result<Vec<Offered<'a>>> {
+    fn parse_offered<'a>(&self, batches: &'a [u8], log_end: u64, max: u64, caller: Caller) -> Result<Vec<Offered<'a>>> {
         let mut out: Vec<Offered<'a>> = Vec::new();
         let mut iter = BatchIter::new(batches);
         loop {
@@ -68,7 +68,7 @@ impl LogCore {
                 .map_or_else(|| out.last().map_or(log_end, |p| p.header.next_offset()), u64::from_be_bytes);
             let invalid = |source| StorageError::InvalidBatch { dir: self.dir.clone(), offset: named, source };
             let (_, bytes) = item.map_err(invalid)?;
-            let header = batch::verify(bytes).map_err(invalid)?;
+            let header = caller.check(bytes).map_err(invalid)?;
             if bytes.len() as u64 > max {
                 return Err(StorageError::BatchTooLarge {
                     dir: self.dir.clone(),
@@ -99,7 +99,12 @@ impl LogCore {
     }
 
     /// `Log::append_with_offsets`.
-    pub(crate) fn append_offsets(&self, batches: &[u8], source_log_start: u64) -> Result<OffsetAppendOutcome> {
+    pub(crate) fn append_offsets(
+        &self,
+        batches: &[u8],
+        source_log_start: u64,
+        caller: Caller,
+    ) -> Result<OffsetAppendOutcome> {
         let mut w = self.writer.lock();
         let (leo, log_start, max, mut last_epoch) = {
             let st = self.state.read();
@@ -108,7 +113,7 @@ impl LogCore {
             }
             (st.log_end(), st.log_start(), st.config.max_batch_bytes, st.epochs.last_history_epoch())
         };
-        let offered = self.parse_offered(batches, leo, max)?;
+        let offered = self.parse_offered(batches, leo, max, caller)?;
         if source_log_start > crate::MAX_OFFSET + 1 {
             return Err(StorageError::OffsetOverflow { dir: self.dir.clone(), offset: source_log_start });
         }
@@ -181,7 +186,7 @@ impl LogCore {
                 Step::Write(i) => {
                     let b = &offered[i];
                     let meta = BatchMeta::from_header(0, &b.header);
-                    self.write_batch(&mut w, &[b.bytes], meta)?;
+                    self.write_batch(&mut w, &[b.bytes], meta, caller)?;
                     written += 1;
                 }
                 Step::Diverged(at) => {

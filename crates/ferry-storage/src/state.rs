@@ -31,6 +31,8 @@ pub(crate) struct LogCore {
     pub clock: Arc<dyn Clock>,
     /// Serialises every operation that changes the log.
     pub writer: Mutex<Writer>,
+    /// Serialises the flushes that fsync without holding `writer` (`LogCore::flush_concurrently`).
+    pub flushing: Mutex<()>,
     /// What readers snapshot and the writer publishes.
     pub state: RwLock<State>,
     /// Bumped whenever bytes a reader may have located are removed or rewritten.
@@ -48,6 +50,7 @@ impl LogCore {
             fs,
             clock,
             writer: Mutex::new(writer),
+            flushing: Mutex::new(()),
             state: RwLock::new(state),
             generation: AtomicU64::new(0),
             files,

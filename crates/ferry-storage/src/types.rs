@@ -2,7 +2,30 @@
 //! This module depends on nothing else in the crate, so every other module may use it.
 
 use bytes::Bytes;
-use ferry_batch::BatchHeader;
+use ferry_batch::{BatchError, BatchHeader};
+
+/// Who appends, which decides two things: whether the log makes the CRC pass over each batch itself, and whether
+/// the async policy's byte-threshold fsync runs inside the append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// Any caller (`Log::append`, `append_all`, `append_with_offsets`): each batch verified whole, CRC included,
+    /// and the append that crosses the byte threshold fsyncs before it returns.
+    Plain,
+    /// The broker (`Log::append_all_verified`, `append_with_offsets_verified`): it verified the CRCs of these very
+    /// bytes, so every other check is made but not the CRC pass again; and it runs the byte-threshold fsync itself
+    /// (`Log::flush_over_threshold`), so that an append is not held up by the fsync of earlier ones.
+    Verified,
+}
+
+impl Caller {
+    /// The checks of one batch.
+    pub(crate) fn check(self, batch: &[u8]) -> Result<BatchHeader, BatchError> {
+        match self {
+            Caller::Plain => ferry_batch::verify(batch),
+            Caller::Verified => ferry_batch::verify_header(batch),
+        }
+    }
+}
 
 /// What a plain append wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

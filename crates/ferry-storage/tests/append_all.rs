@@ -119,3 +119,66 @@ fn a_call_that_does_not_fit_the_active_segment_rolls_first_and_lands_whole_in_th
     drop(log);
     assert_eq!(read_all(&Log::open(dir.path(), config).unwrap()), expected);
 }
+
+#[test]
+fn the_verified_append_makes_every_check_but_the_crc_pass_and_reads_still_catch_a_bad_crc() {
+    let fs = SimFs::new();
+    let log = open(&fs, LogConfig { max_batch_bytes: 4096, ..sync() });
+    let (a, b) = (producer_batch(2, 100, "a"), producer_batch(3, 200, "b"));
+    let infos = log.append_all_verified(&[&a, &b]).unwrap();
+    let spans: Vec<(u64, u64)> = infos.iter().map(|i| (i.base_offset, i.last_offset)).collect();
+    assert_eq!(spans, vec![(0, 1), (2, 4)]);
+    let mut expected = rebased(&records(0, 2, 100, "a"), 0);
+    expected.extend(rebased(&records(0, 3, 200, "b"), 2));
+    assert_eq!(read_all(&log), expected);
+    // Every header check still holds: a cut batch, an oversized one.
+    let used = fs.used_bytes();
+    let cut = &b[..b.len() - 1];
+    let err = log.append_all_verified(&[&a, cut]).unwrap_err();
+    assert!(matches!(err, StorageError::InvalidBatch { offset: 7, .. }), "{err:?}");
+    let huge = producer_batch(1, 300, &"x".repeat(8192));
+    let err = log.append_all_verified(&[&huge]).unwrap_err();
+    assert!(matches!(err, StorageError::BatchTooLarge { offset: 5, max: 4096, .. }), "{err:?}");
+    assert_eq!((log.log_end_offset(), fs.used_bytes()), (5, used), "a refused call wrote something");
+    // The CRC pass is the caller's: a batch it did not verify goes in, and the read that serves it refuses it
+    // (the pass every read makes, and `ferryctl verify`, are what catch a bad CRC on disk).
+    let mut corrupt = producer_batch(1, 400, "c").to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    assert!(matches!(log.append_all(&[&corrupt]).unwrap_err(), StorageError::InvalidBatch { offset: 5, .. }));
+    log.append_all_verified(&[&corrupt]).unwrap();
+    let err = log.read(5, 1 << 20).unwrap_err();
+    assert!(matches!(err, StorageError::CorruptSegment { offset: Some(5), .. }), "{err:?}");
+}
+
+#[test]
+fn the_verified_append_leaves_the_byte_threshold_fsync_to_its_caller_and_that_fsync_survives_a_power_loss() {
+    let config = || LogConfig {
+        flush: FlushPolicy::Async { interval: std::time::Duration::from_secs(3600), bytes: 1 },
+        ..LogConfig::default()
+    };
+    let a = rebased(&records(0, 2, 100, "a"), 0);
+    let mut all = a.clone();
+    all.extend(rebased(&records(0, 3, 200, "b"), 2));
+    all.extend(records(5, 1, 300, "c"));
+    // The same appends on two machines; the power fails before the caller's flush on one, after it on the other.
+    for flushed in [false, true] {
+        let fs = SimFs::new();
+        let log = open(&fs, config());
+        // A plain append that crosses the threshold fsyncs before it returns: nothing is over it afterwards.
+        log.append_all(&[&producer_batch(2, 100, "a")]).unwrap();
+        assert!(!log.over_flush_threshold());
+        // A verified one does not: its bytes wait for the caller's flush.
+        log.append_all_verified(&[&producer_batch(3, 200, "b")]).unwrap();
+        log.append_with_offsets_verified(&batch_of(&records(5, 1, 300, "c"), 0), 0).unwrap();
+        assert!(log.over_flush_threshold());
+        assert_eq!(read_all(&log), all);
+        if flushed {
+            assert!(log.flush_over_threshold().unwrap());
+            assert!(!log.over_flush_threshold());
+            assert!(!log.flush_over_threshold().unwrap(), "nothing is over the threshold after the flush");
+        }
+        let after = open(&fs.power_loss(PowerLoss::DropUnsynced, 1), config());
+        assert_eq!(read_all(&after), if flushed { all.clone() } else { a.clone() }, "flushed: {flushed}");
+    }
+}
