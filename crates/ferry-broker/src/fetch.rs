@@ -284,8 +284,10 @@ pub async fn subscribe(
             batch_out.push(data);
         }
         if !batch_out.is_empty() {
-            if tx.send(Ok(pb::SubscribeResponse { partitions: batch_out })).await.is_err() {
-                return;
+            for response in responses(batch_out) {
+                if tx.send(Ok(response)).await.is_err() {
+                    return;
+                }
             }
             // Take in any credit or stop messages that arrived meanwhile before reading more.
             while let Some(msg) = requests.message().now_or_never() {
@@ -330,6 +332,24 @@ pub async fn subscribe(
             _ = tokio::time::sleep_until(next_heartbeat) => {}
         }
     }
+}
+
+/// A partition's data of at least this many bytes travels in a Subscribe response of its own. A client keeps
+/// received batches as slices of the buffer they arrived in, which lives as long as any slice does: alone in its
+/// message, large data needs no copy to be freed independently of the other partitions' (the mirror copies
+/// data that shares its message, so that memory stays what its budgets count).
+const OWN_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// One round's partition data as Subscribe responses: each partition's large data alone, the rest together. Every
+/// response is a subset of the round, so each stays within the round's size limit.
+fn responses(round: Vec<pb::PartitionData>) -> Vec<pb::SubscribeResponse> {
+    let (large, small): (Vec<_>, Vec<_>) = round.into_iter().partition(|d| d.batches.len() >= OWN_RESPONSE_BYTES);
+    let mut out: Vec<pb::SubscribeResponse> =
+        large.into_iter().map(|d| pb::SubscribeResponse { partitions: vec![d] }).collect();
+    if !small.is_empty() {
+        out.push(pb::SubscribeResponse { partitions: small });
+    }
+    out
 }
 
 /// A fetch entry for a partition the response has no room left for: its position, or why it cannot be read at
@@ -472,6 +492,41 @@ mod tests {
             max_wait_ms: 0,
             max_bytes,
         }
+    }
+
+    #[test]
+    fn large_partition_data_travels_alone_and_the_rest_together() {
+        let data = |partition: u32, len: usize| pb::PartitionData {
+            topic: "t".into(),
+            partition,
+            batches: bytes::Bytes::from(vec![partition as u8; len]),
+            ..Default::default()
+        };
+        let round = vec![
+            data(0, 10),
+            data(1, OWN_RESPONSE_BYTES),
+            data(2, 0),
+            data(3, OWN_RESPONSE_BYTES - 1),
+            data(4, 3 * OWN_RESPONSE_BYTES),
+        ];
+        let shape: Vec<Vec<(u32, usize)>> = responses(round.clone())
+            .iter()
+            .map(|r| r.partitions.iter().map(|d| (d.partition, d.batches.len())).collect())
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![(1, OWN_RESPONSE_BYTES)],
+                vec![(4, 3 * OWN_RESPONSE_BYTES)],
+                vec![(0, 10), (2, 0), (3, OWN_RESPONSE_BYTES - 1)],
+            ]
+        );
+        // Nothing lost or changed: the same partition data, each once.
+        let mut back: Vec<pb::PartitionData> =
+            responses(round.clone()).into_iter().flat_map(|r| r.partitions).collect();
+        back.sort_by_key(|d| d.partition);
+        assert_eq!(back, round);
+        assert!(responses(Vec::new()).is_empty());
     }
 
     #[tokio::test]

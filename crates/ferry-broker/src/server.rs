@@ -23,6 +23,9 @@ use crate::service::BrokerService;
 /// HTTP/2 windows sized for WAN links: a 50 ms RTT at 1 Gbit/s needs ~6 MiB in flight per stream.
 const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+/// Largest HTTP/2 frame a client may send (the protocol's default is 16 KiB): a 1 MiB produce or mirror append
+/// then crosses in a frame or two instead of 64, each parsed, woken for and handed to the gRPC decoder apart.
+const MAX_FRAME: u32 = 1024 * 1024;
 
 /// Why the broker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +157,7 @@ pub async fn run(
     let mut builder = Server::builder()
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         // Without it tonic sets no limit at all, overriding hyper's default.

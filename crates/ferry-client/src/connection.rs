@@ -81,7 +81,7 @@ pub(crate) struct Failure {
 }
 
 #[derive(Clone)]
-struct Conn {
+pub(crate) struct Conn {
     index: usize,
     generation: u64,
     channel: Channel,
@@ -216,6 +216,20 @@ impl BrokerClient {
         }
     }
 
+    /// A plain gRPC client on `conn`, with the interceptor, limits and compression of the generated one, for
+    /// calls whose messages are encoded by hand (see `rpc::AppendWithOffsetsParts`).
+    pub(crate) fn grpc(&self, conn: &Conn) -> tonic::client::Grpc<InterceptedService<Channel, AuthInterceptor>> {
+        let config = &self.inner.config;
+        let service = InterceptedService::new(conn.channel.clone(), self.inner.auth.clone());
+        let mut grpc = tonic::client::Grpc::new(service)
+            .max_decoding_message_size(config.max_message_bytes)
+            .max_encoding_message_size(config.max_message_bytes);
+        if config.compression {
+            grpc = grpc.send_compressed(CompressionEncoding::Zstd).accept_compressed(CompressionEncoding::Zstd);
+        }
+        grpc
+    }
+
     fn make_raw(&self, channel: Channel) -> RawClient {
         let config = &self.inner.config;
         let mut client = broker_client::BrokerClient::with_interceptor(channel, self.inner.auth.clone())
@@ -247,12 +261,21 @@ impl BrokerClient {
         F: FnOnce(RawClient) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.attempt_on(rpc, timeout, |conn| f(conn.client.clone())).await
+    }
+
+    /// [`Self::attempt`] for a call that needs more of the connection than the generated client.
+    async fn attempt_on<T, F, Fut>(&self, rpc: &'static str, timeout: Duration, f: F) -> Result<T, Failure>
+    where
+        F: FnOnce(&Conn) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
         let conn = match self.connection().await {
             Ok(c) => c,
             Err(error) => return Err(Failure { error, never_sent: true }),
         };
         let broker = &self.inner.config.brokers[conn.index];
-        match tokio::time::timeout(timeout, f(conn.client.clone())).await {
+        match tokio::time::timeout(timeout, f(&conn)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => {
                 let transport = is_transport_status(&status);
@@ -284,10 +307,26 @@ impl BrokerClient {
         F: FnMut(RawClient) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.call_on(rpc, retry, timeout, |conn| f(conn.client.clone())).await
+    }
+
+    /// [`Self::call`] for a call that needs more of the connection than the generated client: `f` gets the
+    /// connection, and [`Self::grpc`] makes a plain gRPC client of it.
+    pub(crate) async fn call_on<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        retry: Retry,
+        timeout: Duration,
+        mut f: F,
+    ) -> Result<T>
+    where
+        F: FnMut(&Conn) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
         let policy = self.inner.config.retry;
         let mut attempt = 0u32;
         loop {
-            match self.attempt(rpc, timeout, &mut f).await {
+            match self.attempt_on(rpc, timeout, &mut f).await {
                 Ok(v) => return Ok(v),
                 Err(Failure { error, never_sent }) => {
                     attempt += 1;

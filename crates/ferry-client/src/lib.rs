@@ -31,3 +31,4 @@ pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, StartA
 pub use error::{ClientError, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 pub use retry::RetryPolicy;
+pub use rpc::AppendWithOffsetsParts;

@@ -118,7 +118,9 @@ impl ConsumerConfig {
     }
 }
 
-/// A consumed record.
+/// A consumed record. Its key and values are slices of the buffer the fetch arrived in, not copies: a record kept
+/// keeps that buffer (the whole fetch response, at most `fetch_max_bytes`) alive; copy the bytes out to keep one for
+/// long.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConsumerRecord {
     /// Topic.

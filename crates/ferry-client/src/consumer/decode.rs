@@ -48,7 +48,8 @@ pub(crate) fn decode_partition(
         if header.next_offset() <= pos {
             continue;
         }
-        let decoded = match batch::decode_records_bounded(bytes, max_decompressed) {
+        // Keys and values are slices of the fetched buffer, not copies of it.
+        let decoded = match batch::decode_records_shared(&batches.slice_ref(bytes), max_decompressed) {
             Ok(d) => d,
             Err(e) => return Decoded { records, position: pos, error: Some(corrupt(header.base_offset, e)) },
         };

@@ -85,7 +85,8 @@ pub(crate) struct Shared {
     batch_limit: usize,
     memory: Arc<Semaphore>,
     topics: parking_lot::Mutex<HashMap<String, TopicMeta>>,
-    queues: parking_lot::Mutex<HashMap<(String, u32), Arc<PartitionQueue>>>,
+    /// Per topic, per partition (looked up by `&str` for every record: no key is built to find a queue).
+    queues: parking_lot::Mutex<HashMap<String, HashMap<u32, Arc<PartitionQueue>>>>,
     identity: tokio::sync::Mutex<Option<Identity>>,
     identity_generation: AtomicU64,
     /// `true` once `close` began; held for reading while a record is queued so `close` sees every record.
@@ -104,7 +105,7 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // Senders deliver what is queued, then stop.
         self.shared.cancel.cancel();
-        for queue in self.shared.queues.lock().values() {
+        for queue in self.shared.queues.lock().values().flat_map(HashMap::values) {
             queue.wake.notify_one();
         }
     }
@@ -205,7 +206,7 @@ impl Producer {
         *shared.closed.write() = true;
         shared.flush().await;
         shared.cancel.cancel();
-        for queue in shared.queues.lock().values() {
+        for queue in shared.queues.lock().values().flat_map(HashMap::values) {
             queue.wake.notify_one();
         }
         shared.tracker.close();
@@ -215,8 +216,13 @@ impl Producer {
 
 impl Shared {
     async fn flush(&self) {
-        let targets: Vec<(Arc<PartitionQueue>, u64)> =
-            self.queues.lock().values().map(|q| (q.clone(), q.buffer.lock().enqueued())).collect();
+        let targets: Vec<(Arc<PartitionQueue>, u64)> = self
+            .queues
+            .lock()
+            .values()
+            .flat_map(HashMap::values)
+            .map(|q| (q.clone(), q.buffer.lock().enqueued()))
+            .collect();
         self.flushing.fetch_add(1, Ordering::SeqCst);
         let _guard = FlushGuard(&self.flushing);
         for (queue, _) in &targets {
@@ -236,7 +242,7 @@ impl Shared {
     /// The queue of a partition, starting its sender task on first use.
     fn queue(self: &Arc<Self>, topic: &str, partition: u32) -> Arc<PartitionQueue> {
         let mut queues = self.queues.lock();
-        if let Some(q) = queues.get(&(topic.to_owned(), partition)) {
+        if let Some(q) = queues.get(topic).and_then(|t| t.get(&partition)) {
             return q.clone();
         }
         let queue = Arc::new(PartitionQueue {
@@ -246,7 +252,7 @@ impl Shared {
             wake: Notify::new(),
             completed: AtomicU64::new(0),
         });
-        queues.insert((topic.to_owned(), partition), queue.clone());
+        queues.entry(topic.to_owned()).or_default().insert(partition, queue.clone());
         self.tracker.spawn(sender::run(self.clone(), queue.clone()));
         queue
     }

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use bytes::BytesMut;
 use ferry_client::batch::{self, Batch, BatchIter};
 use ferry_client::proto as pb;
-use ferry_client::{Admin, BrokerClient, ClientError, OffsetSpec};
+use ferry_client::{Admin, AppendWithOffsetsParts, BrokerClient, ClientError, OffsetSpec};
 
 use super::{
     AppendOutcome, GroupState, Membership, Result, SourceCluster, TargetCluster, TargetLimits, TargetPartition,
@@ -231,21 +230,18 @@ impl TargetCluster for FerryTarget {
         source_log_start: u64,
         batches: &[Batch],
     ) -> Result<AppendOutcome> {
-        // The one copy on the mirror's path: the batches, back to back, into the request.
-        let mut body = BytesMut::with_capacity(batches.iter().map(Batch::len).sum());
-        for b in batches {
-            body.extend_from_slice(b.bytes());
-        }
+        // The one copy on the mirror's path: each batch, a slice of the buffer it was received in, straight into
+        // the outgoing message (no request body is assembled first).
         // Not retried inside the client after an unknown outcome: the lane's own retry must know when an earlier
         // attempt may have written the batches (see `lane::io`).
-        let request = pb::AppendWithOffsetsRequest {
+        let request = AppendWithOffsetsParts {
             topic: tp.topic().to_owned(),
             partition: tp.partition,
             source_topic_id: source_topic_id.to_owned(),
             source_log_start_offset: source_log_start,
-            batches: body.freeze(),
+            batches: batches.iter().map(|b| b.bytes().clone()).collect(),
         };
-        Ok(outcome(self.admin.client().append_with_offsets_once(request).await?))
+        Ok(outcome(self.admin.client().append_with_offsets_parts_once(request).await?))
     }
 
     async fn truncate(&self, tp: &TargetTp, offset: u64) -> Result<u64> {
