@@ -33,6 +33,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    ferry_config::allocator::tune();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))

@@ -17,6 +17,7 @@
 
 #![deny(missing_docs)]
 
+pub mod allocator;
 pub mod de;
 pub mod documented;
 pub mod load;

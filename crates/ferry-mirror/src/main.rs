@@ -33,6 +33,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    ferry_config::allocator::tune();
     let args = Args::parse();
     let Some(path) = args.config.clone() else {
         eprintln!("error: --config FILE is required (see conf/mirror.toml)");
