@@ -7,20 +7,22 @@
 //! ```
 //!
 //! The broker binary is `$FERRY_BIN_DIR/ferry-broker` when `FERRY_BIN_DIR` is set, else `target/release/ferry-broker`.
-//! NATS runs when `nats-server` is on the PATH (Debian: `apt-get install -y nats-server`).
+//! NATS runs when `nats-server` is on the PATH or in `/usr/sbin` or `/usr/bin` (Debian: `apt-get install -y
+//! nats-server`); without it the NATS lines are skipped.
 //!
 //! What is measured, all with 1 KiB records and both systems flushing asynchronously (Ferry's default
 //! `flush = "async"`; JetStream's file store syncs every two minutes by default):
 //! - produce throughput on 1 and 8 partitions (Ferry) / streams (JetStream): records sent as fast as the client
 //!   takes them, timed until the last acknowledgement;
 //! - consume throughput: a consumer reading each topic from the start to the end;
-//! - produce-to-consume latency (p50, p99) with the producer paced at half the measured 8-partition rate (and at a
-//!   quarter and a tenth of it, for context);
-//! - the Ferry / JetStream produce ratio.
+//! - produce-to-consume latency (p50, p99, p99.9) with the producer paced at 25%, 50% (the headline) and 75% of the
+//!   measured 8-partition produce rate, for 5 s each;
+//! - the Ferry / JetStream produce ratios on 1 and 8 partitions / streams, and the headline
+//!   `RATIO ferry / jetstream produce, 1 partition` (target >= 2).
 //!
 //! Numbers are printed, never asserted: the machine is shared and noisy.
 
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
@@ -29,9 +31,12 @@ use ferry_client::admin::TopicConfig;
 use ferry_client::{
     Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt,
 };
-use ferry_testkit::{BROKER_BIN, BrokerProcess, deadline, reserve_port, wait_until, workspace_root};
+use ferry_testkit::{BROKER_BIN, BrokerProcess, deadline, workspace_root};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use support::nats::{self, NatsServer};
+
+mod support;
 
 /// Size of every record's value.
 const RECORD_BYTES: usize = 1024;
@@ -39,10 +44,10 @@ const RECORD_BYTES: usize = 1024;
 const RECORDS: usize = 300_000;
 /// How long the paced latency run lasts.
 const LATENCY_RUN: Duration = Duration::from_secs(5);
-/// Loads of the latency runs, as fractions of the measured 8-partition produce maximum; the first is the headline.
-const LATENCY_LOADS: [f64; 3] = [0.5, 0.25, 0.1];
-/// Publishes JetStream may have waiting for their acknowledgement.
-const NATS_WINDOW: usize = 8192;
+/// Loads of the latency runs, as fractions of the measured 8-partition produce maximum.
+const LATENCY_LOADS: [f64; 3] = [0.25, 0.50, 0.75];
+/// The load of the headline latency figure.
+const HEADLINE_LOAD: f64 = 0.50;
 
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -112,40 +117,66 @@ async fn run() -> anyhow::Result<()> {
         let rate = ferry_consume(&client, &topic, partitions).await?;
         println!("{}", rate.line(&format!("ferry consume, {partitions} partition(s)")));
     }
-    // Latency at half the 8-partition maximum, and at lower loads for context (producer, consumer and broker
-    // share the machine's cores).
+    // Latency at a quarter, half (the headline) and three quarters of the 8-partition maximum (producer, consumer
+    // and broker share the machine's cores). A load the consumer cannot keep up with is reported, not fatal.
     let max8 = ferry.iter().find(|(p, _)| *p == 8).map(|(_, r)| r.records_per_sec()).unwrap_or(0.0);
     for fraction in LATENCY_LOADS {
         let topic = format!("latency-{}", (fraction * 100.0) as u32);
         admin.create_topic(&topic, 8, TopicConfig::default(), None).await?;
         let rate = max8 * fraction;
-        let (p50, p99, n) = ferry_latency(&client, &topic, 8, rate, &payload).await?;
-        println!(
-            "ferry produce-to-consume latency, 8 partitions at {rate:.0} records/s ({:.0}% of max), {n} records: p50 {:.2} ms, p99 {:.2} ms",
+        let what = format!(
+            "ferry produce-to-consume latency, 8 partitions at {rate:.0} records/s ({:.0}% of max{})",
             fraction * 100.0,
-            p50.as_secs_f64() * 1e3,
-            p99.as_secs_f64() * 1e3
+            if fraction == HEADLINE_LOAD { ", headline" } else { "" }
         );
+        // Where the machine's two cores went during the run: the broker, this process (the paced producer and the
+        // consumer), and idle. A run with no idle time left measures queueing for the CPU, not the broker.
+        let (idle0, started) = (support::cpu_idle_ticks(), Instant::now());
+        let (broker0, own0) = (support::cpu_seconds(broker.pid()), support::cpu_seconds(std::process::id()));
+        let result = ferry_latency(&client, &topic, 8, rate, &payload).await;
+        let wall = started.elapsed().as_secs_f64();
+        let cores = |cpu: f64| cpu / wall;
+        let busy = format!(
+            "cores busy: broker {:.2}, load generator and consumer {:.2}; machine idle {:.0}%",
+            cores(support::cpu_seconds(broker.pid()) - broker0),
+            cores(support::cpu_seconds(std::process::id()) - own0),
+            support::cpu_idle_share(idle0) * 100.0
+        );
+        match result {
+            Ok(l) => println!(
+                "{what}, {} records: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({busy})",
+                l.samples,
+                l.p50.as_secs_f64() * 1e3,
+                l.p99.as_secs_f64() * 1e3,
+                l.p999.as_secs_f64() * 1e3
+            ),
+            Err(e) => println!("{what}: not measured: {e:#} ({busy})"),
+        }
     }
     drop(broker);
 
-    match which("nats-server") {
+    match nats::server_binary() {
         None => {
             println!(
                 "nats-server not found on PATH: skipping NATS JetStream (install it: apt-get install -y nats-server)"
             );
         }
-        Some(nats) => {
-            let server = NatsServer::start(&nats).await?;
+        Some(program) => {
+            let server = NatsServer::start(&program).await?;
+            let mut ratio1 = None;
             for partitions in [1u32, 8] {
                 let rate = nats_produce(&server.url, partitions, &payload).await?;
                 println!("{}", rate.line(&format!("nats jetstream publish, {partitions} stream(s)")));
                 if let Some((_, f)) = ferry.iter().find(|(p, _)| *p == partitions) {
-                    println!(
-                        "ratio ferry / jetstream produce, {partitions} partition(s)/stream(s): {:.2}x",
-                        f.mb_per_sec() / rate.mb_per_sec()
-                    );
+                    let ratio = f.mb_per_sec() / rate.mb_per_sec();
+                    println!("ratio ferry / jetstream produce, {partitions} partition(s)/stream(s): {ratio:.2}x");
+                    if partitions == 1 {
+                        ratio1 = Some(ratio);
+                    }
                 }
+            }
+            if let Some(ratio) = ratio1 {
+                println!("RATIO ferry / jetstream produce, 1 partition: {ratio:.2}  (target >= 2)");
             }
         }
     }
@@ -220,22 +251,31 @@ fn now_micros() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
+/// Produce-to-consume latencies of one paced run.
+#[derive(Debug, Clone, Copy)]
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+    p999: Duration,
+    samples: usize,
+}
+
 /// Paces the producer at `rate` records/s for LATENCY_RUN while a consumer reads the topic; each record carries
-/// its send time, and the consumer notes how long it took to arrive. Returns p50, p99 and the sample count.
+/// its send time, and the consumer notes how long it took to arrive.
 async fn ferry_latency(
     client: &BrokerClient,
     topic: &str,
     partitions: u32,
     rate: f64,
     payload: &Bytes,
-) -> anyhow::Result<(Duration, Duration, usize)> {
+) -> anyhow::Result<Latency> {
     if rate < 1.0 {
         bail!("no produce rate to pace the latency run at");
     }
     let total = (rate * LATENCY_RUN.as_secs_f64()) as usize;
     let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default())?;
     consumer.assign((0..partitions).map(|p| (topic.to_owned(), p, StartAt::Earliest)).collect())?;
-    let reader = tokio::spawn(async move {
+    let mut reader = tokio::spawn(async move {
         let mut latencies = Vec::with_capacity(total);
         while latencies.len() < total {
             for r in consumer.poll(Duration::from_millis(100)).await? {
@@ -279,49 +319,19 @@ async fn ferry_latency(
         done?;
     }
     producer.close().await;
-    let mut latencies =
-        tokio::time::timeout(deadline(&[LATENCY_RUN]), reader).await.context("the consumer fell behind")???;
+    // A consumer that fell behind is stopped here, not left polling through the runs that follow.
+    let waited = tokio::time::timeout(deadline(&[LATENCY_RUN]), &mut reader).await;
+    if waited.is_err() {
+        reader.abort();
+    }
+    let mut latencies = waited.context("the consumer fell behind")???;
     latencies.sort();
     let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Ok((pick(0.50), pick(0.99), latencies.len()))
+    Ok(Latency { p50: pick(0.50), p99: pick(0.99), p999: pick(0.999), samples: latencies.len() })
 }
 
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    let out = std::process::Command::new("which").arg(program).stderr(Stdio::null()).output().ok()?;
-    let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-    (out.status.success() && !path.is_empty()).then(|| path.into())
-}
-
-/// A `nats-server -js` on a free loopback port with its store in a temp dir; killed on drop.
-struct NatsServer {
-    url: String,
-    _child: tokio::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl NatsServer {
-    async fn start(program: &std::path::Path) -> anyhow::Result<NatsServer> {
-        let dir = tempfile::tempdir()?;
-        let port = reserve_port()?;
-        let child = tokio::process::Command::new(program)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {}", program.display()))?;
-        let url = format!("127.0.0.1:{port}");
-        wait_until("nats-server to accept connections", deadline(&[Duration::from_secs(2)]), async || {
-            tokio::net::TcpStream::connect(&url).await.map(|_| true)
-        })
-        .await?;
-        Ok(NatsServer { url, _child: child, _dir: dir })
-    }
-}
-
-/// Publishes RECORDS messages round `streams` file-backed streams (one subject each) with up to NATS_WINDOW
-/// acknowledgements outstanding; timed to the last acknowledgement.
+/// Publishes RECORDS messages round `streams` file-backed streams (one subject each) with up to
+/// [`nats::ACK_WINDOW`] acknowledgements outstanding; timed to the last acknowledgement.
 async fn nats_produce(url: &str, streams: u32, payload: &Bytes) -> anyhow::Result<Rate> {
     use async_nats::jetstream::{self, stream};
     let client = async_nats::connect(url).await?;
@@ -336,19 +346,6 @@ async fn nats_produce(url: &str, streams: u32, payload: &Bytes) -> anyhow::Resul
         })
         .await?;
     }
-    let start = Instant::now();
-    let mut acks = FuturesUnordered::new();
-    for i in 0..RECORDS {
-        if acks.len() >= NATS_WINDOW
-            && let Some(ack) = acks.next().await
-        {
-            ack?;
-        }
-        let ack = js.publish(subjects[i % subjects.len()].clone(), payload.clone()).await?;
-        acks.push(ack.into_future());
-    }
-    while let Some(ack) = acks.next().await {
-        ack?;
-    }
-    Ok(Rate { records: RECORDS, bytes: RECORDS * RECORD_BYTES, elapsed: start.elapsed() })
+    let elapsed = nats::publish_acked(&js, &subjects, RECORDS, payload).await?;
+    Ok(Rate { records: RECORDS, bytes: RECORDS * RECORD_BYTES, elapsed })
 }

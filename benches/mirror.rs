@@ -1,4 +1,5 @@
-//! End-to-end MirrorMaker benchmarks, printed as ratios measured side by side in one run (never asserted):
+//! End-to-end MirrorMaker benchmarks, with NATS JetStream's own mirror as a peer, printed as ratios measured side by
+//! side in one run (never asserted):
 //!
 //! 1. mirror throughput (1 KiB records, 8 partitions, from a backlog) / raw produce throughput into the target;
 //! 2. the same over a 25 ms one-way delay line on the source link (50 ms RTT) / without it;
@@ -7,14 +8,20 @@
 //! 5. 1,000 partitions: time from start until all are mirrored, and idle CPU;
 //! 6. rate-limit accuracy: the steady copy rate under `sync.max_bytes_per_sec` / that limit;
 //! 7. the fault proxy's delay line: a bulk echo through a 50 ms RTT / without the delay (it pipelines: a
-//!    window-limited line would be tens of times slower).
+//!    window-limited line would be tens of times slower);
+//! 8. mirror throughput of phase 1 / NATS JetStream's own mirror of the same backlog (the same count of 1 KiB
+//!    records, file storage on both ends): a stream on a "hub" server (JetStream domain `hub`) mirrored by a stream
+//!    on a "leaf" server (domain `leaf`) over a leafnode connection, timed with the same 10%..90% clock. It runs
+//!    right after phase 1, so both copies see the same machine; the backlog's publish is not timed. Needs
+//!    `nats-server` (Debian: `apt-get install -y nats-server`); without it the phase prints a skip line.
 //!
 //! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror`.
-//! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size (default 256);
-//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,wan,latency,many,ratelimit,proxy`; default all;
-//! `wan` and `latency` need `lan`, which measures the rates they are compared with); `FERRY_BENCH_WAN_ROUNDS` the
-//! alternating rounds of the 50 ms RTT phase (default 3); `FERRY_BENCH_RATELIMIT_MB` the byte limit of phase 6 in
-//! MiB/s (default 16).
+//! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size in MiB (default 1024,
+//! a 1 GiB backlog; phases 1, 2 and 8 keep about 17 copies of it on disk with 3 WAN rounds);
+//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,nats,wan,latency,many,ratelimit,proxy`; default all;
+//! `wan` and `latency` need `lan`, which measures the rates they are compared with, and `nats` prints its ratio
+//! only with `lan`); `FERRY_BENCH_WAN_ROUNDS` the alternating rounds of the 50 ms RTT phase (default 3);
+//! `FERRY_BENCH_RATELIMIT_MB` the byte limit of phase 6 in MiB/s (default 16).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -23,8 +30,9 @@ use bytes::Bytes;
 use ferry::{
     Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt,
 };
-use ferry_testkit::{BrokerProcess, MirrorProcess, Proxy};
-use support::{Steady, bin_dir, broker};
+use ferry_testkit::{BrokerProcess, MirrorProcess, Proxy, deadline, wait_until};
+use support::nats::{self, NatsServer};
+use support::{Steady, bin_dir, broker, cpu_seconds};
 
 mod support;
 
@@ -46,14 +54,6 @@ async fn produce(addr: &str, topic: &str, total: usize, linger: Duration) -> Res
 
 async fn total_leo(admin: &Admin, topic: &str) -> Result<u64> {
     Ok(admin.describe_topic(topic).await?.partitions.iter().map(|p| p.log_end_offset).sum())
-}
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-    ticks / 100.0
 }
 
 fn rss_peak_mib(pid: u32) -> f64 {
@@ -155,6 +155,97 @@ async fn mirror_backlog_with(
     Ok(run)
 }
 
+/// Phase 8: a hub nats-server (JetStream domain `hub`) holding `records` 1 KiB messages in a file-storage stream,
+/// and a leaf nats-server (domain `leaf`) linked to it by a leafnode connection, on which a file-storage stream
+/// mirrors the hub's across the domain. Timed like [`mirror_backlog`]: from the mirror stream's creation until it
+/// holds every message, steady rate over 10%..90%. `cpu` is the hub's and the leaf's CPU seconds together (the
+/// copy runs inside the two servers).
+async fn nats_mirror(program: &std::path::Path, records: u64) -> Result<MirrorRun> {
+    use async_nats::jetstream::{self, stream};
+    // A generous store limit on both (the default is a share of the free disk); the streams have no byte limit.
+    let leafnode_port = ferry_testkit::reserve_port()?;
+    let hub = NatsServer::start_with_config(
+        program,
+        &format!(
+            "server_name: hub\njetstream {{\n  domain: hub\n  max_file_store: 4GB\n}}\n\
+             leafnodes {{\n  listen: \"127.0.0.1:{leafnode_port}\"\n}}\n"
+        ),
+    )
+    .await?;
+    let leaf = NatsServer::start_with_config(
+        program,
+        &format!(
+            "server_name: leaf\njetstream {{\n  domain: leaf\n  max_file_store: 4GB\n}}\n\
+             leafnodes {{\n  remotes: [ {{ url: \"nats-leaf://127.0.0.1:{leafnode_port}\" }} ]\n}}\n"
+        ),
+    )
+    .await?;
+
+    // The backlog: the same count of 1 KiB records as phase 1, dealt over 8 subjects of one stream. Not timed.
+    let mut hub_js = jetstream::new(async_nats::connect(&hub.url).await?);
+    hub_js.set_timeout(Duration::from_secs(30));
+    let subjects: Vec<String> = (0..PARTITIONS).map(|p| format!("lan.p{p}")).collect();
+    let mut source = hub_js
+        .create_stream(stream::Config {
+            name: "LAN".into(),
+            subjects: vec!["lan.>".into()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await?;
+    let payload = Bytes::from(vec![b'x'; RECORD]);
+    let published = nats::publish_acked(&hub_js, &subjects, records as usize, &payload).await?;
+    let held = source.info().await?.state.messages;
+    if held != records {
+        bail!("the hub stream holds {held} of {records} messages:\n{}", hub.logs());
+    }
+    println!(
+        "nats jetstream backlog: {records} records published to the hub in {:.2} s ({:.0} records/s; not timed)",
+        published.as_secs_f64(),
+        records as f64 / published.as_secs_f64()
+    );
+
+    // The leaf must see the hub's stream through the leafnode link (as `$JS.hub.API`) before the mirror is
+    // created. The client turns the mirror's `domain` into that API prefix (`external`); nats-server 2.9 ignores
+    // a bare `domain`.
+    let leaf_client = async_nats::connect(&leaf.url).await?;
+    wait_until("the leaf to see the hub's stream in domain hub", deadline(&[Duration::from_secs(5)]), async || {
+        jetstream::with_domain(leaf_client.clone(), "hub").get_stream("LAN").await.map(|_| true)
+    })
+    .await
+    .with_context(|| format!("leaf log:\n{}", leaf.logs()))?;
+    let mut leaf_js = jetstream::new(leaf_client);
+    leaf_js.set_timeout(Duration::from_secs(30));
+
+    let cpu0 = cpu_seconds(hub.pid()) + cpu_seconds(leaf.pid());
+    let mut mirror = leaf_js
+        .create_stream(stream::Config {
+            name: "LAN_MIRROR".into(),
+            storage: stream::StorageType::File,
+            mirror: Some(stream::Source { name: "LAN".into(), domain: Some("hub".into()), ..Default::default() }),
+            ..Default::default()
+        })
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut clock = Steady::start(records);
+    loop {
+        if clock.observe(mirror.info().await?.state.messages) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the nats mirror did not finish:\nleaf log:\n{}", leaf.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (steady, total) = clock.finish();
+    Ok(MirrorRun {
+        seconds: steady,
+        total_seconds: total,
+        cpu: cpu_seconds(hub.pid()) + cpu_seconds(leaf.pid()) - cpu0,
+        rss_peak_mib: rss_peak_mib(leaf.pid()),
+    })
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
@@ -243,8 +334,9 @@ async fn bench() -> Result<()> {
             );
         }
     }
-    let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
-    let phases = std::env::var("FERRY_BENCH_PHASES").unwrap_or_else(|_| "lan,wan,latency,many,ratelimit,proxy".into());
+    let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
+    let phases =
+        std::env::var("FERRY_BENCH_PHASES").unwrap_or_else(|_| "lan,nats,wan,latency,many,ratelimit,proxy".into());
     let phase = |name: &str| phases.split(',').any(|p| p.trim() == name);
     let bytes = mb * 1024 * 1024;
     let records = (bytes / RECORD) as u64;
@@ -283,6 +375,30 @@ async fn bench() -> Result<()> {
             lan.rss_peak_mib
         );
         max_rate_mbps = lan_mbps.min(raw_mbps);
+    }
+
+    // 8. NATS JetStream's mirror of the same backlog, right after phase 1 so both run on the same machine state.
+    if phase("nats") {
+        match nats::server_binary() {
+            None => println!(
+                "nats-server not found on PATH: skipping the NATS JetStream mirror (install it: apt-get install -y \
+                 nats-server)"
+            ),
+            Some(program) => {
+                let run = nats_mirror(&program, records).await?;
+                let nats_mbps = mb as f64 / run.seconds;
+                println!(
+                    "nats jetstream mirror (hub -> leaf, file storage): {nats_mbps:.1} MiB/s ({:.0} records/s, steady \
+                     state; {:.2} s in all; hub + leaf CPU per 100 MB: {:.2} s)",
+                    records as f64 / run.seconds,
+                    run.total_seconds,
+                    run.cpu / mb as f64 * 100.0
+                );
+                if lan_mbps > 0.0 {
+                    println!("RATIO mirror / nats jetstream mirror: {:.2}  (target >= 2.5)", lan_mbps / nats_mbps);
+                }
+            }
+        }
     }
 
     // 2. The same over a 25 ms one-way delay line (50 ms RTT) on the source link, against the same proxy with no

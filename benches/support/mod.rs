@@ -1,9 +1,12 @@
-//! Pieces the end-to-end benchmarks share: where the release binaries are, a release broker, a keyed load, and the
-//! steady-state clock of a mirror run.
+//! Pieces the end-to-end benchmarks share: where the release binaries are, a release broker, a keyed load, the
+//! steady-state clock of a mirror run, finding a program on the PATH, and NATS JetStream servers ([`nats`]).
 
 #![allow(dead_code)]
 
+pub mod nats;
+
 use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,6 +18,13 @@ pub fn bin_dir() -> PathBuf {
     std::env::var_os("FERRY_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| ferry_testkit::workspace_root().join("target/release"))
+}
+
+/// Where `program` is on the PATH (`which`), if it is.
+pub fn which(program: &str) -> Option<PathBuf> {
+    let out = std::process::Command::new("which").arg(program).stderr(Stdio::null()).output().ok()?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !path.is_empty()).then(|| path.into())
 }
 
 /// A release `ferry-broker` with 1 MiB batches and async flush.
@@ -108,4 +118,13 @@ pub fn cpu_idle_share(start: (u64, u64)) -> f64 {
     let (idle, total) = cpu_idle_ticks();
     let total = total.saturating_sub(start.1);
     if total == 0 { 0.0 } else { idle.saturating_sub(start.0) as f64 / total as f64 }
+}
+
+/// CPU seconds (user + system) a process has used so far, from `/proc/PID/stat`; 0 where it cannot be read.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
 }
