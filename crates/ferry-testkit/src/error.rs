@@ -52,6 +52,15 @@ pub enum Error {
         log_tail: String,
     },
 
+    /// An etcd client call failed.
+    #[error("etcd at {url}: {message}")]
+    Etcd {
+        /// The server's client URL.
+        url: String,
+        /// What the client said.
+        message: String,
+    },
+
     /// The process did not become ready (address file written and a TCP connect to it succeeding) in time.
     #[error(
         "{name} was not ready within {deadline:?} ({waiting_for}); last log lines ({}):\n{log_tail}",

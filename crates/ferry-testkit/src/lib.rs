@@ -1,5 +1,5 @@
-//! Ferry's test harness: starts the real `ferry-broker` and `ferry-mirror` binaries on free loopback ports with
-//! temporary directories and captured logs, provides a fault-injecting TCP proxy (cut, blackhole, delay line,
+//! Ferry's test harness: starts the real `ferry-broker` and `ferry-mirror` binaries (and a real etcd, the master of
+//! the cluster tests: [`EtcdProcess`]) on free loopback ports with temporary directories and captured logs, provides a fault-injecting TCP proxy (cut, blackhole, delay line,
 //! throttle, reset of HTTP/2 responses), deadline-based wait helpers, and replayable seeds for random test inputs
 //! ([`seeded_rng`], `FERRY_TEST_SEED`).
 //!
@@ -39,6 +39,7 @@
 mod bins;
 mod broker;
 mod error;
+mod etcd;
 mod mirror;
 mod process;
 mod proxy;
@@ -50,6 +51,9 @@ mod wait;
 pub use bins::{BROKER_BIN, FERRYCTL_BIN, MIRROR_BIN, bin_dir, binary_path, workspace_root};
 pub use broker::{BrokerBuilder, BrokerProcess};
 pub use error::{Error, Result};
+pub use etcd::{ETCD_BIN_VAR, EtcdProcess, etcd_binary};
+/// The etcd v3 client the cluster tests inspect the master with.
+pub use etcd_client;
 pub use mirror::{MirrorBuilder, MirrorProcess};
 pub use process::{ChildProcess, ChildSpec, LOG_TAIL_LINES};
 pub use proxy::{Proxy, ProxyMode, ProxyStats};
