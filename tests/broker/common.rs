@@ -226,3 +226,31 @@ pub fn plain_batch(values: &[&str], ts0: i64) -> Bytes {
     }
     b.build(0, 0)
 }
+
+/// Runs `ferry-broker` with `config` (a file), `--cluster-id` and `--data-dir`, on a free port, as a broker that is
+/// expected to refuse to start; returns its output once it exits, within `within`.
+pub async fn run_to_exit(
+    config: &str,
+    data_dir: &std::path::Path,
+    cluster_id: &str,
+    within: Duration,
+) -> anyhow::Result<std::process::Output> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("broker.toml");
+    std::fs::write(&path, config)?;
+    let run = tokio::process::Command::new(ferry_testkit::binary_path(ferry_testkit::BROKER_BIN)?)
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0", "--cluster-id", cluster_id, "--data-dir"])
+        .arg(data_dir)
+        .env("RUST_LOG", "warn")
+        .env_remove("FERRY_BROKER_TOKEN")
+        .kill_on_drop(true)
+        .output();
+    Ok(tokio::time::timeout(within, run).await??)
+}
+
+/// The `error...` lines a process wrote to stderr.
+pub fn error_lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("error")).map(str::to_owned).collect()
+}

@@ -5,6 +5,7 @@
 //! parallel.
 
 mod auth;
+mod cluster;
 mod common;
 mod config_env;
 mod ferryctl;

@@ -4,31 +4,15 @@
 use std::process::Output;
 use std::time::Duration;
 
-use ferry_testkit::{BROKER_BIN, BrokerProcess, binary_path, deadline};
+use ferry_testkit::{BrokerProcess, deadline};
 
-use crate::common::STOP_GRACE;
+use crate::common::{STOP_GRACE, error_lines, run_to_exit};
 
 /// How long a broker that cannot start may take to say so.
 const START_FAILURE: Duration = Duration::from_secs(5);
 
 async fn broker_with(config: &str, data_dir: &std::path::Path, cluster_id: &str) -> anyhow::Result<Output> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("broker.toml");
-    std::fs::write(&path, config)?;
-    let run = tokio::process::Command::new(binary_path(BROKER_BIN)?)
-        .arg("--config")
-        .arg(&path)
-        .args(["--listen", "127.0.0.1:0", "--cluster-id", cluster_id, "--data-dir"])
-        .arg(data_dir)
-        .env("RUST_LOG", "warn")
-        .env_remove("FERRY_BROKER_TOKEN")
-        .kill_on_drop(true)
-        .output();
-    Ok(tokio::time::timeout(deadline(&[START_FAILURE]), run).await??)
-}
-
-fn error_lines(out: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("error")).map(str::to_owned).collect()
+    run_to_exit(config, data_dir, cluster_id, deadline(&[START_FAILURE])).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,10 @@ use ferry_config::{Problems, de};
 use ferry_storage::{FlushPolicy, LogConfig};
 use serde::Deserialize;
 
+pub use self::cluster_section::ClusterSection;
+
+mod cluster_section;
+
 /// Environment variable holding the bearer token (alternative to `broker.token_file`).
 pub const TOKEN_ENV: &str = "FERRY_BROKER_TOKEN";
 
@@ -34,6 +38,8 @@ pub struct BrokerConfig {
     pub limits: LimitsSection,
     /// `[auth]`: scoped bearer tokens.
     pub auth: AuthSection,
+    /// `[cluster]`: membership of a cluster under an etcd master (none: a single broker, as by default).
+    pub cluster: ClusterSection,
 }
 
 /// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.
@@ -354,6 +360,10 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--cluster-id`.
     pub cluster_id: Option<String>,
+    /// `--etcd URL[,URL]`.
+    pub etcd: Option<Vec<String>>,
+    /// `--broker-id`.
+    pub broker_id: Option<u32>,
 }
 
 /// Why the configuration cannot be used.
@@ -498,6 +508,12 @@ impl BrokerConfig {
         if let Some(id) = &overrides.cluster_id {
             cfg.broker.cluster_id = Some(id.clone());
         }
+        if let Some(etcd) = &overrides.etcd {
+            cfg.cluster.etcd = etcd.clone();
+        }
+        if let Some(id) = overrides.broker_id {
+            cfg.cluster.broker_id = Some(id);
+        }
         cfg.check(&mut p);
         p.into_result(cfg).map_err(ConfigError::Invalid)
     }
@@ -516,6 +532,7 @@ impl BrokerConfig {
         self.groups.validate(p);
         self.limits.validate(p);
         self.auth.validate(p);
+        self.cluster.validate(p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

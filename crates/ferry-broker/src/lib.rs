@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod error;

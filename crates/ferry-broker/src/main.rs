@@ -30,6 +30,12 @@ struct Args {
     /// Write the bound listen address to this file once serving (for supervisors and tests).
     #[arg(long, value_name = "FILE")]
     addr_file: Option<PathBuf>,
+    /// etcd client URLs of the cluster's master, comma-separated, overriding cluster.etcd (joins a cluster).
+    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',')]
+    etcd: Option<Vec<String>>,
+    /// This broker's id in the cluster, overriding cluster.broker_id.
+    #[arg(long, value_name = "N")]
+    broker_id: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -40,7 +46,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none())
         .init();
-    let overrides = Overrides { listen: args.listen, data_dir: args.data_dir, cluster_id: args.cluster_id };
+    let overrides = Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        cluster_id: args.cluster_id,
+        etcd: args.etcd,
+        broker_id: args.broker_id,
+    };
     let config = match BrokerConfig::load(args.config.as_deref(), &overrides) {
         Ok(c) => c,
         Err(e) => {

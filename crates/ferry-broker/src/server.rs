@@ -48,6 +48,9 @@ pub enum ServerError {
     /// A TLS file could not be read or used.
     #[error("TLS setup failed: {0}")]
     Tls(String),
+    /// The cluster refused this broker, or its etcd could not be reached.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -132,6 +135,20 @@ pub async fn run(
         .map_err(|source| ServerError::Bind { addr: config.broker.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.broker.listen, source })?;
     let advertised = config.broker.advertised_address.clone().unwrap_or_else(|| addr.to_string());
+    // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
+    let membership = if config.cluster.enabled() {
+        let member_addr = config.cluster.advertised_addr.clone().unwrap_or_else(|| advertised.clone());
+        match crate::cluster::Membership::join(&config.cluster, core.cluster_id(), &member_addr).await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                let closing = Arc::clone(&core);
+                let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+                return Err(ServerError::Cluster(e));
+            }
+        }
+    } else {
+        None
+    };
 
     let max_message = ferry_proto::max_message_bytes(config.broker.max_batch_bytes.as_u64() as usize);
     let service = BrokerService::new(
@@ -193,6 +210,11 @@ pub async fn run(
         },
     };
     let served = served.unwrap_or(Ok(()));
+    if let Some(membership) = membership
+        && tokio::time::timeout(config.broker.shutdown_timeout, membership.leave()).await.is_err()
+    {
+        tracing::warn!("leaving the cluster did not finish within shutdown_timeout; the lease expires on its own");
+    }
     // Whatever ended serving, stop the duties and close the logs cleanly.
     shutdown.cancel();
     tasks.close();

@@ -1,37 +1,21 @@
 //! The kit's etcd: a real server on loopback that the cluster tests use as their master. These tests prove the
-//! harness and the client the tests inspect it with: a create-if-absent transaction succeeds once and then reports
-//! the value that won; a key under a lease lives as long as the lease; a SIGSTOPped server answers again after
+//! harness and the client the tests inspect it with: a put-if-absent transaction succeeds once and the first value
+//! stays; a key under a lease lives as long as the lease; a SIGSTOPped server answers again after
 //! SIGCONT.
 
 use std::time::Duration;
 
-use ferry_testkit::etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use ferry_testkit::etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use ferry_testkit::{EtcdProcess, Signal};
 
-/// Creates `key` = `value` unless the key exists; returns whether it was created and the value stored after.
-async fn create_if_absent(
+/// Puts `key` = `value` if the key does not exist; returns whether the transaction took that branch.
+async fn put_if_absent(
     client: &mut ferry_testkit::etcd_client::Client,
     key: &str,
     value: &str,
-) -> anyhow::Result<(bool, String)> {
-    let txn = Txn::new()
-        .when([Compare::version(key, CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(key, value, None)])
-        .or_else([TxnOp::get(key, None)]);
-    let response = client.txn(txn).await?;
-    if response.succeeded() {
-        return Ok((true, value.to_owned()));
-    }
-    let stored = response
-        .op_responses()
-        .into_iter()
-        .find_map(|op| match op {
-            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value_str().map(str::to_owned)),
-            _ => None,
-        })
-        .transpose()?
-        .unwrap_or_default();
-    Ok((false, stored))
+) -> anyhow::Result<bool> {
+    let absent = Compare::version(key, CompareOp::Equal, 0);
+    Ok(client.txn(Txn::new().when([absent]).and_then([TxnOp::put(key, value, None)])).await?.succeeded())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,8 +23,10 @@ async fn a_create_if_absent_transaction_wins_once_and_a_leased_key_lives_with_it
     let etcd = EtcdProcess::start().await?;
     let mut client = etcd.client().await?;
 
-    assert_eq!(create_if_absent(&mut client, "/ferry/cluster_id", "dc-a").await?, (true, "dc-a".to_owned()));
-    assert_eq!(create_if_absent(&mut client, "/ferry/cluster_id", "dc-b").await?, (false, "dc-a".to_owned()));
+    assert!(put_if_absent(&mut client, "/ferry/cluster_id", "dc-a").await?);
+    assert!(!put_if_absent(&mut client, "/ferry/cluster_id", "dc-b").await?, "a second create won");
+    let stored = client.get("/ferry/cluster_id", None).await?;
+    assert_eq!(stored.kvs().iter().map(|kv| kv.value().to_vec()).collect::<Vec<_>>(), [b"dc-a".to_vec()]);
 
     let lease = client.lease_grant(60, None).await?.id();
     client.put("/ferry/brokers/1", "127.0.0.1:7411", Some(PutOptions::new().with_lease(lease))).await?;

@@ -121,6 +121,8 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "limits.max_partitions",
             "limits.max_subscribe_partitions",
             "limits.max_concurrent_streams",
+            "cluster.etcd",
+            "cluster.lease_ttl",
         ],
         "every optional key with a default is documented so, once"
     );
@@ -281,4 +283,40 @@ topics = [".*"]
     // A replica-only token needs no topic; a good entry loads.
     let ok = "[[auth.tokens]]\nname = \"peer\"\ntoken_file = \"/p\"\nscopes = [\"replica\"]\n";
     assert_eq!(BrokerConfig::from_toml(ok, false).unwrap().auth.tokens.len(), 1);
+}
+
+#[test]
+fn cluster_keys_are_checked_and_single_broker_mode_needs_none_of_them() {
+    let single = BrokerConfig::from_toml("", false).unwrap();
+    assert!(!single.cluster.enabled());
+    let member = BrokerConfig::from_toml(
+        "[cluster]\netcd = [\"http://127.0.0.1:2379\"]\nbroker_id = 3\nlease_ttl = \"4s\"\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        (member.cluster.etcd.clone(), member.cluster.broker_id, member.cluster.lease_ttl),
+        (vec!["http://127.0.0.1:2379".to_owned()], Some(3), Duration::from_secs(4))
+    );
+    let err = BrokerConfig::from_toml(
+        "[cluster]\netcd = [\"127.0.0.1:2379\"]\nlease_ttl = \"1s\"\nbroker_id = 0\nadvertised_addr = \"\"\n",
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    for part in [
+        "cluster.etcd: \"127.0.0.1:2379\" is not an etcd client URL",
+        "cluster.broker_id: 0 is outside 1..1000000",
+        "cluster.lease_ttl: 1s is outside 2s..300s",
+        "cluster.advertised_addr: must be a host:port without spaces",
+    ] {
+        assert!(err.contains(part), "{part:?} missing from: {err}");
+    }
+    let err = BrokerConfig::from_toml("[cluster]\netcd = [\"http://127.0.0.1:2379\"]\n", false).unwrap_err();
+    assert!(err.to_string().contains("cluster.broker_id: is required with cluster.etcd"), "{err}");
+    // The flags set the same keys.
+    let overrides =
+        Overrides { etcd: Some(vec!["http://127.0.0.1:2379".into()]), broker_id: Some(7), ..Overrides::default() };
+    let flagged = BrokerConfig::parse("", false, &overrides).unwrap();
+    assert_eq!((flagged.cluster.etcd.len(), flagged.cluster.broker_id), (1, Some(7)));
 }

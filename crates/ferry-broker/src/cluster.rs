@@ -1,0 +1,250 @@
+//! Membership of a cluster under its etcd master.
+//!
+//! etcd holds the cluster's truth, and every change is a compare-and-swap transaction. This part covers what a
+//! broker does when it starts and stops:
+//! - `/ferry/cluster_id`: the cluster's id, written once by the first member (a create-if-absent transaction). A
+//!   broker whose own cluster id differs refuses to start.
+//! - `/ferry/brokers/{id}`: this broker's advertised address, under a lease of `cluster.lease_ttl` that the broker
+//!   renews every third of it. A broker that stops renewing (killed, cut off from etcd) leaves the cluster when
+//!   the lease expires; a graceful stop revokes the lease, and the member leaves at once. A lease that expired
+//!   while etcd was unreachable is granted anew and the key written again when etcd answers.
+//! - A second live broker with the same id is refused: the key is created only if absent. A restart waits for the
+//!   previous incarnation's lease to run out (at most one TTL) before it gives up.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ClusterSection;
+
+/// The root of every key the cluster keeps in etcd.
+pub const ROOT: &str = "/ferry";
+
+/// The key holding the cluster id.
+pub fn cluster_id_key() -> String {
+    format!("{ROOT}/cluster_id")
+}
+
+/// The key holding broker `id`'s registration.
+pub fn broker_key(id: u32) -> String {
+    format!("{ROOT}/brokers/{id}")
+}
+
+/// Why the broker cannot join its cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// etcd did not answer.
+    #[error("cannot reach etcd at {endpoints}: {message}")]
+    Unreachable {
+        /// The configured endpoints.
+        endpoints: String,
+        /// What the client said.
+        message: String,
+    },
+    /// etcd holds another cluster id.
+    #[error(
+        "this broker's cluster id is {ours:?} but the cluster in etcd ({endpoints}) is {theirs:?}: point it at its own \
+         cluster's etcd, or give it that cluster's id (a data dir keeps the id it was created with)"
+    )]
+    ClusterIdMismatch {
+        /// This broker's id.
+        ours: String,
+        /// The id in etcd.
+        theirs: String,
+        /// The configured endpoints.
+        endpoints: String,
+    },
+    /// Another live broker holds this broker id.
+    #[error(
+        "broker id {id} is held by a live member at {holder} (its lease did not expire within {waited:?}): give each \
+         broker its own cluster.broker_id"
+    )]
+    BrokerIdTaken {
+        /// The id.
+        id: u32,
+        /// The holder's advertised address.
+        holder: String,
+        /// How long this broker waited for the holder's lease.
+        waited: Duration,
+    },
+}
+
+/// This broker's membership: renewed in the background until [`Membership::leave`].
+pub struct Membership {
+    client: Client,
+    lease: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    stop: CancellationToken,
+    renewal: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership").field("lease", &self.lease).finish_non_exhaustive()
+    }
+}
+
+/// What a membership needs to (re)register.
+#[derive(Debug, Clone)]
+struct Registration {
+    key: String,
+    id: u32,
+    advertised: String,
+    ttl: Duration,
+}
+
+impl Membership {
+    /// Joins the cluster: checks or claims the cluster id, then registers `advertised` under this broker's id.
+    pub async fn join(
+        section: &ClusterSection,
+        cluster_id: &str,
+        advertised: &str,
+    ) -> Result<Membership, ClusterError> {
+        let endpoints = section.etcd.join(",");
+        let unreachable =
+            |e: etcd_client::Error| ClusterError::Unreachable { endpoints: endpoints.clone(), message: e.to_string() };
+        let id = section.broker_id.unwrap_or_default();
+        let ttl = section.lease_ttl;
+        // Each request is bounded by a third of the lease, so a renewal that hangs never outlives the lease.
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(ttl / 3);
+        let mut client = Client::connect(section.etcd.clone(), Some(options)).await.map_err(unreachable)?;
+
+        let (created, theirs) =
+            create_if_absent(&mut client, &cluster_id_key(), cluster_id).await.map_err(unreachable)?;
+        if !created && theirs != cluster_id {
+            return Err(ClusterError::ClusterIdMismatch { ours: cluster_id.to_owned(), theirs, endpoints });
+        }
+        if created {
+            tracing::info!(cluster_id, "registered the cluster id in etcd");
+        }
+
+        let registration = Registration { key: broker_key(id), id, advertised: advertised.to_owned(), ttl };
+        // A previous incarnation killed moments ago still holds the key until its lease runs out: wait that long.
+        let waited_from = Instant::now();
+        let lease = loop {
+            match register(&mut client, &registration).await.map_err(unreachable)? {
+                Ok(lease) => break lease,
+                Err(holder) if waited_from.elapsed() > ttl + ttl / 2 => {
+                    return Err(ClusterError::BrokerIdTaken { id, holder, waited: waited_from.elapsed() });
+                }
+                Err(holder) => {
+                    tracing::info!(broker_id = id, %holder, "broker id still registered; waiting for its lease to expire");
+                    tokio::time::sleep(ttl / 4).await;
+                }
+            }
+        };
+        tracing::info!(broker_id = id, advertised, lease_ttl = ?ttl, "joined the cluster");
+        let lease = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(lease));
+        let stop = CancellationToken::new();
+        let renewal = tokio::spawn(renew(client.clone(), registration, std::sync::Arc::clone(&lease), stop.clone()));
+        Ok(Membership { client, lease, stop, renewal })
+    }
+
+    /// Leaves the cluster: stops renewing and revokes the lease, so the registration goes at once.
+    pub async fn leave(mut self) {
+        self.stop.cancel();
+        let _ = (&mut self.renewal).await;
+        let lease = self.lease.load(std::sync::atomic::Ordering::Acquire);
+        match self.client.lease_revoke(lease).await {
+            Ok(_) => tracing::info!("left the cluster"),
+            Err(e) => tracing::warn!(error = %e, "could not revoke the membership lease; it expires on its own"),
+        }
+    }
+}
+
+/// Creates `key` = `value` unless it exists; returns whether it did and the value stored afterwards.
+async fn create_if_absent(client: &mut Client, key: &str, value: &str) -> Result<(bool, String), etcd_client::Error> {
+    let txn = Txn::new()
+        .when([Compare::version(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, value, None)])
+        .or_else([TxnOp::get(key, None)]);
+    let response = client.txn(txn).await?;
+    if response.succeeded() {
+        return Ok((true, value.to_owned()));
+    }
+    Ok((false, stored_value(&response).unwrap_or_default()))
+}
+
+/// The value a transaction's `get` branch read, if any.
+fn stored_value(response: &etcd_client::TxnResponse) -> Option<String> {
+    response.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+        _ => None,
+    })
+}
+
+/// Grants a lease and writes the registration under it if no one holds the key: `Ok(lease)`, or `Err(holder)`
+/// with the holder's address (the unused lease is revoked).
+async fn register(client: &mut Client, r: &Registration) -> Result<Result<i64, String>, etcd_client::Error> {
+    let ttl = i64::try_from(r.ttl.as_secs()).unwrap_or(i64::MAX).max(1);
+    let lease = client.lease_grant(ttl, None).await?.id();
+    let txn = Txn::new()
+        .when([Compare::version(r.key.as_str(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(r.key.as_str(), r.advertised.as_str(), Some(PutOptions::new().with_lease(lease)))])
+        .or_else([TxnOp::get(r.key.as_str(), None)]);
+    let response = client.txn(txn).await?;
+    if response.succeeded() {
+        return Ok(Ok(lease));
+    }
+    let _ = client.lease_revoke(lease).await;
+    Ok(Err(stored_value(&response).unwrap_or_default()))
+}
+
+/// Renews the lease every third of its TTL until `stop`. A failed renewal is retried on the next beat; a lease
+/// that expired meanwhile (etcd answers with TTL 0) is replaced and the registration written again.
+async fn renew(
+    mut client: Client,
+    r: Registration,
+    lease: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    stop: CancellationToken,
+) {
+    let mut beat = tokio::time::interval(r.ttl / 3);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = beat.tick() => {}
+        }
+        let current = lease.load(std::sync::atomic::Ordering::Acquire);
+        let renewed = match client.lease_keep_alive(current).await {
+            Ok((mut keeper, mut answers)) => match keeper.keep_alive().await {
+                Ok(()) => answers.message().await.map(|a| a.map(|a| a.ttl())),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match renewed {
+            Ok(Some(ttl)) if ttl > 0 => {
+                if failing {
+                    tracing::info!(broker_id = r.id, "membership lease renewed again");
+                    failing = false;
+                }
+            }
+            Ok(Some(_)) => {
+                tracing::warn!(broker_id = r.id, "membership lease expired; registering again");
+                match register(&mut client, &r).await {
+                    Ok(Ok(new)) => {
+                        lease.store(new, std::sync::atomic::Ordering::Release);
+                        tracing::info!(broker_id = r.id, "registered again");
+                    }
+                    Ok(Err(holder)) => {
+                        tracing::error!(broker_id = r.id, %holder, "broker id taken by another member meanwhile");
+                    }
+                    Err(e) => tracing::warn!(broker_id = r.id, error = %e, "registering again failed; will retry"),
+                }
+            }
+            Ok(None) => note_failure(&mut failing, r.id, "etcd closed the keep-alive stream"),
+            Err(e) => note_failure(&mut failing, r.id, &e.to_string()),
+        }
+    }
+}
+
+/// Logs the first of a run of failed renewals (the next success says so too).
+fn note_failure(failing: &mut bool, id: u32, error: &str) {
+    if !*failing {
+        tracing::warn!(broker_id = id, error, "membership lease renewal failed; will retry");
+        *failing = true;
+    }
+}
