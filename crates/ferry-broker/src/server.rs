@@ -138,7 +138,8 @@ pub async fn run(
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
     let membership = if config.cluster.enabled() {
         let member_addr = config.cluster.advertised_addr.clone().unwrap_or_else(|| advertised.clone());
-        match crate::cluster::Membership::join(&config.cluster, core.cluster_id(), &member_addr).await {
+        // Boxed: the etcd client's futures are large, and this one would otherwise live in every caller's.
+        match Box::pin(crate::cluster::Membership::join(&config.cluster, core.cluster_id(), &member_addr)).await {
             Ok(m) => Some(m),
             Err(e) => {
                 let closing = Arc::clone(&core);
@@ -211,7 +212,7 @@ pub async fn run(
     };
     let served = served.unwrap_or(Ok(()));
     if let Some(membership) = membership
-        && tokio::time::timeout(config.broker.shutdown_timeout, membership.leave()).await.is_err()
+        && tokio::time::timeout(config.broker.shutdown_timeout, Box::pin(membership.leave())).await.is_err()
     {
         tracing::warn!("leaving the cluster did not finish within shutdown_timeout; the lease expires on its own");
     }
