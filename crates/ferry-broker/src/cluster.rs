@@ -13,7 +13,10 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -74,14 +77,14 @@ pub enum ClusterError {
 /// This broker's membership: renewed in the background until [`Membership::leave`].
 pub struct Membership {
     client: Client,
-    lease: std::sync::Arc<std::sync::atomic::AtomicI64>,
     stop: CancellationToken,
-    renewal: JoinHandle<()>,
+    /// The renewal task; it ends with the lease it held last (a new one after an expiry).
+    renewal: JoinHandle<i64>,
 }
 
 impl std::fmt::Debug for Membership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Membership").field("lease", &self.lease).finish_non_exhaustive()
+        f.debug_struct("Membership").finish_non_exhaustive()
     }
 }
 
@@ -135,17 +138,15 @@ impl Membership {
             }
         };
         tracing::info!(broker_id = id, advertised, lease_ttl = ?ttl, "joined the cluster");
-        let lease = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(lease));
         let stop = CancellationToken::new();
-        let renewal = tokio::spawn(renew(client.clone(), registration, std::sync::Arc::clone(&lease), stop.clone()));
-        Ok(Membership { client, lease, stop, renewal })
+        let renewal = tokio::spawn(renew(client.clone(), registration, lease, stop.clone()));
+        Ok(Membership { client, stop, renewal })
     }
 
     /// Leaves the cluster: stops renewing and revokes the lease, so the registration goes at once.
     pub async fn leave(mut self) {
         self.stop.cancel();
-        let _ = (&mut self.renewal).await;
-        let lease = self.lease.load(std::sync::atomic::Ordering::Acquire);
+        let Ok(lease) = self.renewal.await else { return };
         match self.client.lease_revoke(lease).await {
             Ok(_) => tracing::info!("left the cluster"),
             Err(e) => tracing::warn!(error = %e, "could not revoke the membership lease; it expires on its own"),
@@ -191,26 +192,30 @@ async fn register(client: &mut Client, r: &Registration) -> Result<Result<i64, S
     Ok(Err(stored_value(&response).unwrap_or_default()))
 }
 
-/// Renews the lease every third of its TTL until `stop`. A failed renewal is retried on the next beat; a lease
-/// that expired meanwhile (etcd answers with TTL 0) is replaced and the registration written again.
-async fn renew(
-    mut client: Client,
-    r: Registration,
-    lease: std::sync::Arc<std::sync::atomic::AtomicI64>,
-    stop: CancellationToken,
-) {
+/// Renews the lease every third of its TTL until `stop`, over one keep-alive stream that is opened again only
+/// after it failed. A failed renewal is retried on the next beat; a lease that expired meanwhile (etcd answers with
+/// TTL 0) is replaced and the registration written again. Returns the lease it held last.
+async fn renew(mut client: Client, r: Registration, mut lease: i64, stop: CancellationToken) -> i64 {
     let mut beat = tokio::time::interval(r.ttl / 3);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return lease,
             _ = beat.tick() => {}
         }
-        let current = lease.load(std::sync::atomic::Ordering::Acquire);
-        let renewed = match client.lease_keep_alive(current).await {
+        let renewed = match stream.take() {
+            Some(open) => Ok(open),
+            None => client.lease_keep_alive(lease).await,
+        };
+        let renewed = match renewed {
             Ok((mut keeper, mut answers)) => match keeper.keep_alive().await {
-                Ok(()) => answers.message().await.map(|a| a.map(|a| a.ttl())),
+                Ok(()) => answers.message().await.map(|a| {
+                    let ttl = a.map(|a| a.ttl());
+                    stream = Some((keeper, answers));
+                    ttl
+                }),
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -223,10 +228,11 @@ async fn renew(
                 }
             }
             Ok(Some(_)) => {
+                stream = None;
                 tracing::warn!(broker_id = r.id, "membership lease expired; registering again");
                 match register(&mut client, &r).await {
                     Ok(Ok(new)) => {
-                        lease.store(new, std::sync::atomic::Ordering::Release);
+                        lease = new;
                         tracing::info!(broker_id = r.id, "registered again");
                     }
                     Ok(Err(holder)) => {
@@ -235,7 +241,10 @@ async fn renew(
                     Err(e) => tracing::warn!(broker_id = r.id, error = %e, "registering again failed; will retry"),
                 }
             }
-            Ok(None) => note_failure(&mut failing, r.id, "etcd closed the keep-alive stream"),
+            Ok(None) => {
+                stream = None;
+                note_failure(&mut failing, r.id, "etcd closed the keep-alive stream");
+            }
             Err(e) => note_failure(&mut failing, r.id, &e.to_string()),
         }
     }

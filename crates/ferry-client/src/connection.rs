@@ -88,6 +88,13 @@ pub(crate) struct Conn {
     client: RawClient,
 }
 
+impl Conn {
+    /// The generated client on this connection.
+    pub(crate) fn raw(&self) -> RawClient {
+        self.client.clone()
+    }
+}
+
 struct Inner {
     config: ClientConfig,
     endpoints: Vec<Endpoint>,
@@ -255,17 +262,9 @@ impl BrokerClient {
         }
     }
 
-    /// One attempt of a unary call with `timeout`. Transport failures and timeouts drop the connection.
+    /// One attempt of a unary call with `timeout`. Transport failures and timeouts drop the connection. `f` gets
+    /// the connection: its generated client ([`Conn::raw`]), or a plain gRPC client of it ([`Self::grpc`]).
     pub(crate) async fn attempt<T, F, Fut>(&self, rpc: &'static str, timeout: Duration, f: F) -> Result<T, Failure>
-    where
-        F: FnOnce(RawClient) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
-    {
-        self.attempt_on(rpc, timeout, |conn| f(conn.client.clone())).await
-    }
-
-    /// [`Self::attempt`] for a call that needs more of the connection than the generated client.
-    async fn attempt_on<T, F, Fut>(&self, rpc: &'static str, timeout: Duration, f: F) -> Result<T, Failure>
     where
         F: FnOnce(&Conn) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
@@ -295,24 +294,8 @@ impl BrokerClient {
         }
     }
 
-    /// A unary call with the retry rule of `retry`.
+    /// A unary call with the retry rule of `retry`; `f` gets the connection, as in [`Self::attempt`].
     pub(crate) async fn call<T, F, Fut>(
-        &self,
-        rpc: &'static str,
-        retry: Retry,
-        timeout: Duration,
-        mut f: F,
-    ) -> Result<T>
-    where
-        F: FnMut(RawClient) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
-    {
-        self.call_on(rpc, retry, timeout, |conn| f(conn.client.clone())).await
-    }
-
-    /// [`Self::call`] for a call that needs more of the connection than the generated client: `f` gets the
-    /// connection, and [`Self::grpc`] makes a plain gRPC client of it.
-    pub(crate) async fn call_on<T, F, Fut>(
         &self,
         rpc: &'static str,
         retry: Retry,
@@ -326,7 +309,7 @@ impl BrokerClient {
         let policy = self.inner.config.retry;
         let mut attempt = 0u32;
         loop {
-            match self.attempt_on(rpc, timeout, &mut f).await {
+            match self.attempt(rpc, timeout, &mut f).await {
                 Ok(v) => return Ok(v),
                 Err(Failure { error, never_sent }) => {
                     attempt += 1;
@@ -380,9 +363,12 @@ impl BrokerClient {
                     reason: None,
                 });
             }
-            self.attempt("Metadata", timeout, |mut c| async move { c.metadata(ferry_proto::MetadataRequest {}).await })
-                .await
-                .map_err(|f| f.error)
+            self.attempt("Metadata", timeout, |conn| {
+                let mut c = conn.raw();
+                async move { c.metadata(ferry_proto::MetadataRequest {}).await }
+            })
+            .await
+            .map_err(|f| f.error)
         };
         match tokio::time::timeout(timeout, probe).await {
             Ok(result) => result,

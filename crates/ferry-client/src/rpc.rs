@@ -19,8 +19,8 @@ macro_rules! unary {
         pub async fn $method(&self, request: $req) -> Result<$resp> {
             let retry: fn(&$req) -> Retry = $retry;
             let retry = retry(&request);
-            self.call($rpc, retry, self.request_timeout(), |mut c| {
-                let request = request.clone();
+            self.call($rpc, retry, self.request_timeout(), |conn| {
+                let (mut c, request) = (conn.raw(), request.clone());
                 async move { c.$method(request).await }
             })
             .await
@@ -39,8 +39,9 @@ const fn once<T>(_: &T) -> Retry {
 impl BrokerClient {
     /// Cluster id, advertised address and limits.
     pub async fn metadata(&self) -> Result<pb::MetadataResponse> {
-        self.call("Metadata", Retry::Idempotent, self.request_timeout(), |mut c| async move {
-            c.metadata(pb::MetadataRequest {}).await
+        self.call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
+            let mut c = conn.raw();
+            async move { c.metadata(pb::MetadataRequest {}).await }
         })
         .await
     }
@@ -86,8 +87,8 @@ impl BrokerClient {
         &self,
         request: pb::AppendWithOffsetsRequest,
     ) -> Result<pb::AppendWithOffsetsResponse> {
-        self.call("AppendWithOffsets", Retry::Once, self.request_timeout(), |mut c| {
-            let request = request.clone();
+        self.call("AppendWithOffsets", Retry::Once, self.request_timeout(), |conn| {
+            let (mut c, request) = (conn.raw(), request.clone());
             async move { c.append_with_offsets(request).await }
         })
         .await
@@ -99,7 +100,7 @@ impl BrokerClient {
         &self,
         request: AppendWithOffsetsParts,
     ) -> Result<pb::AppendWithOffsetsResponse> {
-        self.call_on("AppendWithOffsets", Retry::Once, self.request_timeout(), |conn| {
+        self.call("AppendWithOffsets", Retry::Once, self.request_timeout(), |conn| {
             let mut grpc = self.grpc(conn);
             let request = request.clone();
             async move {
@@ -150,8 +151,8 @@ impl BrokerClient {
     /// Long-poll fetch. The timeout is the request timeout plus the request's `max_wait_ms`.
     pub async fn fetch(&self, request: pb::FetchRequest) -> Result<pb::FetchResponse> {
         let timeout = self.request_timeout() + Duration::from_millis(u64::from(request.max_wait_ms));
-        self.call("Fetch", Retry::Idempotent, timeout, |mut c| {
-            let request = request.clone();
+        self.call("Fetch", Retry::Idempotent, timeout, |conn| {
+            let (mut c, request) = (conn.raw(), request.clone());
             async move { c.fetch(request).await }
         })
         .await

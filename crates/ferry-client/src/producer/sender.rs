@@ -129,7 +129,11 @@ async fn deliver(
                 batches: bytes,
             };
             let timeout = shared.client.request_timeout();
-            match shared.client.attempt("Produce", timeout, |mut c| async move { c.produce(request).await }).await {
+            let produce = |conn: &crate::connection::Conn| {
+                let mut c = conn.raw();
+                async move { c.produce(request).await }
+            };
+            match shared.client.attempt("Produce", timeout, produce).await {
                 Ok(response) => {
                     if identity.is_some() {
                         sequence.next += count;
