@@ -16,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod mirror_append;
 mod produce_consume;
+mod raft3;
 mod restart;
 mod rpc_bounds;
 mod scopes;

@@ -61,6 +61,8 @@ impl Scopes {
     pub const ADMIN: Scopes = Scopes::of(&[Scope::Admin]);
     /// Only mirror.
     pub const MIRROR: Scopes = Scopes::of(&[Scope::Mirror]);
+    /// Only replica: broker-to-broker traffic.
+    pub const REPLICA: Scopes = Scopes::of(&[Scope::Replica]);
     /// Reading data: consumers and mirrors.
     pub const READ: Scopes = Scopes::of(&[Scope::Consume, Scope::Mirror]);
 

@@ -143,6 +143,11 @@ impl Membership {
         Ok(Membership { client, stop, renewal })
     }
 
+    /// A handle on the etcd client this membership uses (clones share its connection).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Leaves the cluster: stops renewing and revokes the lease, so the registration goes at once.
     pub async fn leave(mut self) {
         self.stop.cancel();

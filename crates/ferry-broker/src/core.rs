@@ -15,6 +15,7 @@ use ferry_storage::fs::{FsRef, OpenMode};
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
+use crate::catalog::{Replication, TopicRecord};
 use crate::error::{BrokerError, Result};
 use crate::partition::Partition;
 use crate::producer_state;
@@ -112,6 +113,8 @@ pub struct BrokerCore {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     admin: tokio::sync::Mutex<()>,
     arrivals: watch::Sender<u64>,
+    /// This broker's id in its cluster; `None` for a single broker.
+    broker_id: Option<u32>,
 }
 
 impl BrokerCore {
@@ -123,6 +126,19 @@ impl BrokerCore {
         configured_cluster_id: Option<&str>,
         defaults: LogConfig,
         producers: producer_state::Settings,
+    ) -> Result<BrokerCore> {
+        Self::open_as(fs, data_dir, configured_cluster_id, defaults, producers, None)
+    }
+
+    /// [`BrokerCore::open`] for cluster member `broker_id` (`None`: a single broker): replicated topics' partitions
+    /// open as its replicas.
+    pub fn open_as(
+        fs: FsRef,
+        data_dir: &Path,
+        configured_cluster_id: Option<&str>,
+        defaults: LogConfig,
+        producers: producer_state::Settings,
+        broker_id: Option<u32>,
     ) -> Result<BrokerCore> {
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -143,6 +159,7 @@ impl BrokerCore {
             topics: RwLock::new(BTreeMap::new()),
             admin: tokio::sync::Mutex::new(()),
             arrivals,
+            broker_id,
         };
         let mut names = fs.read_dir(data_dir).map_err(io(data_dir))?;
         names.sort();
@@ -164,21 +181,37 @@ impl BrokerCore {
     }
 
     fn open_topic(&self, dir: PathBuf, meta: TopicMeta) -> Result<Topic> {
-        let cfg = meta.log_config(&self.defaults);
-        let mut partitions = Vec::with_capacity(meta.partitions as usize);
-        for p in 0..meta.partitions {
-            let part = Partition::open(
-                &self.fs,
-                &meta.name,
-                p,
-                dir.join(p.to_string()),
-                cfg.clone(),
-                self.producers,
-                self.arrivals.clone(),
-            )?;
-            partitions.push(Arc::new(part));
-        }
+        let partitions = self.partition_opener()(&meta, &dir, 0..meta.partitions)?;
         Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(partitions) })
+    }
+
+    /// What opens partitions `range` of a topic in `dir`, on the blocking pool or at startup: each as a replica
+    /// of this broker when the topic is replicated.
+    fn partition_opener(
+        &self,
+    ) -> impl Fn(&TopicMeta, &Path, std::ops::Range<u32>) -> Result<Vec<Arc<Partition>>> + Send + 'static {
+        let (fs, defaults, producers, arrivals) =
+            (self.fs.clone(), self.defaults.clone(), self.producers, self.arrivals.clone());
+        let broker_id = self.broker_id;
+        move |meta: &TopicMeta, dir: &Path, range: std::ops::Range<u32>| {
+            let cfg = meta.log_config(&defaults);
+            let replica_on = if meta.replication.is_single() { None } else { Some(broker_id.unwrap_or(0)) };
+            range
+                .map(|p| {
+                    Partition::open(
+                        &fs,
+                        &meta.name,
+                        p,
+                        dir.join(p.to_string()),
+                        cfg.clone(),
+                        producers,
+                        arrivals.clone(),
+                        replica_on,
+                    )
+                    .map(Arc::new)
+                })
+                .collect()
+        }
     }
 
     /// Enforces `limits` on later creations (what is on disk already loads whatever the limits).
@@ -280,31 +313,43 @@ impl BrokerCore {
             settings,
             mirror,
             promoted_ms: None,
+            replication: Replication::Single,
         };
-        let dir = self.data_dir.join(name);
+        self.materialize(meta).await
+    }
+
+    /// Creates this broker's replicas of replicated topic `name` as the catalog describes it, unless they exist.
+    pub async fn ensure_replicas(&self, name: &str, record: &TopicRecord) -> Result<Arc<Topic>> {
+        let _admin = self.admin.lock().await;
+        if let Some(existing) = self.topics.read().get(name) {
+            return Ok(Arc::clone(existing));
+        }
+        let meta = TopicMeta {
+            name: name.to_owned(),
+            topic_id: record.topic_id.clone(),
+            partitions: record.partitions,
+            created_ms: record.created_ms,
+            settings: TopicSettings::default(),
+            mirror: None,
+            promoted_ms: None,
+            replication: record.replication,
+        };
+        self.materialize(meta).await
+    }
+
+    /// Writes a new topic's directories and metadata and opens its partitions. The caller holds the admin lock.
+    async fn materialize(&self, meta: TopicMeta) -> Result<Arc<Topic>> {
+        let name = meta.name.clone();
+        let dir = self.data_dir.join(&name);
         let topic = {
             let dir = dir.clone();
             let meta = meta.clone();
-            let arrivals = self.arrivals.clone();
-            let producers = self.producers;
-            let defaults = self.defaults.clone();
             let fs = self.fs.clone();
+            let open = self.partition_opener();
             tokio::task::spawn_blocking(move || -> Result<Topic> {
                 ferry_storage::fs::sync_new_dirs(&*fs, &dir)
                     .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
-                let cfg = meta.log_config(&defaults);
-                let mut parts = Vec::new();
-                for p in 0..meta.partitions {
-                    parts.push(Arc::new(Partition::open(
-                        &fs,
-                        &meta.name,
-                        p,
-                        dir.join(p.to_string()),
-                        cfg.clone(),
-                        producers,
-                        arrivals.clone(),
-                    )?));
-                }
+                let parts = open(&meta, &dir, 0..meta.partitions)?;
                 // topic.json last: a crash before this leaves a directory without metadata, which is ignored.
                 meta.store(&*fs, &dir)?;
                 Ok(Topic { dir: dir.clone(), meta: RwLock::new(meta), partitions: RwLock::new(parts) })
@@ -313,8 +358,14 @@ impl BrokerCore {
             .map_err(|e| BrokerError::Internal(e.to_string()))??
         };
         let topic = Arc::new(topic);
-        self.topics.write().insert(name.to_owned(), Arc::clone(&topic));
-        tracing::info!(topic = name, partitions, mirror = meta.mirror.is_some(), "topic created");
+        self.topics.write().insert(name.clone(), Arc::clone(&topic));
+        tracing::info!(
+            topic = name,
+            partitions = meta.partitions,
+            mirror = meta.mirror.is_some(),
+            replication = meta.replication.as_str(),
+            "topic created"
+        );
         Ok(topic)
     }
 
@@ -369,24 +420,11 @@ impl BrokerCore {
         self.check_limits(name, 0, count - current)?;
         let mut meta = topic.meta();
         meta.partitions = count;
-        let cfg = meta.log_config(&self.defaults);
         let dir = topic.dir.clone();
-        let arrivals = self.arrivals.clone();
-        let producers = self.producers;
         let fs = self.fs.clone();
+        let open = self.partition_opener();
         let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<Partition>>> {
-            let mut parts = Vec::new();
-            for p in current..count {
-                parts.push(Arc::new(Partition::open(
-                    &fs,
-                    &meta.name,
-                    p,
-                    dir.join(p.to_string()),
-                    cfg.clone(),
-                    producers,
-                    arrivals.clone(),
-                )?));
-            }
+            let parts = open(&meta, &dir, current..count)?;
             meta.store(&*fs, &dir)?;
             Ok(parts)
         })

@@ -218,6 +218,61 @@ pub enum BrokerError {
         /// What was refused and why, naming the token and the operation.
         message: String,
     },
+    /// A replicated partition this broker does not lead (docs/cluster.md): nothing was done; go to the leader.
+    #[error(
+        "{topic}/{partition} is led by {} at leader epoch {epoch}; this broker is not its leader",
+        if *leader == 0 { "no broker yet (an election is running)".to_owned() } else { format!("broker {leader} ({address})") }
+    )]
+    NotLeader {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The leader's broker id, 0 when none is known.
+        leader: u32,
+        /// Its address, empty when unknown.
+        address: String,
+        /// The leader epoch this broker knows.
+        epoch: u32,
+    },
+    /// A raft3 write while fewer than two replicas are in sync: nothing was written.
+    #[error(
+        "{topic}/{partition} has {in_sync} in-sync replica(s) ({isr:?}), fewer than the 2 a raft3 write needs; nothing \
+         was written, retry once a replica is back"
+    )]
+    NotEnoughReplicas {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// How many are in sync.
+        in_sync: usize,
+        /// Their broker ids.
+        isr: Vec<u32>,
+    },
+    /// A raft3 write was appended by the leader but not acknowledged by its in-sync set: it may or may not stay.
+    #[error(
+        "{topic}/{partition}: the write at offsets {base}..={last} was not acknowledged: {why}; an idempotent \
+         producer's retry is safe (a duplicate is recognised)"
+    )]
+    NotAcknowledged {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// First offset written.
+        base: u64,
+        /// Last offset written.
+        last: u64,
+        /// Why.
+        why: String,
+    },
+    /// An operation this broker does not support yet on what it was asked about.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The operation needs a cluster member (etcd endpoints), or the cluster's master could not be reached.
+    #[error("{0}")]
+    Cluster(String),
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
@@ -322,6 +377,11 @@ impl BrokerError {
             BrokerError::Io { .. } => "io_error",
             BrokerError::DataDirInUse { .. } => "data_dir_in_use",
             BrokerError::PermissionDenied { .. } => "permission_denied",
+            BrokerError::NotLeader { .. } => "not_leader",
+            BrokerError::NotEnoughReplicas { .. } => "not_enough_replicas",
+            BrokerError::NotAcknowledged { .. } => "not_acknowledged",
+            BrokerError::Cluster(_) => "cluster_unavailable",
+            BrokerError::Unsupported(_) => "unsupported",
             BrokerError::Internal(_) => "internal",
         }
     }
@@ -339,11 +399,16 @@ impl BrokerError {
             | BrokerError::NotAMirrorTopic { .. }
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
+            | BrokerError::Unsupported(_)
             | BrokerError::Group { .. } => Code::FailedPrecondition,
             BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
             BrokerError::PermissionDenied { .. } => Code::PermissionDenied,
+            BrokerError::NotLeader { .. }
+            | BrokerError::NotEnoughReplicas { .. }
+            | BrokerError::NotAcknowledged { .. }
+            | BrokerError::Cluster(_) => Code::Unavailable,
             BrokerError::Storage { .. }
             | BrokerError::Io { .. }
             | BrokerError::DataDirInUse { .. }
@@ -403,8 +468,32 @@ impl BrokerError {
     }
 }
 
+/// The metadata keys of a NOT_LEADER status: the leader's broker id, address and leader epoch.
+pub const LEADER_ID_KEY: &str = "ferry-leader-id";
+/// See [`LEADER_ID_KEY`].
+pub const LEADER_ADDRESS_KEY: &str = "ferry-leader-address";
+/// See [`LEADER_ID_KEY`].
+pub const LEADER_EPOCH_KEY: &str = "ferry-leader-epoch";
+/// See [`LEADER_ID_KEY`]: the partition the hint is about, as "topic/partition".
+pub const LEADER_PARTITION_KEY: &str = "ferry-leader-partition";
+
 impl From<BrokerError> for Status {
     fn from(err: BrokerError) -> Status {
-        status(err.code(), err.reason(), err.client_message())
+        let mut s = status(err.code(), err.reason(), err.client_message());
+        if let BrokerError::NotLeader { topic, partition, leader, address, epoch } = &err {
+            let md = s.metadata_mut();
+            let values = [
+                (LEADER_ID_KEY, leader.to_string()),
+                (LEADER_EPOCH_KEY, epoch.to_string()),
+                (LEADER_ADDRESS_KEY, address.clone()),
+                (LEADER_PARTITION_KEY, format!("{topic}/{partition}")),
+            ];
+            for (key, value) in values {
+                if let Ok(v) = value.parse() {
+                    md.insert(key, v);
+                }
+            }
+        }
+        s
     }
 }

@@ -49,6 +49,7 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
             (pb::ErrorCode::UnknownTopicOrPartition, None)
         }
         BrokerError::OffsetOutOfRange { .. } => (pb::ErrorCode::OffsetOutOfRange, None),
+        BrokerError::NotLeader { .. } => (pb::ErrorCode::NotLeader, None),
         BrokerError::Storage { source: StorageError::CorruptSegment { offset, .. }, .. } => {
             (pb::ErrorCode::CorruptBatch, *offset)
         }
@@ -58,7 +59,14 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
         BrokerError::OffsetOutOfRange { log_start, log_end, .. } => (*log_start, *log_end),
         _ => (0, 0),
     };
+    let leader = match err {
+        BrokerError::NotLeader { leader, address, epoch, .. } => {
+            Some(pb::LeaderHint { leader_id: *leader, leader_address: address.clone(), leader_epoch: *epoch })
+        }
+        _ => None,
+    };
     pb::PartitionData {
+        leader,
         topic: topic.to_owned(),
         partition,
         error: code as i32,
@@ -103,12 +111,13 @@ fn read_partition(p: &Partition, offset: u64, max_bytes: u64, topic_id: String) 
             next_offset: r.next_offset,
             error_offset: None,
             seat: 0,
+            leader: None,
         },
         Err(e) => {
             let mut d = error_data(p.topic(), p.index(), &e, topic_id);
             if d.log_end_offset == 0 {
                 d.log_start_offset = p.log().log_start_offset();
-                d.log_end_offset = p.log().log_end_offset();
+                d.log_end_offset = p.visible_end();
             }
             d.epoch = p.log().epoch();
             d
@@ -254,7 +263,7 @@ pub async fn subscribe(
                 }
                 continue;
             };
-            if p.log().log_end_offset() <= sub.offset && !sub.errored {
+            if p.visible_end() <= sub.offset && !sub.errored && p.replica().is_none_or(|r| r.leading().is_ok()) {
                 continue;
             }
             let data = pb::PartitionData {
@@ -378,12 +387,13 @@ fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::
                 message: String::new(),
                 batches: Bytes::new(),
                 log_start_offset: log.log_start_offset(),
-                log_end_offset: log.log_end_offset(),
+                log_end_offset: p.visible_end(),
                 epoch: log.epoch(),
                 topic_id,
                 next_offset: offset,
                 error_offset: None,
                 seat: 0,
+                leader: None,
             }
         }
         Err(e) => error_data(topic, partition, &e, String::new()),
@@ -451,146 +461,4 @@ fn apply(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::topic::TopicSettings;
-    use ferry_batch::{BatchBuilder, BatchIter, Compression, ProducerInfo};
-    use ferry_storage::LogConfig;
-
-    const MAX_BATCH: u64 = 64 * 1024;
-
-    /// A broker core whose batches are at most 64 KiB, with `topic` of `partitions` partitions, each holding
-    /// `batches` batches of ~50 KiB.
-    async fn core_with_backlog(partitions: u32, batches: usize) -> (tempfile::TempDir, BrokerCore) {
-        let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { max_batch_bytes: MAX_BATCH, ..LogConfig::default() };
-        let core =
-            BrokerCore::open(ferry_storage::fs::os(), dir.path(), Some("test"), config, Default::default()).unwrap();
-        let topic = core.create_topic("t", partitions, TopicSettings::default(), None).await.unwrap();
-        for p in topic.partitions() {
-            for _ in 0..batches {
-                let mut b = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
-                for i in 0..50 {
-                    b.push(i, 1, None, Some(&[7u8; 1000]), &[]);
-                }
-                p.produce(b.build(0, 0)).await.unwrap();
-            }
-        }
-        (dir, core)
-    }
-
-    fn request(partitions: u32, offsets: &[u64], max_bytes: u64) -> pb::FetchRequest {
-        pb::FetchRequest {
-            partitions: (0..partitions)
-                .map(|p| pb::PartitionFetch {
-                    topic: "t".into(),
-                    partition: p,
-                    offset: offsets[p as usize],
-                    max_bytes: 1024 * 1024,
-                })
-                .collect(),
-            max_wait_ms: 0,
-            max_bytes,
-        }
-    }
-
-    #[test]
-    fn large_partition_data_travels_alone_and_the_rest_together() {
-        let data = |partition: u32, len: usize| pb::PartitionData {
-            topic: "t".into(),
-            partition,
-            batches: bytes::Bytes::from(vec![partition as u8; len]),
-            ..Default::default()
-        };
-        let round = vec![
-            data(0, 10),
-            data(1, OWN_RESPONSE_BYTES),
-            data(2, 0),
-            data(3, OWN_RESPONSE_BYTES - 1),
-            data(4, 3 * OWN_RESPONSE_BYTES),
-        ];
-        let shape: Vec<Vec<(u32, usize)>> = responses(round.clone())
-            .iter()
-            .map(|r| r.partitions.iter().map(|d| (d.partition, d.batches.len())).collect())
-            .collect();
-        assert_eq!(
-            shape,
-            vec![
-                vec![(1, OWN_RESPONSE_BYTES)],
-                vec![(4, 3 * OWN_RESPONSE_BYTES)],
-                vec![(0, 10), (2, 0), (3, OWN_RESPONSE_BYTES - 1)],
-            ]
-        );
-        // Nothing lost or changed: the same partition data, each once.
-        let mut back: Vec<pb::PartitionData> =
-            responses(round.clone()).into_iter().flat_map(|r| r.partitions).collect();
-        back.sort_by_key(|d| d.partition);
-        assert_eq!(back, round);
-        assert!(responses(Vec::new()).is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_fetch_never_carries_more_than_the_response_limit_and_loses_nothing() {
-        let (_dir, core) = core_with_backlog(4, 6).await;
-        let limit = response_limit(MAX_BATCH);
-        let token = CancellationToken::new();
-        let mut offsets = vec![0u64; 4];
-        let mut records = 0;
-        let mut responses = 0;
-        while offsets.iter().any(|&o| o < 300) {
-            // The client asks for far more than one message may carry (16 MiB total, 1 MiB per partition).
-            let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, 0, &token).await;
-            let total: u64 = r.partitions.iter().map(|d| d.batches.len() as u64).sum();
-            assert!(total <= limit, "response of {total} bytes, limit {limit}");
-            assert!(total > 0, "no progress at {offsets:?}");
-            for d in &r.partitions {
-                assert_eq!(d.error, pb::ErrorCode::None as i32, "{}", d.message);
-                assert_eq!(d.log_end_offset, 300);
-                let p = d.partition as usize;
-                for item in BatchIter::new(&d.batches) {
-                    let (header, _) = item.unwrap();
-                    assert_eq!(header.base_offset, offsets[p], "partition {p} skipped or repeated data");
-                    records += header.record_count as u64;
-                    offsets[p] = header.next_offset();
-                }
-                assert_eq!(d.next_offset, offsets[p]);
-            }
-            responses += 1;
-        }
-        assert_eq!(records, 4 * 300);
-        assert!(responses >= 4 * 6 * 50 * 1000 / limit as usize, "{responses} responses");
-    }
-
-    #[tokio::test]
-    async fn successive_fetches_serve_different_partitions_first() {
-        let (_dir, core) = core_with_backlog(4, 6).await;
-        let limit = response_limit(MAX_BATCH);
-        let token = CancellationToken::new();
-        for turn in 0..8 {
-            let r = fetch(&core, request(4, &[0; 4], 16 * 1024 * 1024), Duration::ZERO, limit, turn, &token).await;
-            // The answer keeps the request's order; the partition of this turn was read first and got data.
-            let order: Vec<u32> = r.partitions.iter().map(|d| d.partition).collect();
-            assert_eq!(order, vec![0, 1, 2, 3]);
-            assert!(!r.partitions[turn % 4].batches.is_empty(), "turn {turn}");
-            let with_data = r.partitions.iter().filter(|d| !d.batches.is_empty()).count();
-            assert!(with_data < 4, "the limit should leave some partitions out");
-        }
-    }
-
-    #[tokio::test]
-    async fn partitions_without_room_report_their_position_or_range_error() {
-        let (_dir, core) = core_with_backlog(3, 3).await;
-        let limit = response_limit(MAX_BATCH);
-        let token = CancellationToken::new();
-        // The total budget is one byte: partition 0 gets one whole batch, the others no data.
-        let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, 0, &token).await;
-        let d = &r.partitions;
-        assert_eq!((d[0].error, d[0].next_offset), (pb::ErrorCode::None as i32, 50));
-        assert!(!d[0].batches.is_empty());
-        assert_eq!((d[1].error, d[1].next_offset, d[1].log_end_offset), (pb::ErrorCode::None as i32, 50, 150));
-        assert!(d[1].batches.is_empty());
-        assert_eq!(d[2].error, pb::ErrorCode::OffsetOutOfRange as i32);
-        assert!(d[2].message.contains("offset 999 is out of range"), "{}", d[2].message);
-        assert_eq!((d[2].log_start_offset, d[2].log_end_offset), (0, 150));
-    }
-}
+mod tests;

@@ -9,14 +9,21 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod catalog;
 pub mod cluster;
 pub mod config;
+pub mod controller;
 pub mod core;
 pub mod error;
 pub mod fetch;
+pub mod follower;
 pub mod groups;
+pub mod leader_epochs;
 pub mod partition;
 pub mod producer_state;
+pub mod replica;
+pub mod replica_serve;
+pub mod replication;
 pub mod server;
 pub mod service;
 pub mod topic;

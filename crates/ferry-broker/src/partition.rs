@@ -16,7 +16,11 @@ use ferry_storage::{Clock, Log, LogConfig, OffsetAppendOutcome, ReadResult, Stor
 use tokio::sync::{Mutex, watch};
 
 use crate::error::{BrokerError, RefusalKind, Result};
+use crate::leader_epochs::LeaderEpochs;
 use crate::producer_state::{self, Check, ProducerStates};
+use crate::replica::Replica;
+
+mod replicated;
 
 /// What a produce request wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +33,8 @@ pub struct Produced {
     pub duplicate: bool,
     /// Log end offset afterwards.
     pub log_end_offset: u64,
+    /// A replicated partition's leader epoch the write was made under (0 for a single broker's partition).
+    pub leader_epoch: u32,
 }
 
 /// One partition of a topic.
@@ -41,11 +47,15 @@ pub struct Partition {
     arrivals: watch::Sender<u64>,
     /// Set while a flush started by [`Partition::flush_behind`] is queued or running.
     flush_behind: Arc<AtomicBool>,
+    /// A replicated partition's replication state (`None` for a single broker's partition).
+    replica: Option<Arc<Replica>>,
 }
 
 impl Partition {
     /// Opens (or creates) the partition's log in `dir` and rebuilds the producer state from the batch headers of
-    /// its last two segments. Blocking: call from the blocking pool or at startup.
+    /// its last two segments. `replica_on` is this broker's id when the partition is replicated: its
+    /// leader-epoch history is loaded and it starts idle. Blocking: call from the blocking pool or at startup.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         fs: &FsRef,
         topic: &str,
@@ -54,7 +64,16 @@ impl Partition {
         config: LogConfig,
         producer_settings: producer_state::Settings,
         arrivals: watch::Sender<u64>,
+        replica_on: Option<u32>,
     ) -> Result<Partition> {
+        let replica = match replica_on {
+            Some(id) => {
+                ferry_storage::fs::sync_new_dirs(&**fs, &dir)
+                    .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
+                Some(Arc::new(Replica::new(id, LeaderEpochs::load(&**fs, &dir)?, arrivals.clone())))
+            }
+            None => None,
+        };
         let log = Log::open_on(fs.clone(), dir, config, Arc::new(SystemClock))
             .map_err(|e| BrokerError::storage(topic, index, e))?;
         let mut producers = ProducerStates::new(producer_settings);
@@ -69,7 +88,22 @@ impl Partition {
             writer: Mutex::new(producers),
             arrivals,
             flush_behind: Arc::new(AtomicBool::new(false)),
+            replica,
         })
+    }
+
+    /// The replication state, when the partition is replicated.
+    pub fn replica(&self) -> Option<&Arc<Replica>> {
+        self.replica.as_ref()
+    }
+
+    /// The log end offset clients see: the log's, or a replicated partition's high watermark.
+    pub fn visible_end(&self) -> u64 {
+        let leo = self.log.log_end_offset();
+        match &self.replica {
+            None => leo,
+            Some(r) => r.hw().min(leo),
+        }
     }
 
     /// Topic name.
@@ -160,6 +194,23 @@ impl Partition {
             }
         }
         let mut producers = self.writer.lock().await;
+        // A replicated partition is written by its leader alone, with at least two replicas in sync; checked under
+        // the write lock, which role changes take too, so no write slips past a change of leader.
+        let leader_epoch = match &self.replica {
+            None => 0,
+            Some(r) => {
+                let l = r.leading().map_err(|n| self.not_leader(n))?;
+                if l.isr.len() < crate::catalog::MIN_INSYNC {
+                    return Err(BrokerError::NotEnoughReplicas {
+                        topic: self.topic.clone(),
+                        partition: self.index,
+                        in_sync: l.isr.len(),
+                        isr: l.isr,
+                    });
+                }
+                l.epoch
+            }
+        };
         // Time retention and producer expiry follow batch timestamps: one far in the future would pin segments
         // forever and expire every producer id, so a produced one may be only so far ahead of this clock.
         let ahead = producers.settings().max_timestamp_ahead_ms;
@@ -202,6 +253,9 @@ impl Partition {
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
             .map_err(|e| self.err(e))?;
             self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+            if let Some(r) = &self.replica {
+                r.appended(self.log.log_end_offset());
+            }
             if over {
                 self.flush_behind();
             }
@@ -239,6 +293,7 @@ impl Partition {
             last_offset: last,
             duplicate: all_duplicates,
             log_end_offset: self.log.log_end_offset(),
+            leader_epoch,
         })
     }
 
@@ -320,8 +375,19 @@ impl Partition {
         Ok(leo)
     }
 
-    /// Reads whole batches from `offset`, up to `max_bytes` (at least one batch).
+    /// Reads whole batches from `offset`, up to `max_bytes` (at least one batch), for a client: a replicated
+    /// partition's data ends at its high watermark (an offset between it and the log end waits, it is not out of
+    /// range), and a replica that may not serve reads (a follower, a leader whose HW is behind its epoch's start)
+    /// returns nothing.
     pub fn read(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        match &self.replica {
+            None => self.read_log(offset, max_bytes),
+            Some(replica) => self.read_replicated(replica, offset, max_bytes),
+        }
+    }
+
+    /// Reads whole batches from `offset` as stored, up to the log end: a leader's answer to its followers.
+    pub fn read_log(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
         self.log.read(offset, max_bytes).map_err(|e| self.err(e))
     }
 
@@ -331,7 +397,7 @@ impl Partition {
         pb::PartitionInfo {
             partition: self.index,
             log_start_offset: s.log_start_offset,
-            log_end_offset: s.log_end_offset,
+            log_end_offset: self.replica.as_ref().map_or(s.log_end_offset, |r| r.hw().min(s.log_end_offset)),
             epoch: s.epoch,
             size_bytes: s.size_bytes,
             segments: s.segments,
@@ -355,6 +421,7 @@ mod tests {
             LogConfig::default(),
             Default::default(),
             arrivals,
+            None,
         )
         .unwrap()
     }
@@ -405,6 +472,7 @@ mod tests {
                 config.clone(),
                 Default::default(),
                 watch::channel(0).0,
+                None,
             )
             .unwrap()
         };

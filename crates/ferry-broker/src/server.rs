@@ -112,9 +112,10 @@ pub async fn run(
     let limits = config.limits.core_limits();
     let producers = config.producer_settings();
     let fs = options.fs.clone().unwrap_or_else(ferry_storage::fs::os);
+    let member = config.cluster.enabled().then(|| config.cluster.broker_id.unwrap_or(0));
     let (core, groups) = tokio::task::spawn_blocking(move || -> Result<_, crate::error::BrokerError> {
-        let core =
-            BrokerCore::open(fs.clone(), &data_dir, cluster.as_deref(), defaults, producers)?.with_limits(limits);
+        let core = BrokerCore::open_as(fs.clone(), &data_dir, cluster.as_deref(), defaults, producers, member)?
+            .with_limits(limits);
         let groups =
             GroupCoordinator::open(fs, &data_dir, groups_cfg.min_session_timeout, groups_cfg.max_session_timeout)?
                 .with_limits(groups_cfg.group_limits());
@@ -152,7 +153,7 @@ pub async fn run(
     };
 
     let max_message = ferry_proto::max_message_bytes(config.broker.max_batch_bytes.as_u64() as usize);
-    let service = BrokerService::new(
+    let mut service = BrokerService::new(
         Arc::clone(&core),
         Arc::clone(&groups),
         advertised,
@@ -160,6 +161,13 @@ pub async fn run(
         config.broker.decode_concurrency,
         shutdown.clone(),
     );
+    let tasks = TaskTracker::new();
+    if let Some(m) = &membership {
+        let settings = crate::replication::Settings::of(&config.cluster, max_message);
+        let replication = crate::replication::Replication::new(settings, Arc::clone(&core), m.client());
+        tasks.spawn(Arc::clone(&replication).run(shutdown.clone()));
+        service = service.with_replication(replication);
+    }
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)
@@ -169,7 +177,6 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<BrokerServer<BrokerService>>().await;
 
-    let tasks = TaskTracker::new();
     spawn_duties(&tasks, &core, &groups, &config, shutdown.clone());
 
     let mut builder = Server::builder()

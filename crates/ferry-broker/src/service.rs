@@ -15,10 +15,13 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Scopes, caller, member_scopes, offset_scopes};
-use crate::core::BrokerCore;
+use crate::catalog::Replication as Mode;
+use crate::core::{BrokerCore, Topic};
 use crate::error::{BrokerError, RefusalKind};
 use crate::groups::GroupCoordinator;
 use crate::partition::Partition;
+use crate::replica_serve;
+use crate::replication::Replication;
 use crate::topic::{MirrorMark, TopicSettings, refuse_reserved};
 
 /// The service implementation.
@@ -35,6 +38,8 @@ pub struct BrokerService {
     /// Permits for server-side decodes of record bodies (`broker.decode_concurrency`).
     decodes: Arc<Semaphore>,
     shutdown: CancellationToken,
+    /// A cluster member's replication manager.
+    replication: Option<Arc<Replication>>,
 }
 
 impl BrokerService {
@@ -58,7 +63,42 @@ impl BrokerService {
             fetch_turns: Arc::new(AtomicU32::new(0)),
             decodes: Arc::new(Semaphore::new(decode_concurrency.max(1))),
             shutdown,
+            replication: None,
         }
+    }
+
+    /// Serves a cluster member's replicated topics through `replication`.
+    pub fn with_replication(mut self, replication: Arc<Replication>) -> BrokerService {
+        self.replication = Some(replication);
+        self
+    }
+
+    /// Looks up a topic for produce: one this broker holds no replica of, but the catalog has, is NOT_LEADER.
+    fn local_topic(&self, name: &str, partition: Option<u32>) -> Result<Arc<Topic>, BrokerError> {
+        self.core
+            .topic(name)
+            .map_err(|e| self.replication.as_ref().and_then(|r| r.not_here(name, partition.unwrap_or(0))).unwrap_or(e))
+    }
+
+    /// Refuses `what` on a replicated topic: its shape lives in the catalog, which this operation does not change
+    /// yet.
+    fn refuse_replicated(&self, name: &str, what: &str) -> Result<(), BrokerError> {
+        match self.core.topic(name) {
+            Ok(t) if !t.meta().replication.is_single() => Err(BrokerError::Unsupported(format!(
+                "{what} of replicated topic \"{name}\" is not supported yet (docs/cluster.md, \"Not yet\")"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn replication(&self) -> Result<&Arc<Replication>, BrokerError> {
+        self.replication.as_ref().ok_or_else(|| {
+            BrokerError::Cluster(
+                "this broker runs alone: replicated topics need a cluster member (start it with --etcd and \
+                 --broker-id)"
+                    .into(),
+            )
+        })
     }
 
     /// `offset_for_timestamp` may decode record bodies: it runs on the blocking pool, at most
@@ -116,12 +156,20 @@ impl Broker for BrokerService {
     async fn metadata(&self, req: Request<pb::MetadataRequest>) -> Rpc<pb::MetadataResponse> {
         // Every token may ask what the broker is: clients read its limits before anything else.
         caller(&req)?;
+        let topics = req.into_inner().topics;
+        let r = self.replication.as_ref();
         ok(pb::MetadataResponse {
             cluster_id: self.core.cluster_id().to_owned(),
             broker_address: self.advertised.clone(),
             max_batch_bytes: self.max_batch_bytes,
             max_message_bytes: ferry_proto::max_message_bytes(self.max_batch_bytes as usize) as u64,
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            broker_id: r.map_or(0, |r| r.broker_id()),
+            brokers: r.map(|r| r.brokers()).unwrap_or_default(),
+            partitions: match r {
+                Some(r) if !topics.is_empty() => r.placements(&topics),
+                _ => Vec::new(),
+            },
         })
     }
 
@@ -131,6 +179,19 @@ impl Broker for BrokerService {
         let need = if req.mirror.is_some() { SHAPE_MIRROR } else { Scopes::ADMIN };
         who.allow_topic("CreateTopic", need, &req.name)?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
+        let mode = Mode::parse(&req.replication).map_err(BrokerError::InvalidArgument)?;
+        if !mode.is_single() {
+            if req.mirror.is_some() || settings != TopicSettings::default() {
+                return Err(BrokerError::Unsupported(
+                    "a replicated topic takes no per-topic config and cannot be a mirror topic yet; it follows the \
+                     brokers' [storage] settings (docs/cluster.md, \"Not yet\")"
+                        .into(),
+                )
+                .into());
+            }
+            let info = self.replication()?.create_topic(&req.name, req.partitions, mode).await?;
+            return ok(pb::CreateTopicResponse { topic: Some(info) });
+        }
         let mirror = req.mirror.as_ref().map(MirrorMark::from_proto).transpose()?;
         let t = self.core.create_topic(&req.name, req.partitions, settings, mirror).await?;
         ok(pb::CreateTopicResponse { topic: Some(self.core.topic_info(&t)) })
@@ -141,6 +202,7 @@ impl Broker for BrokerService {
         let name = req.into_inner().name;
         who.allow_topic("DeleteTopic", Scopes::ADMIN, &name)?;
         refuse_reserved(&name)?;
+        self.refuse_replicated(&name, "deletion")?;
         // Its committed offsets go with it, under the same admin turn: a topic created later under the name starts
         // from offset 0, and one created right after keeps what is committed to it.
         let groups = Arc::clone(&self.groups);
@@ -176,6 +238,7 @@ impl Broker for BrokerService {
         let req = req.into_inner();
         who.allow_topic("AlterPartitions", shape_scopes(&self.core, &req.name), &req.name)?;
         refuse_reserved(&req.name)?;
+        self.refuse_replicated(&req.name, "growing the partitions")?;
         let t = self.core.alter_partitions(&req.name, req.partitions).await?;
         ok(pb::AlterPartitionsResponse { topic: Some(self.core.topic_info(&t)) })
     }
@@ -185,6 +248,7 @@ impl Broker for BrokerService {
         let req = req.into_inner();
         who.allow_topic("AlterTopicConfig", shape_scopes(&self.core, &req.name), &req.name)?;
         refuse_reserved(&req.name)?;
+        self.refuse_replicated(&req.name, "changing the config")?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
         let t = self.core.alter_config(&req.name, settings).await?;
         ok(pb::AlterTopicConfigResponse { topic: Some(self.core.topic_info(&t)) })
@@ -211,7 +275,7 @@ impl Broker for BrokerService {
         let req = req.into_inner();
         who.allow_topic("Produce", Scopes::PRODUCE, &req.topic)?;
         refuse_reserved(&req.topic)?;
-        let topic = self.core.topic(&req.topic)?;
+        let topic = self.local_topic(&req.topic, req.partition)?;
         if let Some(mark) = topic.mirror() {
             return Err(BrokerError::MirrorTopicReadOnly {
                 topic: req.topic,
@@ -227,12 +291,15 @@ impl Broker for BrokerService {
         };
         let part = topic.partition(partition)?;
         let produced = part.produce(req.batches).await?;
+        if let Some(r) = &self.replication {
+            replica_serve::await_ack(&part, &produced, r.ack_timeout()).await?;
+        }
         ok(pb::ProduceResponse {
             partition,
             base_offset: produced.base_offset,
             last_offset: produced.last_offset,
             duplicate: produced.duplicate,
-            log_end_offset: produced.log_end_offset,
+            log_end_offset: if part.replica().is_some() { part.visible_end() } else { produced.log_end_offset },
         })
     }
 
@@ -487,6 +554,32 @@ impl Broker for BrokerService {
         let mut groups = self.groups.list();
         groups.retain(|g| who.sees_group(&g.group));
         ok(pb::ListGroupsResponse { groups })
+    }
+
+    async fn replica_fetch(&self, req: Request<pb::ReplicaFetchRequest>) -> Rpc<pb::ReplicaFetchResponse> {
+        caller(&req)?.allow("ReplicaFetch", Scopes::REPLICA)?;
+        let req = req.into_inner();
+        let part = self.core.partition(&req.topic, req.partition)?;
+        if self.core.topic(&req.topic)?.id() != req.topic_id {
+            return Err(BrokerError::InvalidArgument(format!(
+                "topic \"{}\" here is not the follower's topic id {}",
+                req.topic, req.topic_id
+            ))
+            .into());
+        }
+        ok(replica_serve::replica_fetch(&part, req, self.max_fetch_wait).await)
+    }
+
+    async fn leader_epoch_end(&self, req: Request<pb::LeaderEpochEndRequest>) -> Rpc<pb::LeaderEpochEndResponse> {
+        caller(&req)?.allow("LeaderEpochEnd", Scopes::REPLICA)?;
+        let req = req.into_inner();
+        let part = self.core.partition(&req.topic, req.partition)?;
+        ok(replica_serve::leader_epoch_end(&part, &req))
+    }
+
+    async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {
+        caller(&req)?.allow("ClusterStatus", DESCRIBE)?;
+        ok(self.replication()?.status())
     }
 
     async fn describe_group(&self, req: Request<pb::DescribeGroupRequest>) -> Rpc<pb::DescribeGroupResponse> {

@@ -12,6 +12,7 @@ use ferry_storage::fs::FileSystem;
 use ferry_storage::{FlushPolicy, LogConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::Replication;
 use crate::error::{BrokerError, Result};
 
 /// Longest topic name.
@@ -250,6 +251,9 @@ pub struct TopicMeta {
     /// When the topic was promoted from a mirror topic, ms since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_ms: Option<i64>,
+    /// How the topic's partitions are kept; a raft3 topic's truth is the cluster's catalog in etcd.
+    #[serde(default, skip_serializing_if = "Replication::is_single")]
+    pub replication: Replication,
 }
 
 impl TopicMeta {
@@ -287,6 +291,7 @@ impl TopicMeta {
             config: Some(self.settings.effective_proto(defaults)),
             mirror: self.mirror.as_ref().map(MirrorMark::to_proto),
             created_ms: self.created_ms,
+            replication: self.replication.as_str().to_owned(),
         }
     }
 }
@@ -364,8 +369,14 @@ mod tests {
             settings: TopicSettings::default(),
             mirror: None,
             promoted_ms: Some(7),
+            replication: Replication::Single,
         };
         meta.store(&ferry_storage::fs::OsFs, dir.path()).unwrap();
         assert_eq!(TopicMeta::load(&ferry_storage::fs::OsFs, dir.path()).unwrap(), meta);
+        // A single topic's file has no replication key (files of earlier versions load as single); raft3 is kept.
+        assert!(!std::fs::read_to_string(dir.path().join(TOPIC_FILE)).unwrap().contains("replication"));
+        let raft3 = TopicMeta { replication: Replication::Raft3, ..meta };
+        raft3.store(&ferry_storage::fs::OsFs, dir.path()).unwrap();
+        assert_eq!(TopicMeta::load(&ferry_storage::fs::OsFs, dir.path()).unwrap(), raft3);
     }
 }

@@ -90,7 +90,26 @@ impl Admin {
         config: TopicConfig,
         mirror: Option<MirrorSource>,
     ) -> Result<TopicInfo> {
-        let request = pb::CreateTopicRequest { name: name.to_owned(), partitions, config: Some(config), mirror };
+        let request = pb::CreateTopicRequest {
+            name: name.to_owned(),
+            partitions,
+            config: Some(config),
+            mirror,
+            replication: String::new(),
+        };
+        let response = self.client.create_topic(request).await?;
+        self.require("CreateTopic", response.topic)
+    }
+
+    /// Creates a topic kept as `replication` says: "single", or "raft3" (three replicas over the cluster's brokers).
+    pub async fn create_replicated_topic(&self, name: &str, partitions: u32, replication: &str) -> Result<TopicInfo> {
+        let request = pb::CreateTopicRequest {
+            name: name.to_owned(),
+            partitions,
+            config: None,
+            mirror: None,
+            replication: replication.to_owned(),
+        };
         let response = self.client.create_topic(request).await?;
         self.require("CreateTopic", response.topic)
     }

@@ -64,6 +64,11 @@ impl Interceptor for AuthInterceptor {
     }
 }
 
+/// The metadata keys of a NOT_LEADER status (the broker's `error::LEADER_*_KEY`).
+const LEADER_ADDRESS_KEY: &str = "ferry-leader-address";
+const LEADER_EPOCH_KEY: &str = "ferry-leader-epoch";
+const LEADER_PARTITION_KEY: &str = "ferry-leader-partition";
+
 /// Whether a call may be sent again after a failure whose outcome is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Retry {
@@ -78,6 +83,8 @@ pub(crate) enum Retry {
 pub(crate) struct Failure {
     pub(crate) error: ClientError,
     pub(crate) never_sent: bool,
+    /// A NOT_LEADER answer named a leader among the configured brokers: the next attempt goes there, at once.
+    pub(crate) redirected: bool,
 }
 
 #[derive(Clone)]
@@ -103,6 +110,8 @@ struct Inner {
     connecting: tokio::sync::Mutex<()>,
     next_index: AtomicUsize,
     generation: AtomicU64,
+    /// The newest leader epoch seen per "topic/partition" in NOT_LEADER hints; older hints are ignored.
+    leader_epochs: parking_lot::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 /// A connection to one of the configured brokers, shared by its clones. See the module docs for the failover and
@@ -136,6 +145,7 @@ impl BrokerClient {
                 connecting: tokio::sync::Mutex::new(()),
                 next_index: AtomicUsize::new(0),
                 generation: AtomicU64::new(0),
+                leader_epochs: parking_lot::Mutex::new(std::collections::HashMap::new()),
             }),
         })
     }
@@ -271,7 +281,7 @@ impl BrokerClient {
     {
         let conn = match self.connection().await {
             Ok(c) => c,
-            Err(error) => return Err(Failure { error, never_sent: true }),
+            Err(error) => return Err(Failure { error, never_sent: true, redirected: false }),
         };
         let broker = &self.inner.config.brokers[conn.index];
         match tokio::time::timeout(timeout, f(&conn)).await {
@@ -282,13 +292,15 @@ impl BrokerClient {
                 if transport {
                     self.invalidate(conn.generation);
                 }
-                Err(Failure { error: ClientError::from_status(&status, broker), never_sent })
+                let redirected = self.follow_leader_hint(&status);
+                Err(Failure { error: ClientError::from_status(&status, broker), never_sent, redirected })
             }
             Err(_) => {
                 self.invalidate(conn.generation);
                 Err(Failure {
                     error: ClientError::Timeout { rpc, broker: broker.clone(), after: timeout },
                     never_sent: false,
+                    redirected: false,
                 })
             }
         }
@@ -311,14 +323,21 @@ impl BrokerClient {
         loop {
             match self.attempt(rpc, timeout, &mut f).await {
                 Ok(v) => return Ok(v),
-                Err(Failure { error, never_sent }) => {
+                Err(Failure { error, never_sent, redirected }) => {
                     attempt += 1;
-                    let may_retry = match retry {
-                        Retry::Idempotent => error.is_transport() || error.is_timeout(),
-                        Retry::Once => never_sent,
-                    };
+                    let may_retry = error.nothing_written()
+                        || match retry {
+                            Retry::Idempotent => {
+                                error.is_transport() || error.is_timeout() || error.reason() == Some("not_acknowledged")
+                            }
+                            Retry::Once => never_sent,
+                        };
                     if !may_retry || attempt >= policy.max_attempts {
                         return Err(error);
+                    }
+                    if redirected {
+                        tracing::debug!(rpc, %error, attempt, "retrying at the leader");
+                        continue;
                     }
                     let delay = policy.delay(attempt - 1);
                     tracing::debug!(rpc, %error, attempt, ?delay, "retrying");
@@ -326,6 +345,42 @@ impl BrokerClient {
                 }
             }
         }
+    }
+
+    /// Follows a NOT_LEADER answer's leader hint: when it names one of the configured brokers and its leader
+    /// epoch is not older than the newest this client saw for that partition, the next connection goes there.
+    /// Returns whether it does.
+    fn follow_leader_hint(&self, status: &tonic::Status) -> bool {
+        let md = status.metadata();
+        let text = |key: &str| md.get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if text(crate::error::REASON_KEY).as_deref() != Some("not_leader") {
+            return false;
+        }
+        let (Some(address), Some(epoch), Some(partition)) = (
+            text(LEADER_ADDRESS_KEY),
+            text(LEADER_EPOCH_KEY).and_then(|e| e.parse::<u32>().ok()),
+            text(LEADER_PARTITION_KEY),
+        ) else {
+            return false;
+        };
+        let Some(index) = self.inner.config.brokers.iter().position(|b| *b == address) else { return false };
+        {
+            let mut seen = self.inner.leader_epochs.lock();
+            let newest = seen.entry(partition).or_insert(epoch);
+            if epoch < *newest {
+                return false;
+            }
+            *newest = epoch;
+        }
+        let mut current = self.inner.current.lock();
+        if current.as_ref().is_some_and(|c| c.index == index) {
+            // Already there: the hint is about this very broker (it just took over); retry as it is.
+            return true;
+        }
+        self.inner.next_index.store(index, Ordering::Relaxed);
+        *current = None;
+        tracing::debug!(broker = %address, leader_epoch = epoch, "following the leader hint");
+        true
     }
 
     /// The unary timeout of this client.
@@ -365,7 +420,7 @@ impl BrokerClient {
             }
             self.attempt("Metadata", timeout, |conn| {
                 let mut c = conn.raw();
-                async move { c.metadata(ferry_proto::MetadataRequest {}).await }
+                async move { c.metadata(ferry_proto::MetadataRequest::default()).await }
             })
             .await
             .map_err(|f| f.error)

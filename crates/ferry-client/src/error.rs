@@ -168,6 +168,12 @@ impl ClientError {
         self.reason() == Some("producer_expired")
     }
 
+    /// The broker refused the call before doing anything (`not_leader`, `not_enough_replicas`): sending it again
+    /// is safe whatever the call.
+    pub fn nothing_written(&self) -> bool {
+        matches!(self.reason(), Some("not_leader" | "not_enough_replicas"))
+    }
+
     /// The gRPC code when the broker answered with a status.
     pub fn code(&self) -> Option<Code> {
         match self {
@@ -265,6 +271,10 @@ pub(crate) fn config_err(field: &'static str, message: impl Into<String>) -> Cli
 /// that error as its source. UNAVAILABLE always counts: it is what gRPC uses for "try another server".
 pub(crate) fn is_transport_status(status: &tonic::Status) -> bool {
     use std::error::Error as _;
+    // A status with a reason is the broker's own answer (a cluster member's `not_leader`, say), not a transport's.
+    if status.metadata().get(REASON_KEY).is_some() {
+        return false;
+    }
     status.code() == Code::Unavailable
         || (status.source().is_some()
             && matches!(status.code(), Code::Unknown | Code::Cancelled | Code::Internal | Code::Unavailable))

@@ -41,10 +41,23 @@ impl BrokerClient {
     pub async fn metadata(&self) -> Result<pb::MetadataResponse> {
         self.call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
             let mut c = conn.raw();
-            async move { c.metadata(pb::MetadataRequest {}).await }
+            async move { c.metadata(pb::MetadataRequest::default()).await }
         })
         .await
     }
+
+    /// Metadata with the placement of `topics`' replicated partitions (leader, leader epoch, replicas, ISR).
+    pub async fn metadata_for(&self, topics: Vec<String>) -> Result<pb::MetadataResponse> {
+        self.call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
+            let (mut c, topics) = (conn.raw(), topics.clone());
+            async move { c.metadata(pb::MetadataRequest { topics }).await }
+        })
+        .await
+    }
+
+    unary!(
+        /// The cluster as the answering member sees it.
+        cluster_status, "ClusterStatus", pb::ClusterStatusRequest, pb::ClusterStatusResponse, idempotent);
 
     unary!(
         /// Creates a topic. Not retried after an unknown outcome (a retry would answer ALREADY_EXISTS).

@@ -18,6 +18,8 @@ pub(crate) const GAPS_FILE: &str = "gaps.checkpoint";
 pub(crate) const RECOVERY_FILE: &str = "recovery-point.checkpoint";
 /// Present only between a clean `close()` and the next `open()`.
 pub(crate) const CLEAN_MARKER: &str = "clean-shutdown";
+/// The leader-epoch checkpoint a replicated partition's broker keeps beside the segments (the log leaves it be).
+pub const LEADER_EPOCH_FILE: &str = "leader-epoch.checkpoint";
 /// Suffix of files being replaced atomically; leftovers are removed on open.
 pub(crate) const TMP_SUFFIX: &str = crate::fs::TMP_SUFFIX;
 

@@ -77,6 +77,7 @@ mod segment;
 mod state;
 mod types;
 
+pub use checkpoint::LEADER_EPOCH_FILE;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FlushPolicy, LogConfig, MAX_OFFSET, MIN_SEGMENT_MS};
 pub use error::{Result, StorageError};

@@ -55,6 +55,7 @@ fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<BTreeSet<u64>> {
                 checkpoint::GAPS_FILE,
                 checkpoint::RECOVERY_FILE,
                 checkpoint::CLEAN_MARKER,
+                checkpoint::LEADER_EPOCH_FILE,
             ]
             .contains(&name.as_str()) => {}
             None => tracing::warn!(path = %path.display(), "ignoring an unexpected file in a partition directory"),

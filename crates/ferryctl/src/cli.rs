@@ -9,7 +9,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::common::GlobalOpts;
-use crate::{consume, demo, mirror, produce, topic};
+use crate::{cluster, consume, demo, mirror, produce, topic};
 
 /// Ferry's operator CLI.
 #[derive(Parser)]
@@ -42,6 +42,9 @@ pub enum Command {
     Mirror(mirror::MirrorArgs),
     /// Run two brokers (dc-a, dc-b), the mirror between them and a keyed load, all in this process.
     Demo(demo::DemoArgs),
+    /// A broker cluster's members and replicated partitions (leader, epoch, replicas, ISR, lag).
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 impl Command {
@@ -53,6 +56,7 @@ impl Command {
             Command::Consume(args) => consume::run(args, global).await,
             Command::Mirror(args) => mirror::run(args.command, args.format, global).await,
             Command::Demo(args) => demo::run(args, global).await,
+            Command::Cluster(cmd) => cluster::run(cmd, global).await,
         }
     }
 }

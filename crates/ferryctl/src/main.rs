@@ -3,6 +3,7 @@
 //! `error: ...`, never as a Debug dump.
 
 mod cli;
+mod cluster;
 mod common;
 mod consume;
 mod demo;

@@ -152,6 +152,8 @@ pub struct TopicJson {
     partitions: u32,
     config: ConfigJson,
     mirror: Option<MirrorJson>,
+    /// "single" or "raft3".
+    replication: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     partition_info: Option<Vec<PartitionJson>>,
 }
@@ -165,6 +167,7 @@ impl TopicJson {
             partitions: topic.partitions,
             config: topic.config.as_ref().map(ConfigJson::from).unwrap_or_else(|| (&TopicConfig::default()).into()),
             mirror: topic.mirror.as_ref().map(MirrorJson::from),
+            replication: if topic.replication.is_empty() { "single".into() } else { topic.replication.clone() },
             partition_info: partitions.map(|ps| ps.iter().map(PartitionJson::from).collect()),
         }
     }
@@ -309,6 +312,7 @@ mod tests {
                 source_cluster: "dc-a".into(),
             }),
             created_ms: 5,
+            replication: "raft3".into(),
         };
         let partitions = vec![PartitionInfo {
             partition: 0,
@@ -328,6 +332,7 @@ mod tests {
                            "retention_ms": 0, "segment_bytes": null, "segment_ms": null},
                 "mirror": {"source_cluster": "dc-a", "source_cluster_id": "cid", "source_topic": "orders",
                            "source_topic_id": "tid"},
+                "replication": "raft3",
                 "partition_info": [{"partition": 0, "log_start_offset": 3, "log_end_offset": 10, "epoch": 1,
                                     "size_bytes": 999, "segments": 2, "gaps": [{"start": 4, "end": 6}]}]
             })

@@ -29,6 +29,10 @@ pub enum TopicCommand {
         /// segment_bytes, segment_ms); may repeat.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
+        /// How the partitions are kept: single (one copy on the broker asked) or raft3 (three replicas over a
+        /// cluster's brokers, a write acknowledged by every in-sync replica; docs/cluster.md).
+        #[arg(long, value_parser = ["single", "raft3"], default_value = "single")]
+        replication: String,
     },
     /// Grow a topic's partitions and/or change its config.
     Alter(AlterArgs),
@@ -75,11 +79,25 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
     let admin = Admin::new(global.client()?);
     let on = global.brokers();
     match cmd {
-        TopicCommand::Create { name, partitions, config } => {
+        TopicCommand::Create { name, partitions, config, replication } => {
             let config = parse_config(&config)?;
-            let topic =
-                admin.create_topic(&name, partitions, config, None).await.map_err(|e| explain(e, &name, &on))?;
-            println!("created topic {:?} with {} partitions (id {})", topic.name, topic.partitions, topic.topic_id);
+            let topic = if replication == "single" {
+                admin.create_topic(&name, partitions, config, None).await
+            } else if config != TopicConfig::default() {
+                return Err(UsageError(format!(
+                    "--config is not taken with --replication {replication} yet: a replicated topic follows the \
+                     brokers' [storage] settings"
+                ))
+                .into());
+            } else {
+                admin.create_replicated_topic(&name, partitions, &replication).await
+            };
+            let topic = topic.map_err(|e| explain(e, &name, &on))?;
+            let kept = if replication == "single" { String::new() } else { format!(", replication {replication}") };
+            println!(
+                "created topic {:?} with {} partitions{kept} (id {})",
+                topic.name, topic.partitions, topic.topic_id
+            );
         }
         TopicCommand::Alter(args) => {
             if let Some(partitions) = args.partitions {

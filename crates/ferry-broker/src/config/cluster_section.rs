@@ -1,5 +1,6 @@
 //! `[cluster]`: the etcd master a broker registers with (docs/cluster.md).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ferry_config::{Problems, de};
@@ -21,11 +22,28 @@ pub struct ClusterSection {
     /// off from etcd) leaves the cluster this long after its last renewal.
     #[serde(deserialize_with = "de::duration")]
     pub lease_ttl: Duration,
+    /// A raft3 leader takes a follower out of the in-sync set once it has not caught up for this long.
+    #[serde(deserialize_with = "de::duration")]
+    pub replica_lag_max: Duration,
+    /// How long a raft3 produce waits for the in-sync set to acknowledge it before it answers `not_acknowledged`.
+    #[serde(deserialize_with = "de::duration")]
+    pub ack_timeout: Duration,
+    /// Test-only: the address this broker dials for another member's id, instead of the one it registered (tests
+    /// route broker-to-broker links through a fault proxy). Keys are broker ids.
+    pub peer_addrs: BTreeMap<String, String>,
 }
 
 impl Default for ClusterSection {
     fn default() -> Self {
-        ClusterSection { etcd: Vec::new(), broker_id: None, advertised_addr: None, lease_ttl: Duration::from_secs(10) }
+        ClusterSection {
+            etcd: Vec::new(),
+            broker_id: None,
+            advertised_addr: None,
+            lease_ttl: Duration::from_secs(10),
+            replica_lag_max: Duration::from_secs(5),
+            ack_timeout: Duration::from_secs(15),
+            peer_addrs: BTreeMap::new(),
+        }
     }
 }
 
@@ -33,6 +51,11 @@ impl ClusterSection {
     /// Whether the broker is a cluster member (etcd endpoints are set).
     pub fn enabled(&self) -> bool {
         !self.etcd.is_empty()
+    }
+
+    /// The dial address overrides of `peer_addrs`, by broker id (the bad keys were refused by validation).
+    pub fn peer_overrides(&self) -> BTreeMap<u32, String> {
+        self.peer_addrs.iter().filter_map(|(k, v)| Some((k.parse().ok()?, v.clone()))).collect()
     }
 
     /// Every problem of `[cluster]`.
@@ -53,6 +76,27 @@ impl ClusterSection {
         }
         if !(Duration::from_secs(2)..=Duration::from_secs(300)).contains(&self.lease_ttl) {
             p.push("cluster.lease_ttl", format!("{:?} is outside 2s..300s", self.lease_ttl));
+        }
+        if !(Duration::from_millis(500)..=Duration::from_secs(300)).contains(&self.replica_lag_max) {
+            p.push("cluster.replica_lag_max", format!("{:?} is outside 500ms..300s", self.replica_lag_max));
+        }
+        if self.ack_timeout <= self.replica_lag_max || self.ack_timeout > Duration::from_secs(600) {
+            p.push(
+                "cluster.ack_timeout",
+                format!(
+                    "{:?} must be above cluster.replica_lag_max ({:?}, so that a write outlives a dead follower's \
+                     removal from the in-sync set) and at most 600s",
+                    self.ack_timeout, self.replica_lag_max
+                ),
+            );
+        }
+        for (id, addr) in &self.peer_addrs {
+            if id.parse::<u32>().is_err() {
+                p.push("cluster.peer_addrs", format!("key {id:?} is not a broker id"));
+            }
+            if addr.is_empty() || addr.contains(char::is_whitespace) {
+                p.push("cluster.peer_addrs", format!("{addr:?} (broker {id}) must be a host:port without spaces"));
+            }
         }
         if self.advertised_addr.as_ref().is_some_and(|a| a.is_empty() || a.contains(char::is_whitespace)) {
             p.push("cluster.advertised_addr", "must be a host:port without spaces");

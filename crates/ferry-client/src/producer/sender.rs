@@ -93,6 +93,8 @@ async fn deliver(
     // Whether an earlier attempt of this batch may have been written (its answer was lost): then it must never be
     // sent under another producer id, or it could be written twice.
     let mut maybe_written = false;
+    let mut redirected = false;
+    let mut redirected_last = false;
     loop {
         let attempt: Result<ProduceResponse, (ClientError, bool)> = async {
             if batch.is_none() {
@@ -141,8 +143,10 @@ async fn deliver(
                     Ok(response)
                 }
                 Err(failure) => {
-                    maybe_written |= !failure.never_sent && failure.error.is_retriable();
-                    let retriable = if identity.is_some() { failure.error.is_retriable() } else { failure.never_sent };
+                    let unwritten = failure.never_sent || failure.error.nothing_written();
+                    maybe_written |= !unwritten && failure.error.is_retriable();
+                    let retriable = if identity.is_some() { failure.error.is_retriable() } else { unwritten };
+                    redirected = failure.redirected;
                     Err((failure.error, retriable))
                 }
             }
@@ -202,6 +206,13 @@ async fn deliver(
             }
             return Err(final_error);
         }
+        if std::mem::take(&mut redirected) && !std::mem::replace(&mut redirected_last, true) {
+            // A NOT_LEADER answer named the leader: go there at once (once in a row: two brokers that still name
+            // each other during an election wait for the backoff).
+            tracing::debug!(topic = %queue.topic, partition = queue.partition, %error, "retrying batch at the leader");
+            continue;
+        }
+        redirected_last = false;
         tracing::debug!(topic = %queue.topic, partition = queue.partition, %error, ?delay, "retrying batch");
         tokio::time::sleep(delay).await;
     }

@@ -110,6 +110,7 @@ impl SourceCluster for KafkaSource {
                 name: t.name,
                 mirror: None,
                 created_ms: 0,
+                replication: "single".into(),
             })
             .collect())
     }

@@ -215,6 +215,7 @@ impl TargetCluster for KafkaTarget {
                 config: configs.remove(&t.name).flatten(),
                 mirror,
                 created_ms: 0,
+                replication: "single".into(),
                 name: t.name,
             });
         }

@@ -1,0 +1,306 @@
+//! The cluster's catalog in etcd: replicated topics, their replica placement, and per partition the leader, leader
+//! epoch and in-sync set. Every change is a compare-and-swap transaction on the revision the change was computed
+//! from, so two brokers acting on the same state cannot both win.
+//!
+//! | key | value |
+//! |-----|-------|
+//! | `/ferry/topics/{name}` | [`TopicRecord`] (JSON) |
+//! | `/ferry/partitions/{name}/{p}` | [`PartitionState`] (JSON) |
+//! | `/ferry/controller` | the controller's broker id, under the controller's lease |
+
+use std::collections::BTreeMap;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::ROOT;
+
+/// How a topic's partitions are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replication {
+    /// One copy, on the broker that created the topic (a single broker's topic).
+    #[default]
+    Single,
+    /// Three replicas on three brokers; a write is acknowledged once the whole in-sync set (at least two) has it.
+    Raft3,
+}
+
+impl Replication {
+    /// Parses a request's `replication` field ("" is single).
+    pub fn parse(text: &str) -> Result<Replication, String> {
+        match text {
+            "" | "single" => Ok(Replication::Single),
+            "raft3" => Ok(Replication::Raft3),
+            other => Err(format!("replication {other:?} is not one of \"single\", \"raft3\"")),
+        }
+    }
+
+    /// Whether this is [`Replication::Single`].
+    pub fn is_single(&self) -> bool {
+        *self == Replication::Single
+    }
+
+    /// The name the protocol and the CLI use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replication::Single => "single",
+            Replication::Raft3 => "raft3",
+        }
+    }
+}
+
+/// Replicas of a raft3 partition.
+pub const RAFT3_REPLICAS: usize = 3;
+/// The smallest in-sync set a raft3 write is acknowledged with.
+pub const MIN_INSYNC: usize = 2;
+
+/// A replicated topic, as the catalog holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    /// The topic's UUID, the same on every replica.
+    pub topic_id: String,
+    /// Partition count.
+    pub partitions: u32,
+    /// How its partitions are kept.
+    pub replication: Replication,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+}
+
+/// One replicated partition's placement and leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// The brokers holding a replica, in preference order.
+    pub replicas: Vec<u32>,
+    /// The leader's broker id; 0 while none is (every in-sync replica is gone).
+    pub leader: u32,
+    /// Bumped by every leader change.
+    pub leader_epoch: u32,
+    /// The in-sync set: the replicas that hold every acknowledged record. The leader is one of them.
+    pub isr: Vec<u32>,
+}
+
+/// A partition state with the etcd revision it was read at, for a compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The state.
+    pub state: PartitionState,
+    /// Its key's mod revision.
+    pub revision: i64,
+}
+
+/// The key of topic `name`.
+pub fn topic_key(name: &str) -> String {
+    format!("{ROOT}/topics/{name}")
+}
+
+/// The key of partition `p` of topic `name`.
+pub fn partition_key(name: &str, p: u32) -> String {
+    format!("{ROOT}/partitions/{name}/{p}")
+}
+
+/// The controller's key.
+pub fn controller_key() -> String {
+    format!("{ROOT}/controller")
+}
+
+/// Everything the catalog holds, read at one revision.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Live brokers: id → advertised address.
+    pub brokers: BTreeMap<u32, String>,
+    /// Replicated topics by name.
+    pub topics: BTreeMap<String, TopicRecord>,
+    /// Partition states by (topic, partition).
+    pub partitions: BTreeMap<(String, u32), Versioned>,
+    /// The controller's broker id, 0 when none.
+    pub controller: u32,
+}
+
+impl Snapshot {
+    /// How many replicas each live broker holds.
+    fn replica_counts(&self) -> BTreeMap<u32, usize> {
+        let mut counts: BTreeMap<u32, usize> = self.brokers.keys().map(|&id| (id, 0)).collect();
+        for v in self.partitions.values() {
+            for id in &v.state.replicas {
+                if let Some(c) = counts.get_mut(id) {
+                    *c += 1;
+                }
+            }
+        }
+        counts
+    }
+}
+
+/// Reads brokers, topics, partitions and the controller in one transaction (one revision).
+pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Error> {
+    let prefix = |p: &str| TxnOp::get(format!("{ROOT}/{p}/"), Some(GetOptions::new().with_prefix()));
+    let txn = Txn::new().and_then([
+        prefix("brokers"),
+        prefix("topics"),
+        prefix("partitions"),
+        TxnOp::get(controller_key(), None),
+    ]);
+    let response = client.txn(txn).await?;
+    let mut snap = Snapshot::default();
+    for op in response.op_responses() {
+        let etcd_client::TxnOpResponse::Get(get) = op else { continue };
+        for kv in get.kvs() {
+            let key = String::from_utf8_lossy(kv.key());
+            let value = kv.value();
+            let Some(rest) = key.strip_prefix(ROOT).and_then(|r| r.strip_prefix('/')) else { continue };
+            let mut parts = rest.split('/');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some("brokers"), Some(id), None) => {
+                    if let Ok(id) = id.parse() {
+                        snap.brokers.insert(id, String::from_utf8_lossy(value).into_owned());
+                    }
+                }
+                (Some("topics"), Some(name), None) => match serde_json::from_slice(value) {
+                    Ok(t) => {
+                        snap.topics.insert(name.to_owned(), t);
+                    }
+                    Err(e) => tracing::warn!(%key, error = %e, "unreadable topic record in etcd; ignored"),
+                },
+                (Some("partitions"), Some(name), Some(p)) => match (p.parse(), serde_json::from_slice(value)) {
+                    (Ok(p), Ok(state)) => {
+                        snap.partitions.insert((name.to_owned(), p), Versioned { state, revision: kv.mod_revision() });
+                    }
+                    _ => tracing::warn!(%key, "unreadable partition state in etcd; ignored"),
+                },
+                (Some("controller"), None, None) => {
+                    snap.controller = String::from_utf8_lossy(value).parse().unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(snap)
+}
+
+/// Places `partitions` raft3 partitions over the live brokers, balanced by how many replicas each holds already:
+/// each partition takes the three least loaded brokers (ties by id), and its first replica (the preferred leader)
+/// rotates among them. `None` when fewer than three brokers are live.
+pub fn place(snap: &Snapshot, partitions: u32) -> Option<Vec<PartitionState>> {
+    let mut counts = snap.replica_counts();
+    if counts.len() < RAFT3_REPLICAS {
+        return None;
+    }
+    let mut leaders: BTreeMap<u32, usize> = BTreeMap::new();
+    for v in snap.partitions.values() {
+        *leaders.entry(v.state.leader).or_default() += 1;
+    }
+    let mut out = Vec::with_capacity(partitions as usize);
+    for _ in 0..partitions {
+        let mut by_load: Vec<(usize, u32)> = counts.iter().map(|(&id, &c)| (c, id)).collect();
+        by_load.sort_unstable();
+        let mut replicas: Vec<u32> = by_load.iter().take(RAFT3_REPLICAS).map(|&(_, id)| id).collect();
+        // The preferred leader: the chosen broker leading the fewest partitions.
+        let lead = replicas.iter().enumerate().min_by_key(|&(_, id)| (leaders.get(id).copied().unwrap_or(0), *id));
+        let lead = lead.map_or(0, |(i, _)| i);
+        replicas.swap(0, lead);
+        for id in &replicas {
+            *counts.entry(*id).or_default() += 1;
+        }
+        *leaders.entry(replicas[0]).or_default() += 1;
+        out.push(PartitionState { leader: replicas[0], leader_epoch: 1, isr: replicas.clone(), replicas });
+    }
+    Some(out)
+}
+
+/// Creates topic `name` with its partition states, only if the topic key does not exist. `Ok(false)`: it does.
+pub async fn create_topic(
+    client: &mut Client,
+    name: &str,
+    record: &TopicRecord,
+    states: &[PartitionState],
+) -> Result<bool, etcd_client::Error> {
+    let key = topic_key(name);
+    let mut puts = vec![TxnOp::put(key.as_str(), encode(record), None)];
+    for (p, state) in states.iter().enumerate() {
+        puts.push(TxnOp::put(partition_key(name, p as u32), encode(state), None));
+    }
+    let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Equal, 0)]).and_then(puts);
+    Ok(client.txn(txn).await?.succeeded())
+}
+
+/// Writes `state` for `name/p` only if the key is still at `revision` (and, when `controller` is set, only if
+/// that controller key still has that create revision: a deposed controller's writes fail). `Ok(Some(revision))`:
+/// written at that revision; `Ok(None)`: it lost.
+pub async fn swap_partition(
+    client: &mut Client,
+    name: &str,
+    p: u32,
+    revision: i64,
+    state: &PartitionState,
+    controller: Option<i64>,
+) -> Result<Option<i64>, etcd_client::Error> {
+    let key = partition_key(name, p);
+    let mut when = vec![Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)];
+    if let Some(created) = controller {
+        when.push(Compare::create_revision(controller_key(), CompareOp::Equal, created));
+    }
+    let txn = Txn::new().when(when).and_then([TxnOp::put(key.as_str(), encode(state), None)]);
+    let response = client.txn(txn).await?;
+    Ok(response.succeeded().then(|| response.header().map_or(0, |h| h.revision())))
+}
+
+fn encode<T: Serialize>(value: &T) -> String {
+    // Plain structs of numbers and strings: serialising them cannot fail.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(brokers: &[u32]) -> Snapshot {
+        Snapshot { brokers: brokers.iter().map(|&id| (id, format!("h:{id}"))).collect(), ..Snapshot::default() }
+    }
+
+    #[test]
+    fn placement_spreads_replicas_and_leaders_evenly_over_the_live_brokers() {
+        let mut s = snap(&[1, 2, 3, 4]);
+        assert_eq!(place(&snap(&[1, 2]), 1), None);
+        let states = place(&s, 4).unwrap();
+        let mut replicas = BTreeMap::<u32, usize>::new();
+        let mut leaders = BTreeMap::<u32, usize>::new();
+        for st in &states {
+            assert_eq!(st.replicas.len(), 3);
+            assert_eq!(st.isr, st.replicas);
+            assert_eq!((st.leader, st.leader_epoch), (st.replicas[0], 1));
+            let mut distinct = st.replicas.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 3, "{st:?}");
+            for r in &st.replicas {
+                *replicas.entry(*r).or_default() += 1;
+            }
+            *leaders.entry(st.leader).or_default() += 1;
+        }
+        // 12 replicas over 4 brokers, 4 leaders over 4 brokers.
+        assert_eq!(replicas, BTreeMap::from([(1, 3), (2, 3), (3, 3), (4, 3)]));
+        assert_eq!(leaders, BTreeMap::from([(1, 1), (2, 1), (3, 1), (4, 1)]));
+        // A fifth broker joins: the next topic's replicas go to the least loaded first.
+        for (i, st) in states.into_iter().enumerate() {
+            s.partitions.insert(("t".into(), i as u32), Versioned { state: st, revision: 1 });
+        }
+        s.brokers.insert(5, "h:5".into());
+        let next = place(&s, 1).unwrap();
+        assert_eq!(next[0].leader, 5);
+        assert!(next[0].replicas.contains(&5));
+    }
+
+    #[test]
+    fn replication_names_parse_and_others_are_refused() {
+        assert_eq!(Replication::parse(""), Ok(Replication::Single));
+        assert_eq!(Replication::parse("single"), Ok(Replication::Single));
+        assert_eq!(Replication::parse("raft3"), Ok(Replication::Raft3));
+        assert_eq!(
+            Replication::parse("raft5"),
+            Err("replication \"raft5\" is not one of \"single\", \"raft3\"".to_owned())
+        );
+        assert_eq!(Replication::Raft3.as_str(), "raft3");
+    }
+}

@@ -1,0 +1,185 @@
+//! A follower's fetcher: first it truncates to the end of the last leader epoch it shares with its leader
+//! (KIP-101, KIP-279), then it fetches from its log end, writes the leader's epoch boundaries durably before the
+//! batches they describe, appends the batches with their offsets (the gap record and the log start come along),
+//! and takes the leader's high watermark. It runs until the replica's role changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_proto as pb;
+use ferry_proto::broker_client::BrokerClient;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use crate::leader_epochs::EpochEntry;
+use crate::partition::Partition;
+
+/// What a fetcher follows, and how.
+#[derive(Debug, Clone)]
+pub struct Follow {
+    /// This broker's id.
+    pub me: u32,
+    /// The leader's broker id.
+    pub leader: u32,
+    /// The leader epoch followed.
+    pub epoch: u32,
+    /// The topic's id.
+    pub topic_id: String,
+    /// Bytes per fetch.
+    pub max_bytes: u64,
+    /// How long a fetch may wait at the leader for data.
+    pub max_wait: Duration,
+    /// Pause after a failed call.
+    pub retry: Duration,
+}
+
+/// Runs the fetcher of `part` against `client` (the leader) until `stop`.
+pub async fn run(part: Arc<Partition>, client: BrokerClient<Channel>, follow: Follow, stop: CancellationToken) {
+    let mut reconciled = false;
+    let mut failing = false;
+    while !stop.is_cancelled() {
+        let step = if reconciled {
+            fetch_once(&part, client.clone(), &follow, &stop).await
+        } else {
+            reconcile(&part, client.clone(), &follow).await.map(|()| reconciled = true)
+        };
+        match step {
+            Ok(()) => {
+                if failing {
+                    tracing::info!(
+                        topic = part.topic(),
+                        partition = part.index(),
+                        leader = follow.leader,
+                        "replication resumed"
+                    );
+                    failing = false;
+                }
+            }
+            Err(Step::Reconcile(why)) => {
+                tracing::info!(
+                    topic = part.topic(),
+                    partition = part.index(),
+                    why,
+                    "reconciling with the leader again"
+                );
+                reconciled = false;
+            }
+            Err(Step::Failed(why)) => {
+                if !failing {
+                    tracing::warn!(
+                        topic = part.topic(),
+                        partition = part.index(),
+                        leader = follow.leader,
+                        epoch = follow.epoch,
+                        error = why,
+                        "replica fetch failed; retrying"
+                    );
+                    failing = true;
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(follow.retry) => {}
+                }
+            }
+        }
+    }
+}
+
+enum Step {
+    /// Truncate again before fetching more.
+    Reconcile(String),
+    /// Retry after a pause.
+    Failed(String),
+}
+
+/// Truncates the log to the end of the last epoch shared with the leader.
+async fn reconcile(part: &Partition, mut client: BrokerClient<Channel>, f: &Follow) -> Result<(), Step> {
+    let Some(replica) = part.replica() else { return Ok(()) };
+    let leo = part.log().log_end_offset();
+    let Some(latest) = replica.epochs().last().copied() else {
+        // No history: nothing written under any leader, unless the log holds data from before (then it goes).
+        if leo > part.log().log_start_offset() {
+            part.truncate_replica(0).await.map_err(|e| Step::Failed(e.to_string()))?;
+        }
+        return Ok(());
+    };
+    let request = pb::LeaderEpochEndRequest {
+        topic: part.topic().to_owned(),
+        partition: part.index(),
+        leader_epoch: latest.epoch,
+        current_leader_epoch: f.epoch,
+    };
+    let answer = client.leader_epoch_end(request).await.map_err(|s| Step::Failed(s.message().to_owned()))?.into_inner();
+    if answer.error != pb::ErrorCode::None as i32 {
+        return Err(Step::Failed(answer.message));
+    }
+    // Our entries of epochs the leader never had diverge from where the first of them starts.
+    let history = replica.epochs();
+    let ours_after = history.iter().find(|e| e.epoch > answer.leader_epoch).map_or(u64::MAX, |e| e.start);
+    let target = answer.end_offset.min(ours_after).min(leo);
+    if target < leo {
+        let after = part.truncate_replica(target).await.map_err(|e| Step::Failed(e.to_string()))?;
+        tracing::info!(
+            topic = part.topic(),
+            partition = part.index(),
+            from = leo,
+            to = after,
+            leader_epoch = answer.leader_epoch,
+            "truncated to the end of the last leader epoch shared with the leader"
+        );
+    }
+    Ok(())
+}
+
+async fn fetch_once(
+    part: &Partition,
+    mut client: BrokerClient<Channel>,
+    f: &Follow,
+    stop: &CancellationToken,
+) -> Result<(), Step> {
+    let Some(replica) = part.replica() else { return Ok(()) };
+    let leo = part.log().log_end_offset();
+    let request = pb::ReplicaFetchRequest {
+        topic: part.topic().to_owned(),
+        partition: part.index(),
+        offset: leo,
+        leader_epoch: f.epoch,
+        replica_id: f.me,
+        max_bytes: f.max_bytes,
+        max_wait_ms: u32::try_from(f.max_wait.as_millis()).unwrap_or(u32::MAX),
+        topic_id: f.topic_id.clone(),
+    };
+    let answer = tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        a = client.replica_fetch(request) => a,
+    };
+    let answer = answer.map_err(|s| Step::Failed(s.message().to_owned()))?.into_inner();
+    match pb::ErrorCode::try_from(answer.error) {
+        Ok(pb::ErrorCode::None) => {}
+        Ok(pb::ErrorCode::OffsetOutOfRange) => return Err(Step::Reconcile(answer.message)),
+        _ => return Err(Step::Failed(answer.message)),
+    }
+    if stop.is_cancelled() {
+        return Ok(());
+    }
+    let epochs: Vec<EpochEntry> =
+        answer.epochs.iter().map(|e| EpochEntry { epoch: e.leader_epoch, start: e.start_offset }).collect();
+    let fresh: Vec<EpochEntry> = {
+        let known = replica.epochs();
+        epochs.into_iter().filter(|e| known.last().is_none_or(|l| e.epoch > l.epoch)).collect()
+    };
+    if !fresh.is_empty() {
+        let (r, log) = (Arc::clone(replica), Arc::clone(part.log()));
+        tokio::task::spawn_blocking(move || r.learn_epochs(&**log.file_system(), &fresh))
+            .await
+            .map_err(|e| Step::Failed(e.to_string()))?
+            .map_err(|e| Step::Failed(e.to_string()))?;
+    }
+    if !answer.batches.is_empty() || answer.log_start_offset > leo {
+        if let Err(e) = part.append_with_offsets(answer.batches, answer.log_start_offset).await {
+            return Err(Step::Reconcile(e.to_string()));
+        }
+    }
+    replica.follow_hw(answer.high_watermark, part.log().log_end_offset());
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! The replicated partition's part of [`Partition`]: reads capped at the high watermark, role changes between
+//! writes, and a follower's truncation.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ferry_batch::{BatchHeader, BatchIter};
+use ferry_storage::{ReadResult, StorageError};
+
+use super::Partition;
+use crate::error::{BrokerError, Result};
+use crate::producer_state::ProducerStates;
+use crate::replica::{NotLeading, Replica};
+
+impl Partition {
+    /// A client's read of a replicated partition (see [`Partition::read`]).
+    pub(super) fn read_replicated(&self, replica: &Replica, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        let leo = self.log.log_end_offset();
+        let end = replica.readable_end(leo);
+        let log_start = self.log.log_start_offset();
+        let empty = |end: u64| ReadResult {
+            batches: Bytes::new(),
+            next_offset: offset,
+            log_start_offset: log_start,
+            log_end_offset: end,
+            epoch: self.log.epoch(),
+        };
+        match end {
+            Err(n) => Err(self.not_leader(n)),
+            Ok(None) if offset <= leo && offset >= log_start => Ok(empty(replica.hw().min(leo))),
+            Ok(Some(end)) if offset >= end && offset <= leo => Ok(empty(end)),
+            Ok(None) => self.read_log(offset, max_bytes),
+            Ok(Some(end)) => {
+                let mut r = self.read_log(offset, max_bytes)?;
+                cut_at(&mut r, offset, end);
+                Ok(r)
+            }
+        }
+    }
+
+    pub(super) fn not_leader(&self, n: NotLeading) -> BrokerError {
+        BrokerError::NotLeader {
+            topic: self.topic.clone(),
+            partition: self.index,
+            leader: n.leader,
+            address: n.address,
+            epoch: n.epoch,
+        }
+    }
+
+    /// Makes this replica the leader at `epoch` (see [`Replica::become_leader`]), between writes.
+    pub async fn become_leader(&self, epoch: u32, isr: Vec<u32>, replicas: Vec<u32>, revision: i64) -> Result<()> {
+        let Some(r) = &self.replica else { return Ok(()) };
+        let _writes = self.writer.lock().await;
+        let (r, log) = (Arc::clone(r), Arc::clone(&self.log));
+        tokio::task::spawn_blocking(move || {
+            r.become_leader(&**log.file_system(), epoch, isr, replicas, revision, log.log_end_offset())
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("leader change task failed: {e}")))?
+    }
+
+    /// Makes this replica a follower of `leader` (at `address`) at `epoch`, between writes.
+    pub async fn become_follower(&self, leader: u32, epoch: u32, address: String) {
+        if let Some(r) = &self.replica {
+            let _writes = self.writer.lock().await;
+            r.become_follower(leader, epoch, address);
+        }
+    }
+
+    /// A follower's truncation to the batch boundary at or below `offset` (KIP-101): the log, the leader-epoch
+    /// history past it and the high watermark; the producer state is rebuilt from what stays. Returns the new log
+    /// end offset.
+    pub async fn truncate_replica(&self, offset: u64) -> Result<u64> {
+        let mut producers = self.writer.lock().await;
+        let log = Arc::clone(&self.log);
+        let replica = self.replica.clone();
+        let mut rebuilt = ProducerStates::new(producers.settings());
+        let (leo, rebuilt) = tokio::task::spawn_blocking(move || -> Result<(u64, ProducerStates), StorageError> {
+            let leo = log.truncate_to(offset)?;
+            let bases = log.segment_base_offsets();
+            let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
+            log.for_each_batch_header(from, &mut |h: &BatchHeader| rebuilt.record(h, h.base_offset, h.last_offset()))?;
+            Ok((leo, rebuilt))
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(format!("truncate task failed: {e}")))?
+        .map_err(|e| self.err(e))?;
+        *producers = rebuilt;
+        if let Some(r) = replica {
+            r.truncate_epochs(&**self.log.file_system(), leo)?;
+            if r.hw() > leo {
+                r.reset_hw(leo);
+            }
+        }
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(leo)
+    }
+}
+
+/// Cuts a read from `offset` at `end` (a batch boundary: every replica's log end is one): only the batches that
+/// end below it stay.
+fn cut_at(r: &mut ReadResult, offset: u64, end: u64) {
+    let mut keep = 0;
+    let mut next = offset;
+    for item in BatchIter::new(&r.batches) {
+        let Ok((header, bytes)) = item else { break };
+        if header.last_offset() >= end {
+            break;
+        }
+        keep += bytes.len();
+        next = header.last_offset() + 1;
+    }
+    r.batches = r.batches.slice(..keep);
+    r.next_offset = next;
+    r.log_end_offset = end;
+}

@@ -1,0 +1,507 @@
+//! A cluster member's replication manager. Every beat (a tenth of the lease TTL, 100 ms to 1 s) it reads the
+//! catalog from etcd at one revision and acts on it:
+//! - it creates this broker's replicas of the replicated topics placed on it;
+//! - a partition etcd says this broker leads becomes (or stays) its leader at etcd's leader epoch; one it follows
+//!   gets a fetcher for its leader at that epoch (a leader deposed meanwhile becomes a follower and truncates
+//!   what its new leader never had);
+//! - as leader it takes lagging followers out of the in-sync set, and caught-up ones back in, by compare-and-swap
+//!   at its own leader epoch; the local ISR changes only once etcd accepted it;
+//! - the controller duty (see [`crate::controller`]).
+//!
+//! While etcd is unreachable nothing changes: leaders go on acknowledging with their current ISR, no ISR shrinks
+//! and no election happens. Once etcd answers again, the controller waits one lease TTL (the members re-register
+//! meanwhile) before it acts on missing brokers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_client::Client;
+use ferry_proto as pb;
+use ferry_proto::broker_client::BrokerClient;
+use parking_lot::{Mutex, RwLock};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::catalog::{self, PartitionState, Replication as Mode, Snapshot, TopicRecord};
+use crate::config::ClusterSection;
+use crate::controller::Controller;
+use crate::core::{BrokerCore, now_ms};
+use crate::error::{BrokerError, Result};
+use crate::follower::{self, Follow};
+use crate::partition::Partition;
+use crate::replica::Role;
+use crate::topic::validate_topic_name;
+
+/// The manager's settings, from `[cluster]`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// This broker's id.
+    pub me: u32,
+    /// The membership lease TTL.
+    pub ttl: Duration,
+    /// How often the catalog is read.
+    pub beat: Duration,
+    /// `cluster.replica_lag_max`.
+    pub replica_lag: Duration,
+    /// `cluster.ack_timeout`.
+    pub ack_timeout: Duration,
+    /// `cluster.peer_addrs`.
+    pub peer_addrs: BTreeMap<u32, String>,
+    /// Largest gRPC message between brokers.
+    pub max_message: usize,
+}
+
+impl Settings {
+    /// The settings of `section` for a broker whose messages are at most `max_message` bytes.
+    pub fn of(section: &ClusterSection, max_message: usize) -> Settings {
+        Settings {
+            me: section.broker_id.unwrap_or(0),
+            ttl: section.lease_ttl,
+            beat: (section.lease_ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1)),
+            replica_lag: section.replica_lag_max,
+            ack_timeout: section.ack_timeout,
+            peer_addrs: section.peer_overrides(),
+            max_message,
+        }
+    }
+}
+
+struct Fetcher {
+    leader: u32,
+    epoch: u32,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// The replication manager of a cluster member.
+pub struct Replication {
+    s: Settings,
+    core: Arc<BrokerCore>,
+    etcd: Client,
+    snap: RwLock<Snapshot>,
+    etcd_ok: AtomicBool,
+    controller: tokio::sync::Mutex<Controller>,
+    peers: Mutex<HashMap<u32, (String, BrokerClient<Channel>)>>,
+    fetchers: tokio::sync::Mutex<HashMap<(String, u32), Fetcher>>,
+    kick: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication").field("me", &self.s.me).finish_non_exhaustive()
+    }
+}
+
+impl Replication {
+    /// A manager over `core`, talking to etcd through `etcd`.
+    pub fn new(s: Settings, core: Arc<BrokerCore>, etcd: Client) -> Arc<Replication> {
+        Arc::new(Replication {
+            s,
+            core,
+            etcd,
+            snap: RwLock::new(Snapshot::default()),
+            etcd_ok: AtomicBool::new(true),
+            controller: tokio::sync::Mutex::new(Controller::default()),
+            peers: Mutex::new(HashMap::new()),
+            fetchers: tokio::sync::Mutex::new(HashMap::new()),
+            kick: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// This broker's id.
+    pub fn broker_id(&self) -> u32 {
+        self.s.me
+    }
+
+    /// `cluster.ack_timeout`.
+    pub fn ack_timeout(&self) -> Duration {
+        self.s.ack_timeout
+    }
+
+    /// The catalog as last read.
+    pub fn snapshot(&self) -> Snapshot {
+        self.snap.read().clone()
+    }
+
+    /// Whether the last read of etcd succeeded.
+    pub fn etcd_reachable(&self) -> bool {
+        self.etcd_ok.load(Ordering::Relaxed)
+    }
+
+    /// Runs the beats until `stop`; then stops every fetcher and resigns the controller key.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut quiet_until: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.s.beat) => {}
+                _ = self.kick.notified() => {}
+            }
+            let mut etcd = self.etcd.clone();
+            let snap = match catalog::snapshot(&mut etcd).await {
+                Ok(s) => s,
+                Err(e) => {
+                    if self.etcd_ok.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            event = "etcd_unreachable",
+                            error = %e,
+                            "cannot read the catalog from etcd; leaders go on with their in-sync sets, no election \
+                             or ISR change until it answers"
+                        );
+                    }
+                    continue;
+                }
+            };
+            if !self.etcd_ok.swap(true, Ordering::Relaxed) {
+                tracing::info!(event = "etcd_reachable", "etcd answers again");
+                quiet_until = Some(Instant::now() + self.s.ttl);
+            }
+            *self.snap.write() = snap.clone();
+            self.apply_roles(&snap).await;
+            self.maintain_isr(&mut etcd).await;
+            let act = quiet_until.is_none_or(|t| Instant::now() >= t);
+            let mut controller = self.controller.lock().await;
+            if let Err(e) = controller.tick(&mut etcd, self.s.me, self.s.ttl, &snap, act).await {
+                tracing::warn!(error = %e, "controller beat failed; will retry");
+            }
+        }
+        let fetchers: Vec<Fetcher> = self.fetchers.lock().await.drain().map(|(_, f)| f).collect();
+        for f in fetchers {
+            f.stop.cancel();
+            let _ = f.task.await;
+        }
+        let mut etcd = self.etcd.clone();
+        self.controller.lock().await.resign(&mut etcd).await;
+    }
+
+    /// Makes every local replica's role what etcd says.
+    async fn apply_roles(&self, snap: &Snapshot) {
+        for ((topic, p), v) in &snap.partitions {
+            if !v.state.replicas.contains(&self.s.me) {
+                continue;
+            }
+            let Some(record) = snap.topics.get(topic) else { continue };
+            let part = match self.local_replica(topic, *p, record).await {
+                Ok(part) => part,
+                Err(e) => {
+                    tracing::warn!(topic, partition = p, error = %e, "cannot open this broker's replica");
+                    continue;
+                }
+            };
+            if let Err(e) = self.apply_role(&part, record, &v.state, v.revision, snap).await {
+                tracing::warn!(topic, partition = p, error = %e, "cannot take the role etcd gives this replica");
+            }
+        }
+    }
+
+    async fn local_replica(&self, topic: &str, p: u32, record: &TopicRecord) -> Result<Arc<Partition>> {
+        let t = match self.core.topic(topic) {
+            Ok(t) => t,
+            Err(_) => self.core.ensure_replicas(topic, record).await?,
+        };
+        if t.id() != record.topic_id || t.meta().replication.is_single() {
+            return Err(BrokerError::Cluster(format!(
+                "a local topic \"{topic}\" (id {}) is in the way of the cluster's replicated topic of id {}",
+                t.id(),
+                record.topic_id
+            )));
+        }
+        t.partition(p)
+    }
+
+    async fn apply_role(
+        &self,
+        part: &Arc<Partition>,
+        record: &TopicRecord,
+        state: &PartitionState,
+        revision: i64,
+        snap: &Snapshot,
+    ) -> Result<()> {
+        let Some(replica) = part.replica() else { return Ok(()) };
+        let key = (part.topic().to_owned(), part.index());
+        let role = replica.role();
+        if state.leader == self.s.me {
+            let was = matches!(&role, Role::Leader(l) if l.epoch == state.leader_epoch);
+            if !was {
+                self.stop_fetcher(&key).await;
+            }
+            part.become_leader(state.leader_epoch, state.isr.clone(), state.replicas.clone(), revision).await?;
+            if !was {
+                tracing::info!(
+                    event = "leader_change",
+                    topic = part.topic(),
+                    partition = part.index(),
+                    leader = self.s.me,
+                    leader_epoch = state.leader_epoch,
+                    isr = ?state.isr,
+                    log_end_offset = part.log().log_end_offset(),
+                    "this broker leads the partition"
+                );
+            }
+            return Ok(());
+        }
+        if state.leader == 0 {
+            if !matches!(role, Role::Idle) {
+                self.stop_fetcher(&key).await;
+                replica.step_down();
+            }
+            return Ok(());
+        }
+        let same = matches!(&role, Role::Follower { leader, epoch, .. } if *leader == state.leader && *epoch == state.leader_epoch);
+        let running = self
+            .fetchers
+            .lock()
+            .await
+            .get(&key)
+            .is_some_and(|f| f.leader == state.leader && f.epoch == state.leader_epoch && !f.task.is_finished());
+        if same && running {
+            return Ok(());
+        }
+        let Some(client) = self.peer(state.leader, snap) else { return Ok(()) };
+        self.stop_fetcher(&key).await;
+        let address = snap.brokers.get(&state.leader).cloned().unwrap_or_default();
+        if matches!(role, Role::Leader(_)) {
+            tracing::info!(
+                event = "fenced",
+                topic = part.topic(),
+                partition = part.index(),
+                leader = state.leader,
+                leader_epoch = state.leader_epoch,
+                "deposed: another broker leads at a newer epoch; following it"
+            );
+        }
+        part.become_follower(state.leader, state.leader_epoch, address).await;
+        let follow = Follow {
+            me: self.s.me,
+            leader: state.leader,
+            epoch: state.leader_epoch,
+            topic_id: record.topic_id.clone(),
+            max_bytes: (self.s.max_message as u64 / 2).max(64 * 1024),
+            max_wait: Duration::from_millis(500),
+            retry: self.s.beat,
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(follower::run(Arc::clone(part), client, follow, stop.clone()));
+        self.fetchers.lock().await.insert(key, Fetcher { leader: state.leader, epoch: state.leader_epoch, stop, task });
+        Ok(())
+    }
+
+    async fn stop_fetcher(&self, key: &(String, u32)) {
+        let fetcher = self.fetchers.lock().await.remove(key);
+        if let Some(f) = fetcher {
+            f.stop.cancel();
+            let _ = f.task.await;
+        }
+    }
+
+    /// A client of broker `id`, dialled at its `peer_addrs` override or its registered address.
+    fn peer(&self, id: u32, snap: &Snapshot) -> Option<BrokerClient<Channel>> {
+        let address = self.s.peer_addrs.get(&id).or_else(|| snap.brokers.get(&id))?.clone();
+        let mut peers = self.peers.lock();
+        if let Some((a, c)) = peers.get(&id)
+            && *a == address
+        {
+            return Some(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{address}")).ok()?;
+        let channel = endpoint
+            .connect_timeout(self.s.ttl / 2)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(self.s.ttl)
+            .connect_lazy();
+        let client = BrokerClient::new(channel)
+            .max_decoding_message_size(self.s.max_message)
+            .max_encoding_message_size(self.s.max_message);
+        peers.insert(id, (address, client.clone()));
+        Some(client)
+    }
+
+    /// As leader: lagging followers out of the ISR, caught-up ones in, each by compare-and-swap at this leader's
+    /// epoch; the local ISR follows only what etcd accepted.
+    async fn maintain_isr(&self, etcd: &mut Client) {
+        let now = Instant::now();
+        for topic in self.core.topics() {
+            for part in topic.partitions() {
+                let Some(replica) = part.replica() else { continue };
+                let Ok(l) = replica.leading() else { continue };
+                let out = replica.lagging(self.s.replica_lag, now);
+                let back = replica.caught_up_outside(self.s.replica_lag, now);
+                if out.is_empty() && back.is_empty() {
+                    continue;
+                }
+                let isr: Vec<u32> = l
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| (l.isr.contains(r) && !out.contains(r)) || back.contains(r))
+                    .collect();
+                let state =
+                    PartitionState { replicas: l.replicas.clone(), leader: self.s.me, leader_epoch: l.epoch, isr };
+                match catalog::swap_partition(etcd, part.topic(), part.index(), l.revision, &state, None).await {
+                    Ok(Some(revision)) => {
+                        let leo = part.log().log_end_offset();
+                        if replica.set_isr(l.epoch, state.isr.clone(), revision, leo) {
+                            let event = if out.is_empty() { "isr_expand" } else { "isr_shrink" };
+                            tracing::info!(
+                                event,
+                                topic = part.topic(),
+                                partition = part.index(),
+                                leader_epoch = l.epoch,
+                                removed = ?out,
+                                added = ?back,
+                                isr = ?state.isr,
+                                high_watermark = replica.hw(),
+                                "in-sync set changed"
+                            );
+                        }
+                    }
+                    Ok(None) => tracing::info!(
+                        event = "isr_change_refused",
+                        topic = part.topic(),
+                        partition = part.index(),
+                        leader_epoch = l.epoch,
+                        "etcd refused the in-sync set change: the partition's state moved on"
+                    ),
+                    Err(e) => tracing::debug!(error = %e, "ISR change failed; retried next beat"),
+                }
+            }
+        }
+    }
+
+    /// Creates replicated topic `name`: placed over the live brokers and written to the catalog in one
+    /// transaction; this broker's replicas are opened before it answers.
+    pub async fn create_topic(&self, name: &str, partitions: u32, mode: Mode) -> Result<pb::TopicInfo> {
+        validate_topic_name(name)?;
+        if partitions == 0 || partitions > 10_000 {
+            return Err(BrokerError::InvalidArgument(format!(
+                "topic \"{name}\": a replicated topic has 1 to 10000 partitions, not {partitions}"
+            )));
+        }
+        let unreachable = |e: etcd_client::Error| BrokerError::Cluster(format!("cannot reach etcd: {e}"));
+        let mut etcd = self.etcd.clone();
+        let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
+        if let Some(t) = snap.topics.get(name) {
+            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: t.topic_id.clone() });
+        }
+        if self.core.topic(name).is_ok() {
+            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: self.core.topic(name)?.id() });
+        }
+        let states = catalog::place(&snap, partitions).ok_or_else(|| BrokerError::NotEnoughReplicas {
+            topic: name.to_owned(),
+            partition: 0,
+            in_sync: snap.brokers.len(),
+            isr: snap.brokers.keys().copied().collect(),
+        })?;
+        let record = TopicRecord {
+            topic_id: uuid::Uuid::new_v4().to_string(),
+            partitions,
+            replication: mode,
+            created_ms: now_ms(),
+        };
+        if !catalog::create_topic(&mut etcd, name, &record, &states).await.map_err(unreachable)? {
+            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: String::new() });
+        }
+        tracing::info!(topic = name, partitions, topic_id = %record.topic_id, "replicated topic created in the catalog");
+        if states.iter().any(|s| s.replicas.contains(&self.s.me)) {
+            self.core.ensure_replicas(name, &record).await?;
+        }
+        self.kick.notify_one();
+        Ok(pb::TopicInfo {
+            name: name.to_owned(),
+            topic_id: record.topic_id,
+            partitions,
+            config: None,
+            mirror: None,
+            created_ms: record.created_ms,
+            replication: mode.as_str().to_owned(),
+        })
+    }
+
+    /// The NOT_LEADER error for a partition this broker holds no replica of, from the catalog; `None` when the
+    /// catalog does not have it either.
+    pub fn not_here(&self, topic: &str, p: u32) -> Option<BrokerError> {
+        let snap = self.snap.read();
+        let v = snap.partitions.get(&(topic.to_owned(), p))?;
+        Some(BrokerError::NotLeader {
+            topic: topic.to_owned(),
+            partition: p,
+            leader: v.state.leader,
+            address: snap.brokers.get(&v.state.leader).cloned().unwrap_or_default(),
+            epoch: v.state.leader_epoch,
+        })
+    }
+
+    /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses.
+    pub fn placements(&self, topics: &[String]) -> Vec<pb::PartitionPlacement> {
+        let snap = self.snap.read();
+        snap.partitions
+            .iter()
+            .filter(|((t, _), _)| topics.is_empty() || topics.contains(t))
+            .map(|((t, p), v)| pb::PartitionPlacement {
+                topic: t.clone(),
+                partition: *p,
+                leader_id: v.state.leader,
+                leader_epoch: v.state.leader_epoch,
+                replicas: v.state.replicas.clone(),
+                isr: v.state.isr.clone(),
+                leader_address: snap.brokers.get(&v.state.leader).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The live members.
+    pub fn brokers(&self) -> Vec<pb::BrokerNode> {
+        self.snap
+            .read()
+            .brokers
+            .iter()
+            .map(|(&broker_id, a)| pb::BrokerNode { broker_id, address: a.clone() })
+            .collect()
+    }
+
+    /// The cluster's status as this broker sees it: the catalog, and its own leaders' progress.
+    pub fn status(&self) -> pb::ClusterStatusResponse {
+        let controller_id = self.snap.read().controller;
+        let partitions = self
+            .placements(&[])
+            .into_iter()
+            .map(|placement| {
+                let mut status = pb::PartitionStatus { placement: None, ..Default::default() };
+                if let Ok(part) = self.core.partition(&placement.topic, placement.partition)
+                    && let Some(r) = part.replica()
+                    && let Ok(l) = r.leading()
+                {
+                    let leo = part.log().log_end_offset();
+                    let now = Instant::now();
+                    status.led_here = true;
+                    status.high_watermark = r.hw();
+                    status.log_end_offset = leo;
+                    status.followers = l
+                        .followers
+                        .iter()
+                        .map(|(&broker_id, p)| pb::ReplicaProgress {
+                            broker_id,
+                            log_end_offset: p.leo,
+                            lag_records: leo.saturating_sub(p.leo),
+                            caught_up_ms_ago: now.saturating_duration_since(p.caught_up).as_millis() as u64,
+                        })
+                        .collect();
+                }
+                status.placement = Some(placement);
+                status
+            })
+            .collect();
+        pb::ClusterStatusResponse {
+            cluster_id: self.core.cluster_id().to_owned(),
+            broker_id: self.s.me,
+            brokers: self.brokers(),
+            controller_id,
+            partitions,
+            etcd_reachable: self.etcd_reachable(),
+        }
+    }
+}
