@@ -17,6 +17,7 @@ mod limits;
 mod mirror_append;
 mod produce_consume;
 mod raft3;
+mod raft3_faults;
 mod restart;
 mod rpc_bounds;
 mod scopes;

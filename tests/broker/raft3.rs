@@ -14,13 +14,13 @@ use ferry_testkit::{BrokerProcess, EtcdProcess, deadline, wait_until};
 use crate::common::{IO_BUDGET, Rec, STOP_GRACE, assert_same_records, read_partition};
 
 /// The members' lease TTL: the shortest allowed, so that failovers are quick.
-const LEASE_TTL: Duration = Duration::from_secs(2);
+pub const LEASE_TTL: Duration = Duration::from_secs(2);
 /// `cluster.replica_lag_max` of the members.
-const REPLICA_LAG: Duration = Duration::from_secs(2);
-const TOPIC: &str = "orders";
-const TS0: i64 = 1_700_000_000_000;
+pub const REPLICA_LAG: Duration = Duration::from_secs(2);
+pub const TOPIC: &str = "orders";
+pub const TS0: i64 = 1_700_000_000_000;
 
-fn member_config(etcd: &EtcdProcess, id: u32) -> String {
+pub fn member_config(etcd: &EtcdProcess, id: u32) -> String {
     format!(
         "[cluster]\netcd = [\"{}\"]\nbroker_id = {id}\nlease_ttl = \"2s\"\nreplica_lag_max = \"2s\"\nack_timeout = \
          \"8s\"\n\n[storage]\nflush = \"sync\"\n",
@@ -29,48 +29,48 @@ fn member_config(etcd: &EtcdProcess, id: u32) -> String {
 }
 
 /// An etcd and three members, broker id `i + 1` at index `i`.
-struct Cluster {
-    _etcd: EtcdProcess,
-    brokers: Vec<BrokerProcess>,
+pub struct Cluster {
+    pub etcd: EtcdProcess,
+    pub brokers: Vec<BrokerProcess>,
 }
 
 impl Cluster {
-    async fn start() -> anyhow::Result<Cluster> {
+    pub async fn start() -> anyhow::Result<Cluster> {
         ferry_testkit::init_tracing();
         let etcd = EtcdProcess::start().await?;
         let mut brokers = Vec::new();
         for id in 1..=3 {
             brokers.push(BrokerProcess::builder().cluster_id("dc-a").config(member_config(&etcd, id)).start().await?);
         }
-        Ok(Cluster { _etcd: etcd, brokers })
+        Ok(Cluster { etcd, brokers })
     }
 
-    fn addrs(&self) -> Vec<String> {
+    pub fn addrs(&self) -> Vec<String> {
         self.brokers.iter().map(|b| b.addr().to_string()).collect()
     }
 
     /// A client that knows every member (it follows NOT_LEADER hints among them).
-    fn client(&self) -> BrokerClient {
+    pub fn client(&self) -> BrokerClient {
         BrokerClient::new(ClientConfig::new(self.addrs())).expect("loopback addresses")
     }
 
     /// A client of broker `id` alone.
-    fn client_of(&self, id: u32) -> BrokerClient {
+    pub fn client_of(&self, id: u32) -> BrokerClient {
         BrokerClient::new(ClientConfig::new([self.brokers[id as usize - 1].addr().to_string()])).expect("loopback")
     }
 
-    fn broker(&mut self, id: u32) -> &mut BrokerProcess {
+    pub fn broker(&mut self, id: u32) -> &mut BrokerProcess {
         &mut self.brokers[id as usize - 1]
     }
 
     /// The partition's placement as broker `asked` reads it from etcd.
-    async fn placement(&self, asked: u32) -> anyhow::Result<pb::PartitionPlacement> {
+    pub async fn placement(&self, asked: u32) -> anyhow::Result<pb::PartitionPlacement> {
         let meta = self.client_of(asked).metadata_for(vec![TOPIC.to_owned()]).await?;
         meta.partitions.into_iter().next().ok_or_else(|| anyhow::anyhow!("no placement of {TOPIC} yet"))
     }
 
     /// Waits until broker `asked` sees a leader other than `not` (0: any) with an ISR of `isr` members.
-    async fn wait_leader(
+    pub async fn wait_leader(
         &self,
         asked: u32,
         not: u32,
@@ -86,7 +86,7 @@ impl Cluster {
     }
 
     /// Stops every member gracefully.
-    async fn stop_all(&mut self) -> anyhow::Result<()> {
+    pub async fn stop_all(&mut self) -> anyhow::Result<()> {
         for b in &mut self.brokers {
             if b.is_running() {
                 assert_eq!(b.terminate(STOP_GRACE).await?.code(), Some(0), "{}", b.logs());
@@ -96,7 +96,7 @@ impl Cluster {
     }
 }
 
-fn record(i: usize) -> ProducerRecord {
+pub fn record(i: usize) -> ProducerRecord {
     ProducerRecord::new(TOPIC, format!("order-{i}"))
         .with_partition(0)
         .with_key(format!("customer-{}", i % 11))
@@ -106,7 +106,7 @@ fn record(i: usize) -> ProducerRecord {
 
 /// Sends records `range` one after the other, each awaited (so acknowledged offsets must increase), and returns
 /// what was acknowledged.
-async fn produce_all(producer: &Producer, range: std::ops::Range<usize>) -> anyhow::Result<Vec<Rec>> {
+pub async fn produce_all(producer: &Producer, range: std::ops::Range<usize>) -> anyhow::Result<Vec<Rec>> {
     let mut acked = Vec::new();
     for i in range {
         let ack = producer.send(record(i)).await?.await?;
@@ -129,7 +129,7 @@ fn segments(data_dir: &Path) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
 }
 
 /// After healing: every replica holds the same segment files, byte for byte, and they are not empty.
-fn assert_replicas_identical(cluster: &Cluster) -> anyhow::Result<()> {
+pub fn assert_replicas_identical(cluster: &Cluster) -> anyhow::Result<()> {
     let first = segments(cluster.brokers[0].data_dir())?;
     assert!(first.values().any(|b| !b.is_empty()), "broker 1 holds no data");
     for b in &cluster.brokers[1..] {
@@ -143,7 +143,7 @@ fn assert_replicas_identical(cluster: &Cluster) -> anyhow::Result<()> {
 }
 
 /// Every acknowledged record is in the leader's log once, at its acknowledged offset, and nothing else is.
-async fn assert_log_is(cluster: &Cluster, leader: u32, acked: &[Rec], what: &str) {
+pub async fn assert_log_is(cluster: &Cluster, leader: u32, acked: &[Rec], what: &str) {
     let got = read_partition(&cluster.client_of(leader), TOPIC, 0).await;
     assert_same_records(what, acked, &got);
 }
