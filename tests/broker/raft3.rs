@@ -20,10 +20,10 @@ pub const REPLICA_LAG: Duration = Duration::from_secs(2);
 pub const TOPIC: &str = "orders";
 pub const TS0: i64 = 1_700_000_000_000;
 
-pub fn member_config(etcd: &EtcdProcess, id: u32) -> String {
+pub fn member_config(etcd: &EtcdProcess, id: u32, storage: &str) -> String {
     format!(
         "[cluster]\netcd = [\"{}\"]\nbroker_id = {id}\nlease_ttl = \"2s\"\nreplica_lag_max = \"2s\"\nack_timeout = \
-         \"8s\"\n\n[storage]\nflush = \"sync\"\n",
+         \"8s\"\n\n[storage]\nflush = \"sync\"\n{storage}",
         etcd.url()
     )
 }
@@ -36,11 +36,17 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> anyhow::Result<Cluster> {
+        Cluster::start_with("").await
+    }
+
+    /// Three members whose `[storage]` sections also hold `storage` (TOML lines).
+    pub async fn start_with(storage: &str) -> anyhow::Result<Cluster> {
         ferry_testkit::init_tracing();
         let etcd = EtcdProcess::start().await?;
         let mut brokers = Vec::new();
         for id in 1..=3 {
-            brokers.push(BrokerProcess::builder().cluster_id("dc-a").config(member_config(&etcd, id)).start().await?);
+            let config = member_config(&etcd, id, storage);
+            brokers.push(BrokerProcess::builder().cluster_id("dc-a").config(config).start().await?);
         }
         Ok(Cluster { etcd, brokers })
     }
@@ -142,6 +148,18 @@ pub fn assert_replicas_identical(cluster: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The output of `ferryctl --broker (every member) cluster status --format FORMAT`.
+async fn cluster_status(cluster: &Cluster, format: &str) -> anyhow::Result<String> {
+    let program = ferry_testkit::binary_path(ferry_testkit::FERRYCTL_BIN)?;
+    let brokers = cluster.addrs().join(",");
+    let out = tokio::process::Command::new(program)
+        .args(["--broker", &brokers, "cluster", "status", "--format", format])
+        .output()
+        .await?;
+    anyhow::ensure!(out.status.success(), "ferryctl failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8(out.stdout)?)
+}
+
 /// Every acknowledged record is in the leader's log once, at its acknowledged offset, and nothing else is.
 pub async fn assert_log_is(cluster: &Cluster, leader: u32, acked: &[Rec], what: &str) {
     let got = read_partition(&cluster.client_of(leader), TOPIC, 0).await;
@@ -197,6 +215,26 @@ async fn a_killed_leader_loses_no_acknowledged_record_and_its_producer_is_redire
     let healed = cluster.placement(survivor).await?;
     assert_eq!(healed.leader_id, next.leader_id, "{healed:?}");
     assert_log_is(&cluster, next.leader_id, &acked, "the log after the old leader rejoined").await;
+
+    // `ferryctl cluster status` shows the same, with each follower caught up to the leader's log end.
+    let status = cluster_status(&cluster, "json").await?;
+    let json: serde_json::Value = serde_json::from_str(&status)?;
+    let brokers: Vec<u64> =
+        json["brokers"].as_array().unwrap().iter().map(|b| b["broker_id"].as_u64().unwrap()).collect();
+    assert_eq!(brokers, [1, 2, 3], "{status}");
+    assert_eq!(json["etcd_reachable"], true, "{status}");
+    assert!((1..=3).contains(&json["controller_id"].as_u64().unwrap()), "{status}");
+    let p = &json["partitions"][0];
+    assert_eq!((p["topic"].as_str(), p["partition"].as_u64()), (Some(TOPIC), Some(0)), "{status}");
+    assert_eq!(p["leader"].as_u64(), Some(u64::from(next.leader_id)), "{status}");
+    assert_eq!(p["leader_epoch"].as_u64(), Some(u64::from(next.leader_epoch)), "{status}");
+    assert_eq!(p["isr"].as_array().unwrap().len(), 3, "{status}");
+    assert_eq!((p["high_watermark"].as_u64(), p["log_end_offset"].as_u64()), (Some(400), Some(400)), "{status}");
+    let followers = p["followers"].as_array().unwrap();
+    assert_eq!(followers.len(), 2, "{status}");
+    assert!(followers.iter().all(|f| f["log_end_offset"] == 400 && f["lag_records"] == 0), "{status}");
+    let text = cluster_status(&cluster, "text").await?;
+    assert!(text.contains("TOPIC   PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW   LEO  MAX LAG"), "{text}");
     cluster.stop_all().await?;
     assert_replicas_identical(&cluster)?;
     Ok(())

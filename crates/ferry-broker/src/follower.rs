@@ -11,6 +11,9 @@ use ferry_proto::broker_client::BrokerClient;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+use ferry_storage::StorageError;
+
+use crate::error::BrokerError;
 use crate::leader_epochs::EpochEntry;
 use crate::partition::Partition;
 
@@ -35,11 +38,25 @@ pub struct Follow {
 
 /// Runs the fetcher of `part` against `client` (the leader) until `stop`.
 pub async fn run(part: Arc<Partition>, client: BrokerClient<Channel>, follow: Follow, stop: CancellationToken) {
+    if let Some(r) = part.replica()
+        && part.log().log_end_offset() == part.log().log_start_offset()
+    {
+        // Nothing held: nothing to check.
+        r.set_verified();
+    }
+    // What the replica held at its start is checked once the leader has seen one unverified fetch of it, which
+    // takes it out of the ISR until the check is done (see `verify`).
+    let mut unverified = part.replica().is_some_and(|r| !r.verified());
     let mut reconciled = false;
     let mut failing = false;
     while !stop.is_cancelled() {
         let step = if reconciled {
-            fetch_once(&part, client.clone(), &follow, &stop).await
+            let fetched = fetch_once(&part, client.clone(), &follow, &stop).await;
+            if fetched.is_ok() && std::mem::take(&mut unverified) {
+                let (part, stop) = (Arc::clone(&part), stop.clone());
+                tokio::spawn(async move { verify(&part, &stop).await });
+            }
+            fetched
         } else {
             reconcile(&part, client.clone(), &follow).await.map(|()| reconciled = true)
         };
@@ -90,6 +107,52 @@ enum Step {
     Reconcile(String),
     /// Retry after a pause.
     Failed(String),
+}
+
+/// CRC-checks what the replica holds (every batch below the log end of now; later ones are checked on the way
+/// in). Until it is done, the replica's fetches say it is unverified, and the leader keeps it out of the ISR. A
+/// corrupt batch, and everything after it, is truncated away and fetched again from the leader.
+/// Then the replica counts as verified.
+async fn verify(part: &Partition, stop: &CancellationToken) {
+    let Some(replica) = part.replica() else { return };
+    let end = part.log().log_end_offset();
+    let mut offset = part.log().log_start_offset();
+    let (topic, index) = (part.topic(), part.index());
+    while offset < end && !stop.is_cancelled() {
+        match part.read_log(offset, 4 << 20) {
+            Ok(r) if r.next_offset > offset => offset = r.next_offset,
+            Ok(_) => break,
+            Err(BrokerError::Storage { source: StorageError::CorruptSegment { offset: at, .. }, .. }) => {
+                let from = at.unwrap_or(offset).max(offset);
+                tracing::warn!(
+                    event = "replica_repair",
+                    topic,
+                    partition = index,
+                    from,
+                    "corrupt batch in this replica's log; truncating and fetching it again from the leader"
+                );
+                if let Err(e) = part.truncate_replica(from).await {
+                    tracing::error!(topic, partition = index, error = %e, "truncating the corrupt tail failed");
+                    return;
+                }
+                break;
+            }
+            Err(e) => {
+                // Retention moved the log start meanwhile, or a read failed: check from where the log is now.
+                let start = part.log().log_start_offset();
+                if start > offset {
+                    offset = start;
+                    continue;
+                }
+                tracing::error!(topic, partition = index, error = %e, "verifying the replica failed; it stays out of the ISR");
+                return;
+            }
+        }
+    }
+    if !stop.is_cancelled() {
+        replica.set_verified();
+        tracing::info!(topic, partition = index, checked_to = offset.min(end), "replica verified");
+    }
 }
 
 /// Truncates the log to the end of the last epoch shared with the leader.
@@ -148,6 +211,7 @@ async fn fetch_once(
         max_bytes: f.max_bytes,
         max_wait_ms: u32::try_from(f.max_wait.as_millis()).unwrap_or(u32::MAX),
         topic_id: f.topic_id.clone(),
+        verified: replica.verified(),
     };
     let answer = tokio::select! {
         _ = stop.cancelled() => return Ok(()),

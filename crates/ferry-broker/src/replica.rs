@@ -32,6 +32,10 @@ pub struct Progress {
     pub last_fetch: Instant,
     /// The leader's log end offset at that fetch.
     pub leader_leo_then: u64,
+    /// Whether its last fetch said it had CRC-checked what it held when it started.
+    pub verified: bool,
+    /// Set by an unverified fetch: the follower leaves the ISR, and comes back only once verified.
+    pub unverified_seen: bool,
 }
 
 /// The leader's side.
@@ -113,6 +117,8 @@ pub struct Replica {
     changes: watch::Sender<u64>,
     /// The broker-wide arrivals signal: consumers' long polls wake when the HW moves.
     arrivals: watch::Sender<u64>,
+    /// Whether what this replica held when it opened has been CRC-checked (see `follower::verify`).
+    verified: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -125,12 +131,29 @@ impl Replica {
     /// The state of a replica on broker `id` with history `epochs`, idle.
     pub fn new(id: u32, epochs: LeaderEpochs, arrivals: watch::Sender<u64>) -> Replica {
         let (changes, _) = watch::channel(0);
-        Replica { id, inner: Mutex::new(Inner { role: Role::Idle, epochs }), hw: AtomicU64::new(0), changes, arrivals }
+        Replica {
+            id,
+            inner: Mutex::new(Inner { role: Role::Idle, epochs }),
+            hw: AtomicU64::new(0),
+            changes,
+            arrivals,
+            verified: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// This broker's id.
     pub fn broker_id(&self) -> u32 {
         self.id
+    }
+
+    /// Whether what the replica held when it opened has been CRC-checked.
+    pub fn verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
+    }
+
+    /// Records that it has.
+    pub fn set_verified(&self) {
+        self.verified.store(true, Ordering::Release);
     }
 
     fn notify(&self) {
@@ -231,7 +254,17 @@ impl Replica {
         let followers = replicas
             .iter()
             .filter(|&&r| r != self.id)
-            .map(|&r| (r, Progress { leo: hw, caught_up: now, last_fetch: now, leader_leo_then: leo }))
+            .map(|&r| {
+                let p = Progress {
+                    leo: hw,
+                    caught_up: now,
+                    last_fetch: now,
+                    leader_leo_then: leo,
+                    verified: true,
+                    unverified_seen: false,
+                };
+                (r, p)
+            })
             .collect();
         inner.role = Role::Leader(Leading { epoch, isr, replicas, revision, epoch_start: leo, followers });
         drop(inner);
@@ -306,14 +339,15 @@ impl Replica {
         }
     }
 
-    /// A follower fetched from `offset` at `epoch` while the leader's log ended at `leo`. `Err` when this replica
-    /// does not lead at that epoch.
+    /// A follower fetched from `offset` at `epoch` while the leader's log ended at `leo`, saying whether it has
+    /// verified what it held at its start. `Err` when this replica does not lead at that epoch.
     pub fn follower_fetched(
         &self,
         follower: u32,
         epoch: u32,
         offset: u64,
         leo: u64,
+        verified: bool,
     ) -> std::result::Result<(), NotLeading> {
         {
             let mut inner = self.inner.lock();
@@ -327,7 +361,11 @@ impl Replica {
                 caught_up: now,
                 last_fetch: now,
                 leader_leo_then: leo,
+                verified,
+                unverified_seen: false,
             });
+            p.verified = verified;
+            p.unverified_seen |= !verified;
             // Caught up: it holds all the leader has, or all the leader had at its previous fetch (Kafka's rule).
             if offset >= leo {
                 p.caught_up = now;
@@ -362,7 +400,11 @@ impl Replica {
         l.isr
             .iter()
             .filter(|&&id| id != self.id)
-            .filter(|id| l.followers.get(id).is_none_or(|p| now.saturating_duration_since(p.caught_up) > lag))
+            .filter(|id| {
+                l.followers
+                    .get(id)
+                    .is_none_or(|p| p.unverified_seen || now.saturating_duration_since(p.caught_up) > lag)
+            })
             .copied()
             .collect()
     }
@@ -377,6 +419,7 @@ impl Replica {
             .iter()
             .filter(|(id, p)| {
                 !l.isr.contains(id)
+                    && p.verified
                     && p.leo >= hw
                     && p.leo >= l.epoch_start
                     && now.saturating_duration_since(p.last_fetch) <= lag
@@ -392,6 +435,11 @@ impl Replica {
             let Role::Leader(l) = &mut inner.role else { return false };
             if l.epoch != epoch {
                 return false;
+            }
+            for id in &isr {
+                if let Some(p) = l.followers.get_mut(id).filter(|p| p.verified) {
+                    p.unverified_seen = false;
+                }
             }
             l.isr = isr;
             l.revision = revision;
@@ -421,17 +469,20 @@ mod tests {
         assert_eq!(r.epochs(), [EpochEntry { epoch: 3, start: 10 }]);
         // Followers' progress is unknown: the HW stays at 0 and the new leader serves no reads yet.
         assert_eq!((r.hw(), r.readable_end(10)), (0, Ok(None)));
-        r.follower_fetched(2, 3, 10, 10).unwrap();
+        r.follower_fetched(2, 3, 10, 10, true).unwrap();
         assert_eq!(r.hw(), 0);
-        r.follower_fetched(3, 3, 8, 10).unwrap();
+        r.follower_fetched(3, 3, 8, 10, true).unwrap();
         assert_eq!((r.hw(), r.readable_end(10)), (8, Ok(None)));
-        r.follower_fetched(3, 3, 10, 12).unwrap();
+        r.follower_fetched(3, 3, 10, 12, true).unwrap();
         r.advance_hw(12);
         assert_eq!((r.hw(), r.readable_end(12)), (10, Ok(Some(10))));
         // A fetch at another epoch is refused, and names the leader's.
-        assert_eq!(r.follower_fetched(2, 2, 12, 12), Err(NotLeading { leader: 1, epoch: 3, address: String::new() }));
+        assert_eq!(
+            r.follower_fetched(2, 2, 12, 12, true),
+            Err(NotLeading { leader: 1, epoch: 3, address: String::new() })
+        );
         // Dropping 3 from the ISR lets the HW pass it.
-        r.follower_fetched(2, 3, 12, 12).unwrap();
+        r.follower_fetched(2, 3, 12, 12, true).unwrap();
         assert_eq!(r.hw(), 10);
         assert!(r.set_isr(3, vec![1, 2], 8, 12));
         assert_eq!(r.hw(), 12);
@@ -450,13 +501,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = replica(dir.path());
         r.become_leader(&*fs, 1, vec![1, 2], vec![1, 2, 3], 1, 0).unwrap();
-        r.follower_fetched(2, 1, 0, 0).unwrap();
-        r.follower_fetched(3, 1, 0, 0).unwrap();
+        r.follower_fetched(2, 1, 0, 0, true).unwrap();
+        r.follower_fetched(3, 1, 0, 0, true).unwrap();
         let now = Instant::now();
         let lag = Duration::from_secs(5);
         assert_eq!(r.lagging(lag, now), Vec::<u32>::new());
         assert_eq!(r.lagging(lag, now + 2 * lag), vec![2]);
         assert_eq!(r.caught_up_outside(lag, now), vec![3]);
         assert_eq!(r.caught_up_outside(lag, now + 2 * lag), Vec::<u32>::new());
+
+        // An unverified fetch (a restarted follower still CRC-checking its log) takes an ISR member out at once,
+        // and keeps it out until it fetches verified; joining the ISR again clears the mark.
+        r.follower_fetched(2, 1, 0, 0, false).unwrap();
+        let now = Instant::now();
+        assert_eq!(r.lagging(lag, now), vec![2]);
+        assert!(r.set_isr(1, vec![1], 2, 0));
+        assert_eq!(r.caught_up_outside(lag, now), vec![3]);
+        r.follower_fetched(2, 1, 0, 0, true).unwrap();
+        assert_eq!(r.caught_up_outside(lag, now), vec![2, 3]);
+        assert!(r.set_isr(1, vec![1, 2], 3, 0));
+        assert_eq!(r.lagging(lag, now), Vec::<u32>::new());
     }
 }

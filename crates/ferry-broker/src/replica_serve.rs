@@ -44,7 +44,7 @@ pub async fn replica_fetch(
         return refusal(pb::ErrorCode::OffsetOutOfRange, msg, replica.leader_epoch());
     }
     let hw_before = replica.hw();
-    if let Err(n) = replica.follower_fetched(req.replica_id, req.leader_epoch, req.offset, leo) {
+    if let Err(n) = replica.follower_fetched(req.replica_id, req.leader_epoch, req.offset, leo, req.verified) {
         let (code, msg) = not_leading(p, &n, req.leader_epoch);
         return refusal(code, msg, n.epoch);
     }
