@@ -18,6 +18,7 @@ mod mirror_append;
 mod produce_consume;
 mod raft3;
 mod raft3_faults;
+mod raft3_links;
 mod raft3_repair;
 mod restart;
 mod rpc_bounds;

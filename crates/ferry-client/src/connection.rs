@@ -289,7 +289,11 @@ impl BrokerClient {
             Ok(Err(status)) => {
                 let transport = is_transport_status(&status);
                 let never_sent = transport && is_connect_failure(&status);
-                if transport {
+                // A raft3 leader that could not get its write acknowledged may have been deposed without knowing
+                // it (cut off from etcd): the next attempt goes through another broker, which knows the leader.
+                let unacknowledged =
+                    status.metadata().get(crate::error::REASON_KEY).is_some_and(|r| r == "not_acknowledged");
+                if transport || unacknowledged {
                     self.invalidate(conn.generation);
                 }
                 let redirected = self.follow_leader_hint(&status);
