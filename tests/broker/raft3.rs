@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+
 use ferry_client::proto as pb;
 use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::{BrokerProcess, EtcdProcess, deadline, wait_until};
@@ -148,6 +150,14 @@ pub fn assert_replicas_identical(cluster: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The Prometheus text of a broker's metrics endpoint (its port is the one its log names last).
+async fn scrape(broker: &BrokerProcess) -> anyhow::Result<String> {
+    let logs = broker.logs();
+    let line = logs.lines().rev().find(|l| l.contains("metrics listening")).context("no metrics line in the log")?;
+    let addr = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).context("no address")?;
+    Ok(reqwest::get(format!("http://{addr}/metrics")).await?.error_for_status()?.text().await?)
+}
+
 /// The output of `ferryctl --broker (every member) cluster status --format FORMAT`.
 async fn cluster_status(cluster: &Cluster, format: &str) -> anyhow::Result<String> {
     let program = ferry_testkit::binary_path(ferry_testkit::FERRYCTL_BIN)?;
@@ -234,6 +244,28 @@ async fn a_killed_leader_loses_no_acknowledged_record_and_its_producer_is_redire
     assert_eq!(followers.len(), 2, "{status}");
     assert!(followers.iter().all(|f| f["log_end_offset"] == 400 && f["lag_records"] == 0), "{status}");
     let text = cluster_status(&cluster, "text").await?;
+
+    // The leader's Prometheus metrics say the same.
+    let metrics = scrape(&cluster.brokers[next.leader_id as usize - 1]).await?;
+    let labels = format!("{{topic=\"{TOPIC}\",partition=\"0\"}}");
+    for line in [
+        format!("ferry_broker_partition_high_watermark{labels} 400"),
+        format!("ferry_broker_partition_log_end_offset{labels} 400"),
+        format!("ferry_broker_partition_leader_epoch{labels} {}", next.leader_epoch),
+        format!("ferry_broker_partition_isr_size{labels} 3"),
+        format!("ferry_broker_partition_leader{labels} 1"),
+        "ferry_broker_under_replicated_partitions 0".to_owned(),
+        "ferry_broker_etcd_reachable 1".to_owned(),
+        "ferry_broker_events_total{event=\"leader_change\"} 1".to_owned(),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
+    }
+    for follower in next.replicas.iter().filter(|r| **r != next.leader_id) {
+        let line = format!(
+            "ferry_broker_replication_lag_records{{topic=\"{TOPIC}\",partition=\"0\",follower=\"{follower}\"}} 0"
+        );
+        assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
+    }
     assert!(text.contains("TOPIC   PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW   LEO  MAX LAG"), "{text}");
     cluster.stop_all().await?;
     assert_replicas_identical(&cluster)?;

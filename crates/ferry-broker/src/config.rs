@@ -18,8 +18,10 @@ use ferry_storage::{FlushPolicy, LogConfig};
 use serde::Deserialize;
 
 pub use self::cluster_section::ClusterSection;
+pub use self::metrics_section::MetricsSection;
 
 mod cluster_section;
+mod metrics_section;
 
 /// Environment variable holding the bearer token (alternative to `broker.token_file`).
 pub const TOKEN_ENV: &str = "FERRY_BROKER_TOKEN";
@@ -40,6 +42,8 @@ pub struct BrokerConfig {
     pub auth: AuthSection,
     /// `[cluster]`: membership of a cluster under an etcd master (none: a single broker, as by default).
     pub cluster: ClusterSection,
+    /// `[metrics]`: the Prometheus endpoint.
+    pub metrics: MetricsSection,
 }
 
 /// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
 
 use crate::catalog::{self, PartitionState, Snapshot};
+use crate::events::{Event, Events};
 
 /// The controller's state on one broker.
 #[derive(Default)]
@@ -48,6 +49,7 @@ impl Controller {
         ttl: Duration,
         snap: &Snapshot,
         act_on_missing: bool,
+        events: &Events,
     ) -> Result<(), etcd_client::Error> {
         self.keep_alive(me).await;
         if self.held.is_none() && snap.controller == 0 {
@@ -61,7 +63,9 @@ impl Controller {
             let Some(next) = elect(&v.state, snap) else { continue };
             let old = v.state.leader;
             match catalog::swap_partition(client, topic, *p, v.revision, &next, Some(created)).await? {
-                Some(_) => tracing::info!(
+                Some(_) => {
+                    events.note(Event::LeaderElected);
+                    tracing::info!(
                     event = "leader_elected",
                     topic,
                     partition = p,
@@ -70,7 +74,8 @@ impl Controller {
                     previous = old,
                     isr = ?next.isr,
                     "elected a new leader from the in-sync set"
-                ),
+                    )
+                }
                 None => tracing::debug!(topic, partition = p, "partition state changed meanwhile; next beat decides"),
             }
         }

@@ -14,6 +14,7 @@ use tonic::transport::Channel;
 use ferry_storage::StorageError;
 
 use crate::error::BrokerError;
+use crate::events::{Event, Events};
 use crate::leader_epochs::EpochEntry;
 use crate::partition::Partition;
 
@@ -34,6 +35,8 @@ pub struct Follow {
     pub max_wait: Duration,
     /// Pause after a failed call.
     pub retry: Duration,
+    /// The broker's event counters.
+    pub events: Arc<Events>,
 }
 
 /// Runs the fetcher of `part` against `client` (the leader) until `stop`.
@@ -54,7 +57,8 @@ pub async fn run(part: Arc<Partition>, client: BrokerClient<Channel>, follow: Fo
             let fetched = fetch_once(&part, client.clone(), &follow, &stop).await;
             if fetched.is_ok() && std::mem::take(&mut unverified) {
                 let (part, stop) = (Arc::clone(&part), stop.clone());
-                tokio::spawn(async move { verify(&part, &stop).await });
+                let events = Arc::clone(&follow.events);
+                tokio::spawn(async move { verify(&part, &stop, &events).await });
             }
             fetched
         } else {
@@ -113,7 +117,7 @@ enum Step {
 /// in). Until it is done, the replica's fetches say it is unverified, and the leader keeps it out of the ISR. A
 /// corrupt batch, and everything after it, is truncated away and fetched again from the leader.
 /// Then the replica counts as verified.
-async fn verify(part: &Partition, stop: &CancellationToken) {
+async fn verify(part: &Partition, stop: &CancellationToken, events: &Events) {
     let Some(replica) = part.replica() else { return };
     let end = part.log().log_end_offset();
     let mut offset = part.log().log_start_offset();
@@ -124,6 +128,7 @@ async fn verify(part: &Partition, stop: &CancellationToken) {
             Ok(_) => break,
             Err(BrokerError::Storage { source: StorageError::CorruptSegment { offset: at, .. }, .. }) => {
                 let from = at.unwrap_or(offset).max(offset);
+                events.note(Event::ReplicaRepair);
                 tracing::warn!(
                     event = "replica_repair",
                     topic,

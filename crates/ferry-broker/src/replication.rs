@@ -30,6 +30,7 @@ use crate::config::ClusterSection;
 use crate::controller::Controller;
 use crate::core::{BrokerCore, now_ms};
 use crate::error::{BrokerError, Result};
+use crate::events::{Event, Events};
 use crate::follower::{self, Follow};
 use crate::partition::Partition;
 use crate::replica::Role;
@@ -87,6 +88,7 @@ pub struct Replication {
     peers: Mutex<HashMap<u32, (String, BrokerClient<Channel>)>>,
     fetchers: tokio::sync::Mutex<HashMap<(String, u32), Fetcher>>,
     kick: tokio::sync::Notify,
+    events: Arc<Events>,
 }
 
 impl std::fmt::Debug for Replication {
@@ -108,7 +110,18 @@ impl Replication {
             peers: Mutex::new(HashMap::new()),
             fetchers: tokio::sync::Mutex::new(HashMap::new()),
             kick: tokio::sync::Notify::new(),
+            events: Arc::new(Events::default()),
         })
+    }
+
+    /// The cluster event counters.
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Whether this broker holds the controller key (as of its last beat).
+    pub fn is_controller(&self) -> bool {
+        self.snap.read().controller == self.s.me
     }
 
     /// This broker's id.
@@ -164,7 +177,7 @@ impl Replication {
             self.maintain_isr(&mut etcd).await;
             let act = quiet_until.is_none_or(|t| Instant::now() >= t);
             let mut controller = self.controller.lock().await;
-            if let Err(e) = controller.tick(&mut etcd, self.s.me, self.s.ttl, &snap, act).await {
+            if let Err(e) = controller.tick(&mut etcd, self.s.me, self.s.ttl, &snap, act, &self.events).await {
                 tracing::warn!(error = %e, "controller beat failed; will retry");
             }
         }
@@ -230,6 +243,7 @@ impl Replication {
             }
             part.become_leader(state.leader_epoch, state.isr.clone(), state.replicas.clone(), revision).await?;
             if !was {
+                self.events.note(Event::LeaderChange);
                 tracing::info!(
                     event = "leader_change",
                     topic = part.topic(),
@@ -264,6 +278,7 @@ impl Replication {
         self.stop_fetcher(&key).await;
         let address = snap.brokers.get(&state.leader).cloned().unwrap_or_default();
         if matches!(role, Role::Leader(_)) {
+            self.events.note(Event::Fenced);
             tracing::info!(
                 event = "fenced",
                 topic = part.topic(),
@@ -282,6 +297,7 @@ impl Replication {
             max_bytes: (self.s.max_message as u64 / 2).max(64 * 1024),
             max_wait: Duration::from_millis(500),
             retry: self.s.beat,
+            events: Arc::clone(&self.events),
         };
         let stop = CancellationToken::new();
         let task = tokio::spawn(follower::run(Arc::clone(part), client, follow, stop.clone()));
@@ -345,7 +361,9 @@ impl Replication {
                     Ok(Some(revision)) => {
                         let leo = part.log().log_end_offset();
                         if replica.set_isr(l.epoch, state.isr.clone(), revision, leo) {
-                            let event = if out.is_empty() { "isr_expand" } else { "isr_shrink" };
+                            let event = if out.is_empty() { Event::IsrExpand } else { Event::IsrShrink };
+                            self.events.note(event);
+                            let event = event.name();
                             tracing::info!(
                                 event,
                                 topic = part.topic(),

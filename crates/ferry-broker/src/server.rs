@@ -51,6 +51,18 @@ pub enum ServerError {
     /// The cluster refused this broker, or its etcd could not be reached.
     #[error(transparent)]
     Cluster(#[from] crate::cluster::ClusterError),
+    /// The metrics listener could not bind.
+    #[error(
+        "cannot serve metrics on {addr} (metrics.listen): {source}; give each broker on a host its own port, or set \
+         metrics.enabled = false"
+    )]
+    MetricsBind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -136,6 +148,23 @@ pub async fn run(
         .map_err(|source| ServerError::Bind { addr: config.broker.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.broker.listen, source })?;
     let advertised = config.broker.advertised_address.clone().unwrap_or_else(|| addr.to_string());
+    let metrics = if config.metrics.enabled {
+        let at = config.metrics.listen;
+        let bound = match tokio::net::TcpListener::bind(at).await {
+            Ok(l) => l,
+            Err(source) => {
+                let closing = Arc::clone(&core);
+                let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+                return Err(ServerError::MetricsBind { addr: at, source });
+            }
+        };
+        if let Ok(local) = bound.local_addr() {
+            tracing::info!(addr = %local, "metrics listening on /metrics");
+        }
+        Some(bound)
+    } else {
+        None
+    };
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
     let membership = if config.cluster.enabled() {
         let member_addr = config.cluster.advertised_addr.clone().unwrap_or_else(|| advertised.clone());
@@ -162,11 +191,16 @@ pub async fn run(
         shutdown.clone(),
     );
     let tasks = TaskTracker::new();
+    let mut replication = None;
     if let Some(m) = &membership {
         let settings = crate::replication::Settings::of(&config.cluster, max_message);
-        let replication = crate::replication::Replication::new(settings, Arc::clone(&core), m.client());
-        tasks.spawn(Arc::clone(&replication).run(shutdown.clone()));
-        service = service.with_replication(replication);
+        let r = crate::replication::Replication::new(settings, Arc::clone(&core), m.client());
+        tasks.spawn(Arc::clone(&r).run(shutdown.clone()));
+        service = service.with_replication(Arc::clone(&r));
+        replication = Some(r);
+    }
+    if let Some(listener) = metrics {
+        tasks.spawn(crate::metrics::serve(listener, Arc::clone(&core), replication, shutdown.clone()));
     }
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)

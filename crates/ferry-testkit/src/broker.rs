@@ -23,6 +23,11 @@ use crate::error::{Error, Result};
 use crate::process::{ChildProcess, ChildSpec};
 use crate::server::{DEFAULT_START_TIMEOUT, Layout, Server};
 
+/// The environment override of `metrics.listen`, which the testkit sets to port 0 for every broker it starts, so
+/// that brokers sharing the host never fight over the default port. A test's own [`BrokerBuilder::env`] of it wins
+/// (the environment also wins over the config file).
+pub const METRICS_LISTEN_VAR: &str = "FERRY_BROKER__METRICS__LISTEN";
+
 /// Options for starting a broker; create with [`BrokerProcess::builder`], finish with [`BrokerBuilder::start`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until start() is called"]
@@ -102,6 +107,9 @@ impl BrokerBuilder {
         let config_path = layout.config_path.clone();
         let args = broker_args(&config_path, 0, &data_dir, &cluster_id, &layout.addr_file);
         let mut spec = ChildSpec::new(BROKER_BIN, program, &layout.log_path).args(args).current_dir(layout.dir.path());
+        // Many brokers share the host in tests: each serves its metrics on a port of its own unless told otherwise.
+        // (Set first: a test's own setting, pushed after it, wins.)
+        spec = spec.env(METRICS_LISTEN_VAR, "127.0.0.1:0");
         for (k, v) in self.envs {
             spec = spec.env(k, v);
         }

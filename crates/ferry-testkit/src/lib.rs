@@ -49,7 +49,7 @@ mod util;
 mod wait;
 
 pub use bins::{BROKER_BIN, FERRYCTL_BIN, MIRROR_BIN, bin_dir, binary_path, workspace_root};
-pub use broker::{BrokerBuilder, BrokerProcess};
+pub use broker::{BrokerBuilder, BrokerProcess, METRICS_LISTEN_VAR};
 pub use error::{Error, Result};
 pub use etcd::{ETCD_BIN_VAR, EtcdProcess, etcd_binary};
 /// The etcd v3 client the cluster tests inspect the master with.

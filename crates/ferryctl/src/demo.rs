@@ -165,6 +165,8 @@ async fn start_broker(cluster: &str, data_dir: &Path, stop: CancellationToken) -
     config.broker.data_dir = data_dir.to_owned();
     config.broker.cluster_id = Some(cluster.to_owned());
     config.broker.shutdown_timeout = Duration::from_secs(10);
+    // Two brokers in one process: neither takes the metrics port (the mirror's monitor serves the demo's metrics).
+    config.metrics.enabled = false;
     let (tx, rx) = oneshot::channel();
     let options = ferry_broker::RunOptions::default();
     let mut task = tokio::spawn(ferry_broker::run(config, options, stop, move |started| {

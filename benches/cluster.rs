@@ -1,0 +1,226 @@
+//! raft3 against single, side by side in one run: three release `ferry-broker`s under a real etcd on loopback,
+//! one topic of each mode on the same members, driven by the Rust client.
+//!
+//! ```text
+//! cargo build --release -p ferry-broker
+//! cargo bench --bench cluster
+//! ```
+//!
+//! The broker binary is `$FERRY_BIN_DIR/ferry-broker` when `FERRY_BIN_DIR` is set, else
+//! `target/release/ferry-broker`; etcd is Debian's `etcd-server` (`apt-get install -y etcd-server`). Both modes
+//! flush asynchronously (the brokers' default), with 1 KiB records on one partition.
+//!
+//! What is printed:
+//! - produce throughput of each mode, records sent as fast as the client takes them, timed to the last
+//!   acknowledgement, and `RATIO raft3 / single produce` (target >= 0.6);
+//! - acknowledgement latency p50 and p99 of each mode with the producer paced at half that mode's maximum;
+//! - failover time, from `kill -9` of the raft3 leader to the next acknowledged write of a paced producer, for
+//!   several rounds, as a multiple of the lease TTL (target <= 3x).
+//!
+//! Numbers are printed, never asserted: the machine is shared and noisy.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use ferry_client::admin::TopicConfig;
+use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use ferry_testkit::{BrokerProcess, EtcdProcess, deadline, wait_until};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
+mod support;
+
+const RECORD_BYTES: usize = 1024;
+/// Records per throughput run.
+const RECORDS: usize = 100_000;
+/// How long a paced latency run lasts.
+const LATENCY_RUN: Duration = Duration::from_secs(5);
+/// The members' lease TTL.
+const LEASE_TTL: Duration = Duration::from_secs(2);
+/// Failover rounds.
+const FAILOVERS: usize = 3;
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn member_config(etcd: &EtcdProcess, id: u32) -> String {
+    format!(
+        "[cluster]\netcd = [\"{}\"]\nbroker_id = {id}\nlease_ttl = \"{}s\"\nreplica_lag_max = \"2s\"\n\
+         ack_timeout = \"10s\"\n\n[broker]\nmax_batch_bytes = \"1MiB\"\n",
+        etcd.url(),
+        LEASE_TTL.as_secs()
+    )
+}
+
+async fn run() -> anyhow::Result<()> {
+    let program = support::bin_dir().join(ferry_testkit::BROKER_BIN);
+    if !program.is_file() {
+        bail!("{} not found: build it with `cargo build --release -p ferry-broker`", program.display());
+    }
+    println!("cluster benchmark: 3 members, {RECORDS} records of {RECORD_BYTES} B per throughput run, async flush");
+    let etcd = EtcdProcess::start().await?;
+    let mut brokers = Vec::new();
+    for id in 1..=3 {
+        let b = BrokerProcess::builder()
+            .program(&program)
+            .env("RUST_LOG", "warn")
+            .cluster_id("bench")
+            .config(member_config(&etcd, id))
+            .start()
+            .await?;
+        brokers.push(b);
+    }
+    let addrs: Vec<String> = brokers.iter().map(|b| b.addr().to_string()).collect();
+    let client = BrokerClient::new(ClientConfig::new(addrs.clone()))?;
+    let payload = Bytes::from(vec![0x5au8; RECORD_BYTES]);
+
+    // The single topic lives on the broker the client talks to; the raft3 topic's leader is wherever placement
+    // put it. Both on the same three processes.
+    let admin = Admin::new(BrokerClient::new(ClientConfig::new([addrs[0].clone()]))?);
+    admin.create_topic("single", 1, TopicConfig::default(), None).await?;
+    admin.create_replicated_topic("raft3", 1, "raft3").await?;
+    let single_client = BrokerClient::new(ClientConfig::new([addrs[0].clone()]))?;
+    wait_for_isr(&client, 3).await?;
+
+    let single = throughput(&single_client, "single", &payload).await?;
+    println!("single produce, 1 partition: {:.1} MB/s ({:.0} records/s)", single.0, single.1);
+    let raft3 = throughput(&client, "raft3", &payload).await?;
+    println!("raft3 produce, 1 partition: {:.1} MB/s ({:.0} records/s)", raft3.0, raft3.1);
+    println!("RATIO raft3 / single produce: {:.2}  (target >= 0.6)", raft3.0 / single.0);
+
+    for (mode, c, max) in [("single", &single_client, single.1), ("raft3", &client, raft3.1)] {
+        let l = latency(c, mode, max / 2.0, &payload).await?;
+        println!(
+            "{mode} acknowledgement latency at {:.0} records/s (50% of max), {} records: p50 {:.2} ms, p99 {:.2} ms",
+            max / 2.0,
+            l.2,
+            l.0.as_secs_f64() * 1e3,
+            l.1.as_secs_f64() * 1e3
+        );
+    }
+
+    let mut worst: f64 = 0.0;
+    for round in 1..=FAILOVERS {
+        let leader = leader_of(&client).await?;
+        let took = failover(&client, &mut brokers[leader as usize - 1], &payload).await?;
+        let ttls = took.as_secs_f64() / LEASE_TTL.as_secs_f64();
+        worst = worst.max(ttls);
+        println!(
+            "failover {round}: kill -9 of leader {leader} to the next acknowledged write: {:.2} s = {ttls:.2}x the lease TTL",
+            took.as_secs_f64()
+        );
+        brokers[leader as usize - 1].restart().await?;
+        wait_for_isr(&client, 3).await?;
+    }
+    println!("RATIO worst failover / lease TTL: {worst:.2}  (target <= 3)");
+    Ok(())
+}
+
+async fn leader_of(client: &BrokerClient) -> anyhow::Result<u32> {
+    let meta = client.metadata_for(vec!["raft3".into()]).await?;
+    meta.partitions.first().map(|p| p.leader_id).filter(|l| *l != 0).context("the raft3 partition has no leader")
+}
+
+async fn wait_for_isr(client: &BrokerClient, n: usize) -> anyhow::Result<()> {
+    wait_until(
+        "the raft3 partition fully in sync",
+        deadline(&[LEASE_TTL, LEASE_TTL, Duration::from_secs(20)]),
+        async || {
+            let meta = client.metadata_for(vec!["raft3".into()]).await?;
+            anyhow::Ok(meta.partitions.first().is_some_and(|p| p.isr.len() == n))
+        },
+    )
+    .await
+}
+
+fn record(topic: &str, payload: &Bytes) -> ProducerRecord {
+    ProducerRecord { topic: topic.to_owned(), partition: Some(0), value: Some(payload.clone()), ..Default::default() }
+}
+
+/// (MB/s, records/s) of RECORDS records sent as fast as the producer takes them.
+async fn throughput(client: &BrokerClient, topic: &str, payload: &Bytes) -> anyhow::Result<(f64, f64)> {
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).await?;
+    let start = Instant::now();
+    let mut deliveries = Vec::with_capacity(RECORDS);
+    for _ in 0..RECORDS {
+        deliveries.push(producer.send(record(topic, payload)).await?);
+    }
+    futures::future::try_join_all(deliveries).await.context("a produce failed")?;
+    let secs = start.elapsed().as_secs_f64();
+    producer.close().await;
+    Ok(((RECORDS * RECORD_BYTES) as f64 / 1e6 / secs, RECORDS as f64 / secs))
+}
+
+/// (p50, p99, samples) of send-to-acknowledgement times with the producer paced at `rate` records/s.
+async fn latency(
+    client: &BrokerClient,
+    topic: &str,
+    rate: f64,
+    payload: &Bytes,
+) -> anyhow::Result<(Duration, Duration, usize)> {
+    let total = (rate * LATENCY_RUN.as_secs_f64()) as usize;
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).await?;
+    let start = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    let mut times = Vec::with_capacity(total);
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut sent = 0;
+    while sent < total {
+        tick.tick().await;
+        let due = ((start.elapsed().as_secs_f64() * rate) as usize).min(total);
+        while sent < due {
+            let delivery = producer.send(record(topic, payload)).await?;
+            let at = Instant::now();
+            pending.push(async move { delivery.await.map(|_| at.elapsed()) });
+            sent += 1;
+        }
+        while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
+            times.push(done?);
+        }
+    }
+    while let Some(done) = pending.next().await {
+        times.push(done?);
+    }
+    producer.close().await;
+    times.sort();
+    let pick = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    Ok((pick(0.50), pick(0.99), times.len()))
+}
+
+/// Kills the leader with a producer sending one record every 5 ms, each awaited in turn; returns the time from
+/// the kill to the first acknowledgement of a record sent after it.
+async fn failover(client: &BrokerClient, leader: &mut BrokerProcess, payload: &Bytes) -> anyhow::Result<Duration> {
+    let config = ProducerConfig { delivery_timeout: Duration::from_secs(60), ..ProducerConfig::default() };
+    let producer = Producer::new(client.clone(), config).await?;
+    for _ in 0..20 {
+        producer.send(record("raft3", payload)).await?.await?;
+    }
+    let killed = Instant::now();
+    leader.kill9().await?;
+    loop {
+        let sent = Instant::now();
+        producer.send(record("raft3", payload)).await?.await?;
+        if sent >= killed {
+            let took = killed.elapsed();
+            producer.close().await;
+            return Ok(took);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

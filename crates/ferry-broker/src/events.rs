@@ -1,0 +1,63 @@
+//! Counts of the broker's cluster events (each is also a structured log line with `event = "..."`), for the
+//! `ferry_broker_events_total` metric.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A cluster event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// This broker became a partition's leader.
+    LeaderChange,
+    /// As controller, it elected a partition's new leader.
+    LeaderElected,
+    /// A leader took followers out of the in-sync set.
+    IsrShrink,
+    /// A leader put followers back into the in-sync set.
+    IsrExpand,
+    /// A leader learnt it was deposed and follows the new leader.
+    Fenced,
+    /// A follower found a corrupt batch in its log and fetches it again from the leader.
+    ReplicaRepair,
+}
+
+impl Event {
+    /// Every event, in label order.
+    pub const ALL: [Event; 6] = [
+        Event::LeaderChange,
+        Event::LeaderElected,
+        Event::IsrShrink,
+        Event::IsrExpand,
+        Event::Fenced,
+        Event::ReplicaRepair,
+    ];
+
+    /// The `event` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::LeaderChange => "leader_change",
+            Event::LeaderElected => "leader_elected",
+            Event::IsrShrink => "isr_shrink",
+            Event::IsrExpand => "isr_expand",
+            Event::Fenced => "fenced",
+            Event::ReplicaRepair => "replica_repair",
+        }
+    }
+}
+
+/// The counters, one per [`Event`].
+#[derive(Debug, Default)]
+pub struct Events {
+    counts: [AtomicU64; Event::ALL.len()],
+}
+
+impl Events {
+    /// Counts one `event`.
+    pub fn note(&self, event: Event) {
+        self.counts[event as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every event with its count.
+    pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        Event::ALL.iter().map(|e| (e.name(), self.counts[*e as usize].load(Ordering::Relaxed))).collect()
+    }
+}

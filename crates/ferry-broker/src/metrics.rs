@@ -1,0 +1,145 @@
+//! The broker's Prometheus metrics on `[metrics] listen` (`GET /metrics`, the text format), built on each scrape
+//! from the partitions and, on a cluster member, the replication state:
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `ferry_broker_partition_high_watermark` | topic, partition | the end clients read to (a single broker's: its log end) |
+//! | `ferry_broker_partition_log_end_offset` | topic, partition | the local log end |
+//! | `ferry_broker_partition_leader_epoch` | topic, partition | raft3: the leader epoch this replica knows |
+//! | `ferry_broker_partition_isr_size` | topic, partition | raft3: in-sync replicas, as etcd last said |
+//! | `ferry_broker_partition_leader` | topic, partition | raft3: 1 when this broker leads it |
+//! | `ferry_broker_under_replicated_partitions` | | raft3 partitions led here with fewer in sync than replicas |
+//! | `ferry_broker_replication_lag_records` | topic, partition, follower | raft3, on the leader: offsets a follower is behind |
+//! | `ferry_broker_controller` | | 1 when this broker is the controller |
+//! | `ferry_broker_etcd_reachable` | | 1 when the last read of etcd succeeded |
+//! | `ferry_broker_events_total` | event | leader_change, leader_elected, isr_shrink, isr_expand, fenced, replica_repair |
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::core::BrokerCore;
+use crate::replication::Replication;
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Clone)]
+struct Sources {
+    core: Arc<BrokerCore>,
+    replication: Option<Arc<Replication>>,
+}
+
+/// Serves `GET /metrics` on `listener` until `stop`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    core: Arc<BrokerCore>,
+    replication: Option<Arc<Replication>>,
+    stop: CancellationToken,
+) {
+    let app = Router::new().route("/metrics", get(scrape)).with_state(Sources { core, replication });
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+        tracing::error!(error = %e, "the metrics endpoint failed");
+    }
+}
+
+async fn scrape(State(s): State<Sources>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        render(&s.core, s.replication.as_deref()),
+    )
+}
+
+fn family(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let f = Family::<Labels, Gauge>::default();
+    registry.register(name, help, f.clone());
+    f
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+    let g = Gauge::<i64>::default();
+    g.set(value);
+    registry.register(name, help, g);
+}
+
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The metrics text of `core` (and `replication`, on a cluster member).
+pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
+    let mut r = Registry::default();
+    let hw = family(&mut r, "ferry_broker_partition_high_watermark", "The offset clients read up to, per partition");
+    let leo = family(&mut r, "ferry_broker_partition_log_end_offset", "The local log end offset, per partition");
+    let epoch = family(&mut r, "ferry_broker_partition_leader_epoch", "raft3: the leader epoch this replica knows");
+    let isr = family(&mut r, "ferry_broker_partition_isr_size", "raft3: in-sync replicas, as etcd last said");
+    let leads = family(&mut r, "ferry_broker_partition_leader", "raft3: 1 when this broker leads the partition");
+    let lag =
+        family(&mut r, "ferry_broker_replication_lag_records", "raft3, on the leader: offsets a follower is behind");
+    let snapshot = replication.map(Replication::snapshot);
+    let mut under = 0;
+    for topic in core.topics() {
+        for p in topic.partitions() {
+            let labels: Labels = vec![("topic", p.topic().to_owned()), ("partition", p.index().to_string())];
+            let log_end = p.log().log_end_offset();
+            hw.get_or_create(&labels).set(as_i64(p.visible_end()));
+            leo.get_or_create(&labels).set(as_i64(log_end));
+            let Some(replica) = p.replica() else { continue };
+            epoch.get_or_create(&labels).set(i64::from(replica.leader_epoch()));
+            let state = snapshot.as_ref().and_then(|s| s.partitions.get(&(p.topic().to_owned(), p.index())));
+            if let Some(v) = state {
+                isr.get_or_create(&labels).set(v.state.isr.len() as i64);
+            }
+            let leading = replica.leading().ok();
+            leads.get_or_create(&labels).set(i64::from(leading.is_some()));
+            if let Some(l) = leading {
+                if l.isr.len() < l.replicas.len() {
+                    under += 1;
+                }
+                for (id, f) in &l.followers {
+                    let mut labels = labels.clone();
+                    labels.push(("follower", id.to_string()));
+                    lag.get_or_create(&labels).set(as_i64(log_end.saturating_sub(f.leo)));
+                }
+            }
+        }
+    }
+    gauge(
+        &mut r,
+        "ferry_broker_under_replicated_partitions",
+        "raft3 partitions led here with fewer in sync than replicas",
+        under,
+    );
+    if let Some(rep) = replication {
+        gauge(
+            &mut r,
+            "ferry_broker_controller",
+            "1 when this broker is the controller",
+            i64::from(rep.is_controller()),
+        );
+        gauge(
+            &mut r,
+            "ferry_broker_etcd_reachable",
+            "1 when the last read of etcd succeeded",
+            i64::from(rep.etcd_reachable()),
+        );
+        let events = Family::<Labels, Counter>::default();
+        r.register("ferry_broker_events", "Cluster events (each also a log line with event=...)", events.clone());
+        for (name, count) in rep.events().counts() {
+            events.get_or_create(&vec![("event", name.to_owned())]).inc_by(count);
+        }
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
