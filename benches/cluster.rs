@@ -98,10 +98,14 @@ async fn run() -> anyhow::Result<()> {
     let single_client = BrokerClient::new(ClientConfig::new([addrs[0].clone()]))?;
     wait_for_isr(&client, 3).await?;
 
-    let single = throughput(&single_client, "single", &payload).await?;
-    println!("single produce, 1 partition: {:.1} MB/s ({:.0} records/s)", single.0, single.1);
-    let raft3 = throughput(&client, "raft3", &payload).await?;
-    println!("raft3 produce, 1 partition: {:.1} MB/s ({:.0} records/s)", raft3.0, raft3.1);
+    // Where the two cores went in each run: each broker, this process (the producer), and idle. raft3 writes every
+    // record three times and sends it twice more over loopback, on the same two cores.
+    let pids: Vec<u32> = brokers.iter().map(|b| b.pid()).collect();
+    let single = busy(&pids, throughput(&single_client, "single", &payload)).await?;
+    println!("single produce, 1 partition: {:.1} MB/s ({:.0} records/s); {}", single.0.0, single.0.1, single.1);
+    let raft3 = busy(&pids, throughput(&client, "raft3", &payload)).await?;
+    println!("raft3 produce, 1 partition: {:.1} MB/s ({:.0} records/s); {}", raft3.0.0, raft3.0.1, raft3.1);
+    let (single, raft3) = (single.0, raft3.0);
     println!("RATIO raft3 / single produce: {:.2}  (target >= 0.6)", raft3.0 / single.0);
 
     for (mode, c, max) in [("single", &single_client, single.1), ("raft3", &client, raft3.1)] {
@@ -130,6 +134,21 @@ async fn run() -> anyhow::Result<()> {
     }
     println!("RATIO worst failover / lease TTL: {worst:.2}  (target <= 3)");
     Ok(())
+}
+
+/// Runs `work`, and says how many cores each broker and this process kept busy meanwhile, and how idle the
+/// machine was.
+async fn busy<T>(pids: &[u32], work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<(T, String)> {
+    let (idle0, started) = (support::cpu_idle_ticks(), Instant::now());
+    let before: Vec<f64> = pids.iter().map(|p| support::cpu_seconds(*p)).collect();
+    let own0 = support::cpu_seconds(std::process::id());
+    let out = work.await?;
+    let wall = started.elapsed().as_secs_f64();
+    let brokers: Vec<String> =
+        pids.iter().zip(&before).map(|(p, b)| format!("{:.2}", (support::cpu_seconds(*p) - b) / wall)).collect();
+    let own = (support::cpu_seconds(std::process::id()) - own0) / wall;
+    let idle = support::cpu_idle_share(idle0) * 100.0;
+    Ok((out, format!("cores busy: brokers {}, producer {own:.2}; machine idle {idle:.0}%", brokers.join(" + "))))
 }
 
 async fn leader_of(client: &BrokerClient) -> anyhow::Result<u32> {
