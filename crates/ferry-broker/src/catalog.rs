@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::ROOT;
+/// The root of every key the cluster keeps in etcd.
+pub const ROOT: &str = "/ferry";
 
 /// How a topic's partitions are kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

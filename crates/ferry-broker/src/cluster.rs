@@ -22,8 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ClusterSection;
 
-/// The root of every key the cluster keeps in etcd.
-pub const ROOT: &str = "/ferry";
+pub use crate::catalog::ROOT;
 
 /// The key holding the cluster id.
 pub fn cluster_id_key() -> String {

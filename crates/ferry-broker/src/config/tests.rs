@@ -123,6 +123,11 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "limits.max_concurrent_streams",
             "cluster.etcd",
             "cluster.lease_ttl",
+            "cluster.replica_lag_max",
+            "cluster.ack_timeout",
+            "cluster.peer_addrs",
+            "metrics.enabled",
+            "metrics.listen",
         ],
         "every optional key with a default is documented so, once"
     );
@@ -137,12 +142,14 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
 fn conf_broker_toml_mentions_every_key_of_every_section() {
     use ferry_config::documented::fields;
     let mentioned = ferry_config::documented::mentioned(&reference()).unwrap();
-    let sections: [(&str, &[&str]); 5] = [
+    let sections: [(&str, &[&str]); 7] = [
         ("broker", fields::<BrokerSection>()),
         ("broker.tls", fields::<TlsSection>()),
         ("storage", fields::<StorageSection>()),
         ("groups", fields::<GroupsSection>()),
         ("limits", fields::<LimitsSection>()),
+        ("cluster", fields::<super::ClusterSection>()),
+        ("metrics", fields::<super::MetricsSection>()),
     ];
     let missing: Vec<String> = sections
         .iter()
