@@ -50,20 +50,7 @@ const LATENCY_LOADS: [f64; 3] = [0.25, 0.50, 0.75];
 const HEADLINE_LOAD: f64 = 0.50;
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    support::block_on_main(run())
 }
 
 /// One throughput measurement.

@@ -43,20 +43,7 @@ const LEASE_TTL: Duration = Duration::from_secs(2);
 const FAILOVERS: usize = 3;
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    support::block_on_main(run())
 }
 
 fn member_config(etcd: &EtcdProcess, id: u32) -> String {

@@ -13,6 +13,24 @@ use bytes::Bytes;
 use ferry::{BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::BrokerProcess;
 
+/// Runs a benchmark's `run` on a multi-threaded runtime: exit code 0, or 1 with the error printed.
+pub fn block_on_main(run: impl std::future::Future<Output = anyhow::Result<()>>) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
 /// Where the release binaries are: `FERRY_BIN_DIR`, else `target/release`.
 pub fn bin_dir() -> PathBuf {
     std::env::var_os("FERRY_BIN_DIR")

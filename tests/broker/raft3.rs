@@ -93,6 +93,21 @@ impl Cluster {
         self.placement(asked).await
     }
 
+    /// [`Cluster::start`] with the raft3 topic [`TOPIC`] of one partition, created through broker 1; returns its
+    /// first placement, once it has a leader and three in sync.
+    pub async fn with_topic() -> anyhow::Result<(Cluster, pb::PartitionPlacement)> {
+        let cluster = Cluster::start().await?;
+        Admin::new(cluster.client_of(1)).create_replicated_topic(TOPIC, 1, "raft3").await?;
+        let first = cluster.wait_leader(1, 0, 3, deadline(&[LEASE_TTL])).await?;
+        Ok((cluster, first))
+    }
+
+    /// After healing: stops every member gracefully, then asserts their replicas are byte-identical.
+    pub async fn stop_and_compare(&mut self) -> anyhow::Result<()> {
+        self.stop_all().await?;
+        assert_replicas_identical(self)
+    }
+
     /// Stops every member gracefully.
     pub async fn stop_all(&mut self) -> anyhow::Result<()> {
         for b in &mut self.brokers {
@@ -267,17 +282,13 @@ async fn a_killed_leader_loses_no_acknowledged_record_and_its_producer_is_redire
         assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
     }
     assert!(text.contains("TOPIC   PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW   LEO  MAX LAG"), "{text}");
-    cluster.stop_all().await?;
-    assert_replicas_identical(&cluster)?;
+    cluster.stop_and_compare().await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_brokers_killed_writes_are_refused_and_resume_when_one_is_back() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start().await?;
-    let admin = Admin::new(cluster.client_of(1));
-    admin.create_replicated_topic(TOPIC, 1, "raft3").await?;
-    let first = cluster.wait_leader(1, 0, 3, deadline(&[LEASE_TTL])).await?;
+    let (mut cluster, first) = Cluster::with_topic().await?;
     let config = ProducerConfig { delivery_timeout: deadline(&[IO_BUDGET]), ..ProducerConfig::default() };
     let producer = Producer::new(cluster.client(), config).await?;
     let mut acked = produce_all(&producer, 0..100).await?;
@@ -319,7 +330,6 @@ async fn with_two_brokers_killed_writes_are_refused_and_resume_when_one_is_back(
         cluster.placement(last).await.map(|p| p.isr.len() == 3)
     })
     .await?;
-    cluster.stop_all().await?;
-    assert_replicas_identical(&cluster)?;
+    cluster.stop_and_compare().await?;
     Ok(())
 }

@@ -7,14 +7,12 @@ use std::time::Duration;
 
 use ferry_batch as batch;
 use ferry_client::proto as pb;
-use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig};
+use ferry_client::{BrokerClient, ClientConfig, Producer, ProducerConfig};
 use ferry_testkit::etcd_client::GetOptions;
 use ferry_testkit::{Signal, deadline, wait_until};
 
 use crate::common::{IO_BUDGET, Rec, assert_same_records, headers, plain_batch, read_partition};
-use crate::raft3::{
-    Cluster, LEASE_TTL, REPLICA_LAG, TOPIC, TS0, assert_log_is, assert_replicas_identical, produce_all,
-};
+use crate::raft3::{Cluster, LEASE_TTL, REPLICA_LAG, TOPIC, TS0, assert_log_is, produce_all};
 
 fn producer_config() -> ProducerConfig {
     ProducerConfig { delivery_timeout: deadline(&[IO_BUDGET]), ..ProducerConfig::default() }
@@ -75,9 +73,7 @@ fn produce_request(value: &str) -> pb::ProduceRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_frozen_past_its_lease_acknowledges_nothing_once_it_wakes() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start().await?;
-    Admin::new(cluster.client_of(1)).create_replicated_topic(TOPIC, 1, "raft3").await?;
-    let first = cluster.wait_leader(1, 0, 3, deadline(&[LEASE_TTL])).await?;
+    let (mut cluster, first) = Cluster::with_topic().await?;
     let producer = Producer::new(cluster.client(), producer_config()).await?;
     let mut acked = produce_all(&producer, 0..100).await?;
 
@@ -104,16 +100,13 @@ async fn a_leader_frozen_past_its_lease_acknowledges_nothing_once_it_wakes() -> 
     .await?;
     assert_eq!(cluster.placement(survivor).await?.leader_id, next.leader_id);
     assert_log_is(&cluster, next.leader_id, &acked, "the log after the frozen leader woke").await;
-    cluster.stop_all().await?;
-    assert_replicas_identical(&cluster)?;
+    cluster.stop_and_compare().await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_failovers_in_a_row_truncate_by_epoch_and_no_offset_names_two_records() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start().await?;
-    Admin::new(cluster.client_of(1)).create_replicated_topic(TOPIC, 1, "raft3").await?;
-    let first = cluster.wait_leader(1, 0, 3, deadline(&[LEASE_TTL])).await?;
+    let (mut cluster, first) = Cluster::with_topic().await?;
     let producer = Producer::new(cluster.client(), producer_config()).await?;
     let poller = tokio::spawn(poll_until(cluster.addrs(), 300));
     let mut acked = produce_all(&producer, 0..100).await?;
@@ -161,16 +154,13 @@ async fn two_failovers_in_a_row_truncate_by_epoch_and_no_offset_names_two_record
     assert_log_is(&cluster, c, &acked, "the log after two failovers").await;
     let polled = poller.await??;
     assert_same_records("what the consumer polled through the failovers", &acked, &polled);
-    cluster.stop_all().await?;
-    assert_replicas_identical(&cluster)?;
+    cluster.stop_and_compare().await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_broker_killed_at_once_keeps_every_acknowledged_record_under_sync_flush() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start().await?;
-    Admin::new(cluster.client_of(1)).create_replicated_topic(TOPIC, 1, "raft3").await?;
-    cluster.wait_leader(1, 0, 3, deadline(&[LEASE_TTL])).await?;
+    let (mut cluster, _) = Cluster::with_topic().await?;
     let producer = Producer::new(cluster.client(), producer_config()).await?;
     let mut acked = produce_all(&producer, 0..100).await?;
     // The load goes on through the outage: the producer retries until the cluster is back.
@@ -190,16 +180,13 @@ async fn every_broker_killed_at_once_keeps_every_acknowledged_record_under_sync_
     let offsets: Vec<u64> = acked.iter().map(|r| r.offset).collect();
     assert_eq!(offsets, (0..200).collect::<Vec<u64>>(), "one producer's acknowledged offsets");
     assert_log_is(&cluster, leader.leader_id, &acked, "the log after every broker was killed").await;
-    cluster.stop_all().await?;
-    assert_replicas_identical(&cluster)?;
+    cluster.stop_and_compare().await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_etcd_frozen_produce_and_consume_go_on_and_coordination_resumes_after() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start().await?;
-    Admin::new(cluster.client_of(1)).create_replicated_topic(TOPIC, 1, "raft3").await?;
-    let first = cluster.wait_leader(1, 0, 3, deadline(&[LEASE_TTL])).await?;
+    let (mut cluster, first) = Cluster::with_topic().await?;
     let producer = Producer::new(cluster.client(), producer_config()).await?;
     let mut acked = produce_all(&producer, 0..100).await?;
 
@@ -234,7 +221,6 @@ async fn with_etcd_frozen_produce_and_consume_go_on_and_coordination_resumes_aft
         cluster.placement(survivor).await.map(|p| p.isr.len() == 3)
     })
     .await?;
-    cluster.stop_all().await?;
-    assert_replicas_identical(&cluster)?;
+    cluster.stop_and_compare().await?;
     Ok(())
 }

@@ -405,8 +405,8 @@ impl Replication {
         if let Some(t) = snap.topics.get(name) {
             return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: t.topic_id.clone() });
         }
-        if self.core.topic(name).is_ok() {
-            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: self.core.topic(name)?.id() });
+        if let Ok(local) = self.core.topic(name) {
+            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: local.id() });
         }
         let states = catalog::place(&snap, partitions).ok_or_else(|| BrokerError::NotEnoughReplicas {
             topic: name.to_owned(),
