@@ -20,6 +20,11 @@ use crate::leader_epochs::LeaderEpochs;
 use crate::producer_state::{self, Check, ProducerStates};
 use crate::replica::Replica;
 
+/// How long a produced batch that may have overtaken earlier batches of its producer waits for them (a pipelining
+/// producer's requests can arrive out of order) before it is judged: refused as out of sequence past a gap, or,
+/// from a producer not known here, taken as the producer's start.
+pub const SEQUENCE_GAP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 mod replicated;
 
 /// What a produce request wrote.
@@ -193,46 +198,68 @@ impl Partition {
                 });
             }
         }
-        let mut producers = self.writer.lock().await;
-        // A replicated partition is written by its leader alone, with at least two replicas in sync; checked under
-        // the write lock, which role changes take too, so no write slips past a change of leader.
-        let leader_epoch = match &self.replica {
-            None => 0,
-            Some(r) => {
-                let l = r.leading().map_err(|n| self.not_leader(n))?;
-                if l.isr.len() < crate::catalog::MIN_INSYNC {
-                    return Err(BrokerError::NotEnoughReplicas {
+        // A pipelining producer's batches can reach the partition out of order (each request is a task of its
+        // own): one that may have overtaken earlier ones (see `ProducerStates::request_may_have_overtaken`) waits, up to
+        // SEQUENCE_GAP_WAIT, for them to be written before it is judged.
+        let gap_deadline = tokio::time::Instant::now() + SEQUENCE_GAP_WAIT;
+        let (mut producers, verdicts, leader_epoch) = loop {
+            let producers = self.writer.lock().await;
+            // A replicated partition is written by its leader alone, with at least two replicas in sync; checked
+            // under the write lock, which role changes take too, so no write slips past a change of leader.
+            let leader_epoch = match &self.replica {
+                None => 0,
+                Some(r) => {
+                    let l = r.leading().map_err(|n| self.not_leader(n))?;
+                    if l.isr.len() < crate::catalog::MIN_INSYNC {
+                        return Err(BrokerError::NotEnoughReplicas {
+                            topic: self.topic.clone(),
+                            partition: self.index,
+                            in_sync: l.isr.len(),
+                            isr: l.isr,
+                        });
+                    }
+                    l.epoch
+                }
+            };
+            // Time retention and producer expiry follow batch timestamps: one far in the future would pin
+            // segments forever and expire every producer id, so a produced one may be only so far ahead of this
+            // clock.
+            let ahead = producers.settings().max_timestamp_ahead_ms;
+            let limit = SystemClock.now_ms().saturating_add(ahead);
+            if let Some((header, _)) = verified.iter().find(|(h, _)| h.max_timestamp > limit) {
+                return Err(BrokerError::InvalidArgument(format!(
+                    "{}/{}: a batch's newest record timestamp {} is more than storage.max_timestamp_ahead ({ahead} \
+                     ms) ahead of the broker's clock; fix the producer's clock or its record timestamps",
+                    self.topic, self.index, header.max_timestamp
+                )));
+            }
+            // Every verdict first, then one write of all the batches to append: a request is refused, or written,
+            // as a whole (a write that fails part-way, such as on a full disk, is taken back whole by the log).
+            let plan = producers.plan(verified.iter().map(|(h, _)| h), self.log.log_end_offset());
+            let judged = matches!(plan, Err((_, kind, _)) if kind != producer_state::SequenceRefusal::OutOfOrder)
+                || tokio::time::Instant::now() >= gap_deadline
+                || !producers.request_may_have_overtaken(verified.iter().map(|(h, _)| h));
+            if !judged {
+                // Subscribed under the write lock, so no append between here and the wait goes unseen; woken by
+                // the next append of any producer, and the deadline bounds the wait.
+                let mut arrivals = self.arrivals.subscribe();
+                drop(producers);
+                let _ = tokio::time::timeout_at(gap_deadline, arrivals.changed()).await;
+                continue;
+            }
+            match plan {
+                Ok(verdicts) => break (producers, verdicts, leader_epoch),
+                Err((producer_id, kind, reason)) => {
+                    return Err(BrokerError::ProducerSequence {
                         topic: self.topic.clone(),
                         partition: self.index,
-                        in_sync: l.isr.len(),
-                        isr: l.isr,
+                        producer_id,
+                        kind,
+                        reason,
                     });
                 }
-                l.epoch
             }
         };
-        // Time retention and producer expiry follow batch timestamps: one far in the future would pin segments
-        // forever and expire every producer id, so a produced one may be only so far ahead of this clock.
-        let ahead = producers.settings().max_timestamp_ahead_ms;
-        let limit = SystemClock.now_ms().saturating_add(ahead);
-        if let Some((header, _)) = verified.iter().find(|(h, _)| h.max_timestamp > limit) {
-            return Err(BrokerError::InvalidArgument(format!(
-                "{}/{}: a batch's newest record timestamp {} is more than storage.max_timestamp_ahead ({ahead} ms) \
-                 ahead of the broker's clock; fix the producer's clock or its record timestamps",
-                self.topic, self.index, header.max_timestamp
-            )));
-        }
-        // Every verdict first, then one write of all the batches to append: a request is refused, or written, as a
-        // whole (a write that fails part-way, such as on a full disk, is taken back whole by the log).
-        let verdicts = producers.plan(verified.iter().map(|(h, _)| h), self.log.log_end_offset()).map_err(
-            |(producer_id, kind, reason)| BrokerError::ProducerSequence {
-                topic: self.topic.clone(),
-                partition: self.index,
-                producer_id,
-                kind,
-                reason,
-            },
-        )?;
         let to_write: Vec<Bytes> = verified
             .iter()
             .zip(&verdicts)
@@ -502,6 +529,61 @@ mod tests {
         drop(p);
         let after = fs.power_loss(PowerLoss::DropUnsynced, 1);
         assert_eq!(values(&open(&after)), expected);
+    }
+
+    /// An idempotent batch of producer 7 at `seq`, `n` records valued `v{seq}..`.
+    fn idempotent(seq: i32, n: u64) -> Bytes {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                offset: i,
+                timestamp: 1,
+                key: None,
+                value: Some(Bytes::from(format!("v{}", seq as u64 + i))),
+                headers: vec![],
+            })
+            .collect();
+        let producer = ProducerInfo { producer_id: 7, producer_epoch: 0, base_sequence: seq };
+        encode_records(&records, 0, Compression::None, producer)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_that_overtook_earlier_ones_of_its_producer_waits_for_them_and_is_written_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Arc::new(partition(dir.path()));
+        // Sequences 2.. and 0.. of a producer new here arrive in that order (a pipelining producer's requests run
+        // as separate tasks), then 4.. and 2...
+        for (ahead_at, ahead_n, next_at, next_n) in [(2, 2, 0, 2), (6, 1, 4, 2)] {
+            let ahead = tokio::spawn({
+                let p = Arc::clone(&p);
+                async move { p.produce(idempotent(ahead_at, ahead_n)).await }
+            });
+            wait_for_waiter(&p).await;
+            let next = p.produce(idempotent(next_at, next_n)).await.unwrap();
+            let ahead = ahead.await.unwrap().unwrap();
+            assert_eq!((next.base_offset, next.last_offset), (next_at as u64, (next_at + next_n as i32) as u64 - 1));
+            assert_eq!((ahead.base_offset, ahead.last_offset), (ahead_at as u64, ahead_at as u64 + ahead_n - 1));
+        }
+        let expected: Vec<(u64, String)> = (0..7).map(|o| (o, format!("v{o}"))).collect();
+        assert_eq!(values(&p), expected);
+
+        // A batch past a gap that nothing fills is refused once the wait runs out, and writes nothing.
+        let started = tokio::time::Instant::now();
+        let err = p.produce(idempotent(9, 1)).await.unwrap_err();
+        assert!(started.elapsed() >= SEQUENCE_GAP_WAIT, "refused before the wait ran out");
+        assert_eq!(err.reason(), "out_of_sequence", "{err}");
+        assert_eq!(p.log().log_end_offset(), 7);
+        // A resend of a written batch is still a duplicate, answered at once with its offsets.
+        let again = p.produce(idempotent(2, 2)).await.unwrap();
+        assert_eq!((again.base_offset, again.last_offset), (2, 3));
+    }
+
+    /// Waits until a produce is parked on the sequence gap (it has taken and released the write lock).
+    async fn wait_for_waiter(p: &Partition) {
+        let deadline = tokio::time::Instant::now() + SEQUENCE_GAP_WAIT;
+        while p.arrivals.receiver_count() < 1 && tokio::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(p.arrivals.receiver_count(), 1, "the overtaking batch never waited");
     }
 
     #[tokio::test]

@@ -174,6 +174,37 @@ impl ProducerStates {
         }
     }
 
+    /// Whether `h` may have overtaken earlier batches of its producer that are still on their way (a pipelining
+    /// producer's requests can reach the partition out of order): its base sequence is past the next one expected,
+    /// or its producer is not known here (new, forgotten, or at a newer epoch) and it does not start at sequence 0.
+    /// Such a batch waits a little for the earlier ones before it is judged.
+    fn may_have_overtaken(&self, h: &BatchHeader) -> bool {
+        if !h.is_idempotent() {
+            return false;
+        }
+        match self.producers.get(&h.producer_id) {
+            None => h.base_sequence != 0,
+            Some(entry) if h.producer_epoch > entry.epoch => h.base_sequence != 0,
+            Some(entry) => {
+                h.producer_epoch == entry.epoch
+                    && entry.recent.back().is_some_and(|w| h.base_sequence > w.last_sequence.wrapping_add(1))
+            }
+        }
+    }
+
+    /// Whether a request of these batches may have overtaken earlier batches of a producer (see
+    /// `may_have_overtaken`); only each producer's first batch in the request counts, as the later ones follow it.
+    pub fn request_may_have_overtaken<'a>(&self, headers: impl IntoIterator<Item = &'a BatchHeader>) -> bool {
+        let mut seen = Vec::new();
+        headers.into_iter().any(|h| {
+            let first = !seen.contains(&h.producer_id);
+            if first {
+                seen.push(h.producer_id);
+            }
+            first && self.may_have_overtaken(h)
+        })
+    }
+
     /// Records a batch written at `base_offset..=last_offset`.
     pub fn record(&mut self, h: &BatchHeader, base_offset: u64, last_offset: u64) {
         self.newest = self.newest.max(h.max_timestamp);
@@ -378,6 +409,28 @@ mod tests {
         s.record(&b, 103, 104);
         assert_eq!(s.check(&a), Check::Duplicate { base_offset: 100, last_offset: 102 });
         assert_eq!(s.check(&b), Check::Duplicate { base_offset: 103, last_offset: 104 });
+    }
+
+    #[test]
+    fn a_batch_past_the_next_expected_sequence_or_a_late_start_of_an_unknown_producer_may_have_overtaken() {
+        let mut s = ProducerStates::default();
+        assert!(!s.may_have_overtaken(&header(7, 1, 0, 2)), "an unknown producer's first batch");
+        assert!(s.may_have_overtaken(&header(7, 1, 5, 1)), "an unknown producer starting past sequence 0");
+        s.record(&header(7, 1, 0, 2), 0, 1);
+        assert!(!s.may_have_overtaken(&header(7, 1, 2, 1)), "the next expected batch");
+        assert!(s.may_have_overtaken(&header(7, 1, 3, 1)), "one batch overtook the one at sequence 2");
+        assert!(!s.may_have_overtaken(&header(7, 1, 0, 2)), "a resend of a written batch");
+        assert!(!s.may_have_overtaken(&header(7, 2, 0, 1)), "a newer epoch starting afresh");
+        assert!(s.may_have_overtaken(&header(7, 2, 9, 1)), "a newer epoch starting past sequence 0");
+        assert!(!s.may_have_overtaken(&header(7, 0, 9, 1)), "an older epoch is fenced, not waited for");
+        assert!(!s.may_have_overtaken(&header(8, 1, 0, 1)), "another producer's first batch");
+        let plain = header(-1, -1, -1, 1);
+        assert!(!s.may_have_overtaken(&plain), "a batch without a producer id");
+        // In one request, a producer's later batches follow its first.
+        let (a, b) = (header(9, 1, 0, 2), header(9, 1, 2, 1));
+        assert!(!s.request_may_have_overtaken([&a, &b]));
+        assert!(s.request_may_have_overtaken([&b, &a]), "its first batch in the request decides");
+        assert!(s.request_may_have_overtaken([&a, &header(7, 1, 3, 1)]), "another producer's first batch overtook");
     }
 
     #[test]

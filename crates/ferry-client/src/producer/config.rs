@@ -28,7 +28,15 @@ pub struct ProducerConfig {
     pub retry: RetryPolicy,
     /// Partition counts are re-read from the broker when older than this (60 s), so grown topics are used.
     pub metadata_max_age: Duration,
+    /// Batches of one partition sent before the first is acknowledged (5, at most [`MAX_IN_FLIGHT`]), so a
+    /// partition's rate is not one batch per round trip. Needs `idempotence`: without it one batch is in flight,
+    /// because a retried batch could overtake a later one.
+    pub max_in_flight: usize,
 }
+
+/// The most batches a partition may have in flight: the broker remembers a producer's last five batches per
+/// partition, so a retry of any of them is recognised as a duplicate.
+pub const MAX_IN_FLIGHT: usize = 5;
 
 impl Default for ProducerConfig {
     fn default() -> Self {
@@ -41,6 +49,7 @@ impl Default for ProducerConfig {
             compression: Compression::None,
             retry: RetryPolicy { max_backoff: Duration::from_secs(1), ..RetryPolicy::default() },
             metadata_max_age: Duration::from_secs(60),
+            max_in_flight: MAX_IN_FLIGHT,
         }
     }
 }
@@ -59,6 +68,12 @@ impl ProducerConfig {
         }
         if u32::try_from(self.batch_bytes).is_err() {
             return Err(config_err("producer.batch_bytes", "must be below 4 GiB"));
+        }
+        if !(1..=MAX_IN_FLIGHT).contains(&self.max_in_flight) {
+            return Err(config_err(
+                "producer.max_in_flight",
+                format!("{} is not between 1 and {MAX_IN_FLIGHT}", self.max_in_flight),
+            ));
         }
         if self.delivery_timeout.is_zero() {
             return Err(config_err("producer.delivery_timeout", "must be greater than zero"));
@@ -140,7 +155,20 @@ mod tests {
         assert_eq!(c.buffer_bytes, 64 << 20);
         assert!(c.idempotence);
         assert_eq!(c.delivery_timeout, Duration::from_secs(120));
+        assert_eq!(c.max_in_flight, 5);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn in_flight_batches_are_between_one_and_five() {
+        for n in [0, 6] {
+            let c = ProducerConfig { max_in_flight: n, ..Default::default() };
+            assert!(
+                matches!(c.validate(), Err(crate::ClientError::Config { field: "producer.max_in_flight", .. })),
+                "{n}"
+            );
+        }
+        ProducerConfig { max_in_flight: 1, ..Default::default() }.validate().unwrap();
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! `send` picks the partition, reserves the record's bytes in the memory budget (waiting while it is full) and
 //! queues the record in its partition's buffer; it returns a [`DeliveryFuture`]. One sender task per partition
-//! (see `sender`) forms batches after `linger` or when full, and keeps exactly one batch in flight, which keeps
-//! the partition's order; partitions proceed in parallel. Memory is released when a record's future resolves.
+//! (see `sender`) forms batches after `linger` or when full, and keeps up to `max_in_flight` batches in flight,
+//! in the partition's order (the idempotent sequence numbers keep it through retries); partitions proceed in
+//! parallel. Memory is released when a record's future resolves.
 //!
 //! Closing: `close` refuses new sends, flushes, and stops the sender tasks. Dropping the last handle without
 //! `close` lets the senders deliver what is queued and then stop.
@@ -29,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::accumulator::PartitionBuffer;
-pub use self::config::{ProducerConfig, ProducerRecord, RecordMetadata};
+pub use self::config::{MAX_IN_FLIGHT, ProducerConfig, ProducerRecord, RecordMetadata};
 use self::partitioner::{Choice, TopicMeta};
 use crate::connection::BrokerClient;
 use crate::error::{ClientError, Result};
@@ -329,6 +330,11 @@ impl Shared {
         tracing::debug!(producer_id = identity.producer_id, epoch, "producer id allocated");
         *current = Some(identity);
         Ok(identity)
+    }
+
+    /// Whether the producer id of `generation` was retired (another one is in use, or none yet).
+    async fn retired(&self, generation: u64) -> bool {
+        self.identity.lock().await.is_none_or(|i| i.generation != generation)
     }
 
     /// Forgets the producer id of `generation` (after a batch whose outcome is unknown): the next batch of every

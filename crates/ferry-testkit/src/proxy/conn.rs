@@ -273,6 +273,9 @@ async fn pump(
             if due > Instant::now() {
                 tokio::time::sleep_until(due).await;
             }
+            if dir == Dir::ToClient {
+                shared.responses_released().await;
+            }
             match item {
                 Item::Data { bytes, .. } => {
                     if ctx.poisoned() {

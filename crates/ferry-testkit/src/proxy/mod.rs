@@ -10,7 +10,9 @@
 //!   back to forward;
 //! - **delay** ([`Proxy::set_delay`]) and **throttle** ([`Proxy::set_throttle`]) — independent of the mode and of
 //!   each other, left as they are by `restore`;
-//! - **response resets** ([`Proxy::reset_next_responses`]) — a one-shot budget.
+//! - **response resets** ([`Proxy::reset_next_responses`]) — a one-shot budget;
+//! - **held responses** ([`Proxy::hold_responses`]) — what the upstream sends waits until released, while
+//!   requests still flow.
 //!
 //! Per connection and direction, a reader moves chunks (up to 64 KiB) into a queue bounded at 64 MiB (per
 //! connection and direction) and a writer delivers them in order, each at its read time plus the delay; so the
@@ -83,6 +85,8 @@ pub(crate) struct Shared {
     /// Index 0: client -> upstream; 1: upstream -> client.
     throttle: [Throttle; 2],
     response_reset_budget: AtomicU64,
+    /// While true, nothing is delivered towards the client.
+    held: watch::Sender<bool>,
     bytes: [AtomicU64; 2],
     accepted: AtomicU64,
     open: AtomicU64,
@@ -117,6 +121,7 @@ impl Proxy {
             delay_nanos: AtomicU64::new(0),
             throttle: Default::default(),
             response_reset_budget: AtomicU64::new(0),
+            held: watch::Sender::new(false),
             bytes: Default::default(),
             accepted: AtomicU64::new(0),
             open: AtomicU64::new(0),
@@ -216,6 +221,19 @@ impl Proxy {
         self.shared.response_reset_budget.store(n, Ordering::SeqCst);
     }
 
+    /// Holds everything the upstream sends, on open and new connections: it is read and queued (up to the
+    /// per-direction queue bound) but delivered to the client only after [`Proxy::release_responses`], in order.
+    /// Requests still reach the upstream. For a gRPC client this means requests are served while no answer
+    /// arrives, as over a link whose return path stalled.
+    pub fn hold_responses(&self) {
+        self.shared.held.send_replace(true);
+    }
+
+    /// Delivers what was held, and everything after it, as before [`Proxy::hold_responses`].
+    pub fn release_responses(&self) {
+        self.shared.held.send_replace(false);
+    }
+
     /// How many armed response resets are still to happen.
     pub fn pending_response_resets(&self) -> u64 {
         self.shared.response_reset_budget.load(Ordering::SeqCst)
@@ -251,6 +269,13 @@ impl Proxy {
 impl Shared {
     pub(crate) fn delay(&self) -> Duration {
         Duration::from_nanos(self.delay_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Waits while responses are held.
+    pub(crate) async fn responses_released(&self) {
+        let mut held = self.held.subscribe();
+        // The sender lives in `self`: the wait can only end by a release.
+        let _ = held.wait_for(|h| !*h).await;
     }
 
     /// Uses up one armed response reset, if any.
