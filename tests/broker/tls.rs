@@ -9,14 +9,14 @@ use ferry_testkit::BrokerProcess;
 use rcgen::{BasicConstraints, Certificate, CertificateParams, IsCa, KeyPair};
 
 /// A CA, and certificates it signs, written as PEM files into a directory.
-struct Pki {
+pub struct Pki {
     dir: tempfile::TempDir,
     ca: Certificate,
     ca_key: KeyPair,
 }
 
 impl Pki {
-    fn new() -> anyhow::Result<Pki> {
+    pub fn new() -> anyhow::Result<Pki> {
         let dir = tempfile::tempdir()?;
         let ca_key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -26,12 +26,12 @@ impl Pki {
         Ok(Pki { dir, ca, ca_key })
     }
 
-    fn ca_file(&self) -> PathBuf {
+    pub fn ca_file(&self) -> PathBuf {
         self.dir.path().join("ca.crt")
     }
 
     /// Issues a certificate for `names` and writes `{stem}.crt` and `{stem}.key`.
-    fn issue(&self, stem: &str, names: &[&str]) -> anyhow::Result<(PathBuf, PathBuf)> {
+    pub fn issue(&self, stem: &str, names: &[&str]) -> anyhow::Result<(PathBuf, PathBuf)> {
         let key = KeyPair::generate()?;
         let params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
         let cert = params.signed_by(&key, &self.ca, &self.ca_key)?;

@@ -7,49 +7,19 @@
 //! | `/ferry/topics/{name}` | [`TopicRecord`] (JSON) |
 //! | `/ferry/partitions/{name}/{p}` | [`PartitionState`] (JSON) |
 //! | `/ferry/controller` | the controller's broker id, under the controller's lease |
+//! | `/ferry/deleted/{topic_id}` | the name of a deleted topic: every member deletes its replicas of that id |
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
+
+use crate::topic::{MirrorMark, TopicMeta, TopicSettings};
 
 /// The root of every key the cluster keeps in etcd.
 pub const ROOT: &str = "/ferry";
 
-/// How a topic's partitions are kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Replication {
-    /// One copy, on the broker that created the topic (a single broker's topic).
-    #[default]
-    Single,
-    /// Three replicas on three brokers; a write is acknowledged once the whole in-sync set (at least two) has it.
-    Raft3,
-}
-
-impl Replication {
-    /// Parses a request's `replication` field ("" is single).
-    pub fn parse(text: &str) -> Result<Replication, String> {
-        match text {
-            "" | "single" => Ok(Replication::Single),
-            "raft3" => Ok(Replication::Raft3),
-            other => Err(format!("replication {other:?} is not one of \"single\", \"raft3\"")),
-        }
-    }
-
-    /// Whether this is [`Replication::Single`].
-    pub fn is_single(&self) -> bool {
-        *self == Replication::Single
-    }
-
-    /// The name the protocol and the CLI use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Replication::Single => "single",
-            Replication::Raft3 => "raft3",
-        }
-    }
-}
+pub use crate::topic::Replication;
 
 /// Replicas of a raft3 partition.
 pub const RAFT3_REPLICAS: usize = 3;
@@ -67,6 +37,31 @@ pub struct TopicRecord {
     pub replication: Replication,
     /// Creation time, ms since the Unix epoch.
     pub created_ms: i64,
+    /// Overrides of the brokers' storage defaults, the same on every replica.
+    #[serde(default)]
+    pub settings: TopicSettings,
+    /// Set while the topic is a mirror topic; a promotion clears it by compare-and-swap.
+    #[serde(default)]
+    pub mirror: Option<MirrorMark>,
+    /// When the topic was promoted from a mirror topic, ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_ms: Option<i64>,
+}
+
+impl TopicRecord {
+    /// The local metadata of topic `name` that this record describes.
+    pub fn meta(&self, name: &str) -> TopicMeta {
+        TopicMeta {
+            name: name.to_owned(),
+            topic_id: self.topic_id.clone(),
+            partitions: self.partitions,
+            created_ms: self.created_ms,
+            settings: self.settings.clone(),
+            mirror: self.mirror.clone(),
+            promoted_ms: self.promoted_ms,
+            replication: self.replication,
+        }
+    }
 }
 
 /// One replicated partition's placement and leadership.
@@ -106,6 +101,11 @@ pub fn controller_key() -> String {
     format!("{ROOT}/controller")
 }
 
+/// The tombstone key of the deleted topic of id `topic_id`.
+pub fn tombstone_key(topic_id: &str) -> String {
+    format!("{ROOT}/deleted/{topic_id}")
+}
+
 /// Everything the catalog holds, read at one revision.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -113,6 +113,10 @@ pub struct Snapshot {
     pub brokers: BTreeMap<u32, String>,
     /// Replicated topics by name.
     pub topics: BTreeMap<String, TopicRecord>,
+    /// Each topic key's mod revision, for a compare-and-swap.
+    pub topic_revisions: BTreeMap<String, i64>,
+    /// Ids of deleted topics (their tombstones).
+    pub deleted: std::collections::BTreeSet<String>,
     /// Partition states by (topic, partition).
     pub partitions: BTreeMap<(String, u32), Versioned>,
     /// The controller's broker id, 0 when none.
@@ -142,6 +146,7 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
         prefix("topics"),
         prefix("partitions"),
         TxnOp::get(controller_key(), None),
+        prefix("deleted"),
     ]);
     let response = client.txn(txn).await?;
     let mut snap = Snapshot::default();
@@ -161,6 +166,7 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
                 (Some("topics"), Some(name), None) => match serde_json::from_slice(value) {
                     Ok(t) => {
                         snap.topics.insert(name.to_owned(), t);
+                        snap.topic_revisions.insert(name.to_owned(), kv.mod_revision());
                     }
                     Err(e) => tracing::warn!(%key, error = %e, "unreadable topic record in etcd; ignored"),
                 },
@@ -170,6 +176,9 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
                     }
                     _ => tracing::warn!(%key, "unreadable partition state in etcd; ignored"),
                 },
+                (Some("deleted"), Some(id), None) => {
+                    snap.deleted.insert(id.to_owned());
+                }
                 (Some("controller"), None, None) => {
                     snap.controller = String::from_utf8_lossy(value).parse().unwrap_or(0);
                 }
@@ -223,6 +232,59 @@ pub async fn create_topic(
         puts.push(TxnOp::put(partition_key(name, p as u32), encode(state), None));
     }
     let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Equal, 0)]).and_then(puts);
+    Ok(client.txn(txn).await?.succeeded())
+}
+
+/// Replaces topic `name`'s record (its config, mirror mark or promotion) only if the topic key is still at
+/// `revision`. `Ok(false)`: the topic changed meanwhile, or is gone.
+pub async fn update_topic(
+    client: &mut Client,
+    name: &str,
+    revision: i64,
+    record: &TopicRecord,
+) -> Result<bool, etcd_client::Error> {
+    let key = topic_key(name);
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)])
+        .and_then([TxnOp::put(key.as_str(), encode(record), None)]);
+    Ok(client.txn(txn).await?.succeeded())
+}
+
+/// Grows topic `name` to `record.partitions`, writing the new partitions' states (`first` is the first new
+/// partition's index), only if the topic key is still at `revision`. `Ok(false)`: it changed meanwhile.
+pub async fn grow_topic(
+    client: &mut Client,
+    name: &str,
+    revision: i64,
+    record: &TopicRecord,
+    first: u32,
+    states: &[PartitionState],
+) -> Result<bool, etcd_client::Error> {
+    let key = topic_key(name);
+    let mut when = vec![Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)];
+    let mut puts = vec![TxnOp::put(key.as_str(), encode(record), None)];
+    for (i, state) in states.iter().enumerate() {
+        let pkey = partition_key(name, first + i as u32);
+        when.push(Compare::version(pkey.as_str(), CompareOp::Equal, 0));
+        puts.push(TxnOp::put(pkey, encode(state), None));
+    }
+    Ok(client.txn(Txn::new().when(when).and_then(puts)).await?.succeeded())
+}
+
+/// Deletes topic `name` (of id `topic_id`) and its partition states, leaving a tombstone of its id for the
+/// members, only if the topic key is still at `revision`. `Ok(false)`: it changed meanwhile.
+pub async fn delete_topic(
+    client: &mut Client,
+    name: &str,
+    revision: i64,
+    topic_id: &str,
+) -> Result<bool, etcd_client::Error> {
+    let key = topic_key(name);
+    let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)]).and_then([
+        TxnOp::delete(key.as_str(), None),
+        TxnOp::delete(format!("{ROOT}/partitions/{name}/"), Some(DeleteOptions::new().with_prefix())),
+        TxnOp::put(tombstone_key(topic_id), name, None),
+    ]);
     Ok(client.txn(txn).await?.succeeded())
 }
 

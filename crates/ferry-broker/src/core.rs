@@ -324,17 +324,7 @@ impl BrokerCore {
         if let Some(existing) = self.topics.read().get(name) {
             return Ok(Arc::clone(existing));
         }
-        let meta = TopicMeta {
-            name: name.to_owned(),
-            topic_id: record.topic_id.clone(),
-            partitions: record.partitions,
-            created_ms: record.created_ms,
-            settings: TopicSettings::default(),
-            mirror: None,
-            promoted_ms: None,
-            replication: record.replication,
-        };
-        self.materialize(meta).await
+        self.materialize(record.meta(name)).await
     }
 
     /// Writes a new topic's directories and metadata and opens its partitions. The caller holds the admin lock.
@@ -442,6 +432,35 @@ impl BrokerCore {
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
         meta.settings.merge(&changes);
+        self.replace_meta(&topic, meta).await?;
+        Ok(topic)
+    }
+
+    /// Takes a replicated topic's config, mirror mark and promotion from its catalog record into the local
+    /// metadata, when they differ. Returns whether anything changed.
+    pub async fn apply_catalog(
+        &self,
+        name: &str,
+        settings: &TopicSettings,
+        mirror: &Option<MirrorMark>,
+        promoted_ms: Option<i64>,
+    ) -> Result<bool> {
+        let _admin = self.admin.lock().await;
+        let topic = self.topic(name)?;
+        let mut meta = topic.meta();
+        if meta.settings == *settings && meta.mirror == *mirror && meta.promoted_ms == promoted_ms {
+            return Ok(false);
+        }
+        meta.settings = settings.clone();
+        meta.mirror = mirror.clone();
+        meta.promoted_ms = promoted_ms;
+        self.replace_meta(&topic, meta).await?;
+        Ok(true)
+    }
+
+    /// Stores a topic's new metadata, then gives every partition the log config it implies. The caller holds the
+    /// admin lock.
+    async fn replace_meta(&self, topic: &Topic, meta: TopicMeta) -> Result<()> {
         let cfg = meta.log_config(&self.defaults);
         let dir = topic.dir.clone();
         let stored = meta.clone();
@@ -453,7 +472,7 @@ impl BrokerCore {
             p.log().set_config(cfg.clone());
         }
         *topic.meta.write() = meta;
-        Ok(topic)
+        Ok(())
     }
 
     /// Clears a topic's mirror mark. Returns whether it was a mirror topic.
@@ -464,13 +483,7 @@ impl BrokerCore {
         let was_mirror = meta.mirror.take().is_some();
         if was_mirror {
             meta.promoted_ms = Some(now_ms());
-            let dir = topic.dir.clone();
-            let stored = meta.clone();
-            let fs = self.fs.clone();
-            tokio::task::spawn_blocking(move || stored.store(&*fs, &dir))
-                .await
-                .map_err(|e| BrokerError::Internal(e.to_string()))??;
-            *topic.meta.write() = meta;
+            self.replace_meta(&topic, meta).await?;
             tracing::warn!(
                 topic = name,
                 "mirror topic promoted: it is now writable and no longer accepts mirrored data"

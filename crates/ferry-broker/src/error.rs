@@ -267,9 +267,6 @@ pub enum BrokerError {
         /// Why.
         why: String,
     },
-    /// An operation this broker does not support yet on what it was asked about.
-    #[error("{0}")]
-    Unsupported(String),
     /// The operation needs a cluster member (etcd endpoints), or the cluster's master could not be reached.
     #[error("{0}")]
     Cluster(String),
@@ -381,7 +378,6 @@ impl BrokerError {
             BrokerError::NotEnoughReplicas { .. } => "not_enough_replicas",
             BrokerError::NotAcknowledged { .. } => "not_acknowledged",
             BrokerError::Cluster(_) => "cluster_unavailable",
-            BrokerError::Unsupported(_) => "unsupported",
             BrokerError::Internal(_) => "internal",
         }
     }
@@ -399,7 +395,6 @@ impl BrokerError {
             | BrokerError::NotAMirrorTopic { .. }
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
-            | BrokerError::Unsupported(_)
             | BrokerError::Group { .. } => Code::FailedPrecondition,
             BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,

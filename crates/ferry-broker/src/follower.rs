@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_proto as pb;
-use ferry_proto::broker_client::BrokerClient;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 use ferry_storage::StorageError;
 
@@ -17,6 +15,7 @@ use crate::error::BrokerError;
 use crate::events::{Event, Events};
 use crate::leader_epochs::EpochEntry;
 use crate::partition::Partition;
+use crate::peers::PeerClient;
 
 /// What a fetcher follows, and how.
 #[derive(Debug, Clone)]
@@ -40,7 +39,7 @@ pub struct Follow {
 }
 
 /// Runs the fetcher of `part` against `client` (the leader) until `stop`.
-pub async fn run(part: Arc<Partition>, client: BrokerClient<Channel>, follow: Follow, stop: CancellationToken) {
+pub async fn run(part: Arc<Partition>, client: PeerClient, follow: Follow, stop: CancellationToken) {
     if let Some(r) = part.replica()
         && part.log().log_end_offset() == part.log().log_start_offset()
     {
@@ -161,7 +160,7 @@ async fn verify(part: &Partition, stop: &CancellationToken, events: &Events) {
 }
 
 /// Truncates the log to the end of the last epoch shared with the leader.
-async fn reconcile(part: &Partition, mut client: BrokerClient<Channel>, f: &Follow) -> Result<(), Step> {
+async fn reconcile(part: &Partition, mut client: PeerClient, f: &Follow) -> Result<(), Step> {
     let Some(replica) = part.replica() else { return Ok(()) };
     let leo = part.log().log_end_offset();
     let Some(latest) = replica.epochs().last().copied() else {
@@ -201,7 +200,7 @@ async fn reconcile(part: &Partition, mut client: BrokerClient<Channel>, f: &Foll
 
 async fn fetch_once(
     part: &Partition,
-    mut client: BrokerClient<Channel>,
+    mut client: PeerClient,
     f: &Follow,
     stop: &CancellationToken,
 ) -> Result<(), Step> {

@@ -22,6 +22,7 @@ pub mod groups;
 pub mod leader_epochs;
 pub mod metrics;
 pub mod partition;
+pub mod peers;
 pub mod producer_state;
 pub mod replica;
 pub mod replica_serve;

@@ -19,22 +19,23 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 use ferry_proto as pb;
-use ferry_proto::broker_client::BrokerClient;
 use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
 
-use crate::catalog::{self, PartitionState, Replication as Mode, Snapshot, TopicRecord};
+use crate::catalog::{self, PartitionState, Snapshot, TopicRecord};
 use crate::config::ClusterSection;
 use crate::controller::Controller;
-use crate::core::{BrokerCore, now_ms};
+use crate::core::BrokerCore;
 use crate::error::{BrokerError, Result};
 use crate::events::{Event, Events};
 use crate::follower::{self, Follow};
+use crate::groups::GroupCoordinator;
 use crate::partition::Partition;
+use crate::peers::{PeerClient, PeerLinks};
 use crate::replica::Role;
-use crate::topic::validate_topic_name;
+
+mod topics;
 
 /// The manager's settings, from `[cluster]`.
 #[derive(Debug, Clone)]
@@ -53,11 +54,14 @@ pub struct Settings {
     pub peer_addrs: BTreeMap<u32, String>,
     /// Largest gRPC message between brokers.
     pub max_message: usize,
+    /// How the other members are dialled.
+    pub links: PeerLinks,
 }
 
 impl Settings {
-    /// The settings of `section` for a broker whose messages are at most `max_message` bytes.
-    pub fn of(section: &ClusterSection, max_message: usize) -> Settings {
+    /// The settings of `section` for a broker whose messages are at most `max_message` bytes, dialling its peers
+    /// through `links`.
+    pub fn of(section: &ClusterSection, max_message: usize, links: PeerLinks) -> Settings {
         Settings {
             me: section.broker_id.unwrap_or(0),
             ttl: section.lease_ttl,
@@ -66,6 +70,7 @@ impl Settings {
             ack_timeout: section.ack_timeout,
             peer_addrs: section.peer_overrides(),
             max_message,
+            links,
         }
     }
 }
@@ -81,11 +86,12 @@ struct Fetcher {
 pub struct Replication {
     s: Settings,
     core: Arc<BrokerCore>,
+    groups: Arc<GroupCoordinator>,
     etcd: Client,
     snap: RwLock<Snapshot>,
     etcd_ok: AtomicBool,
     controller: tokio::sync::Mutex<Controller>,
-    peers: Mutex<HashMap<u32, (String, BrokerClient<Channel>)>>,
+    peers: Mutex<HashMap<u32, (String, PeerClient)>>,
     fetchers: tokio::sync::Mutex<HashMap<(String, u32), Fetcher>>,
     kick: tokio::sync::Notify,
     events: Arc<Events>,
@@ -98,11 +104,13 @@ impl std::fmt::Debug for Replication {
 }
 
 impl Replication {
-    /// A manager over `core`, talking to etcd through `etcd`.
-    pub fn new(s: Settings, core: Arc<BrokerCore>, etcd: Client) -> Arc<Replication> {
+    /// A manager over `core` (and `groups`, whose committed offsets of a deleted topic go with it), talking to
+    /// etcd through `etcd`.
+    pub fn new(s: Settings, core: Arc<BrokerCore>, groups: Arc<GroupCoordinator>, etcd: Client) -> Arc<Replication> {
         Arc::new(Replication {
             s,
             core,
+            groups,
             etcd,
             snap: RwLock::new(Snapshot::default()),
             etcd_ok: AtomicBool::new(true),
@@ -173,6 +181,7 @@ impl Replication {
                 quiet_until = Some(Instant::now() + self.s.ttl);
             }
             *self.snap.write() = snap.clone();
+            self.sync_topics(&snap).await;
             self.apply_roles(&snap).await;
             self.maintain_isr(&mut etcd).await;
             let act = quiet_until.is_none_or(|t| Instant::now() >= t);
@@ -314,7 +323,7 @@ impl Replication {
     }
 
     /// A client of broker `id`, dialled at its `peer_addrs` override or its registered address.
-    fn peer(&self, id: u32, snap: &Snapshot) -> Option<BrokerClient<Channel>> {
+    fn peer(&self, id: u32, snap: &Snapshot) -> Option<PeerClient> {
         let address = self.s.peer_addrs.get(&id).or_else(|| snap.brokers.get(&id))?.clone();
         let mut peers = self.peers.lock();
         if let Some((a, c)) = peers.get(&id)
@@ -322,16 +331,7 @@ impl Replication {
         {
             return Some(c.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{address}")).ok()?;
-        let channel = endpoint
-            .connect_timeout(self.s.ttl / 2)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(self.s.ttl)
-            .connect_lazy();
-        let client = BrokerClient::new(channel)
-            .max_decoding_message_size(self.s.max_message)
-            .max_encoding_message_size(self.s.max_message);
+        let client = self.s.links.client(&address, self.s.ttl, self.s.max_message)?;
         peers.insert(id, (address, client.clone()));
         Some(client)
     }
@@ -390,53 +390,37 @@ impl Replication {
         }
     }
 
-    /// Creates replicated topic `name`: placed over the live brokers and written to the catalog in one
-    /// transaction; this broker's replicas are opened before it answers.
-    pub async fn create_topic(&self, name: &str, partitions: u32, mode: Mode) -> Result<pb::TopicInfo> {
-        validate_topic_name(name)?;
-        if partitions == 0 || partitions > 10_000 {
-            return Err(BrokerError::InvalidArgument(format!(
-                "topic \"{name}\": a replicated topic has 1 to 10000 partitions, not {partitions}"
-            )));
-        }
-        let unreachable = |e: etcd_client::Error| BrokerError::Cluster(format!("cannot reach etcd: {e}"));
+    /// The mirror's truncation of `part`, which this broker leads: the partition's state in etcd moves to the
+    /// next leader epoch (same leader, same ISR) before the log is cut, so every follower truncates to the new
+    /// log end when it reconciles with that epoch. Returns the new log end offset.
+    pub async fn truncate_leading(&self, part: &Partition, offset: u64) -> Result<u64> {
         let mut etcd = self.etcd.clone();
-        let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
-        if let Some(t) = snap.topics.get(name) {
-            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: t.topic_id.clone() });
-        }
-        if let Ok(local) = self.core.topic(name) {
-            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: local.id() });
-        }
-        let states = catalog::place(&snap, partitions).ok_or_else(|| BrokerError::NotEnoughReplicas {
-            topic: name.to_owned(),
-            partition: 0,
-            in_sync: snap.brokers.len(),
-            isr: snap.brokers.keys().copied().collect(),
-        })?;
-        let record = TopicRecord {
-            topic_id: uuid::Uuid::new_v4().to_string(),
-            partitions,
-            replication: mode,
-            created_ms: now_ms(),
-        };
-        if !catalog::create_topic(&mut etcd, name, &record, &states).await.map_err(unreachable)? {
-            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: String::new() });
-        }
-        tracing::info!(topic = name, partitions, topic_id = %record.topic_id, "replicated topic created in the catalog");
-        if states.iter().any(|s| s.replicas.contains(&self.s.me)) {
-            self.core.ensure_replicas(name, &record).await?;
-        }
+        let (topic, index) = (part.topic().to_owned(), part.index());
+        let leo = part
+            .truncate_leading(offset, |l| async move {
+                let epoch = l.epoch + 1;
+                let state = PartitionState { replicas: l.replicas, leader: self.s.me, leader_epoch: epoch, isr: l.isr };
+                match catalog::swap_partition(&mut etcd, &topic, index, l.revision, &state, None).await {
+                    Ok(Some(revision)) => Ok((epoch, revision)),
+                    Ok(None) => Err(BrokerError::Cluster(format!(
+                        "{topic}/{index}: the partition's state in etcd moved on (a leader or ISR change); try again"
+                    ))),
+                    Err(e) => Err(BrokerError::Cluster(format!("cannot reach etcd: {e}"))),
+                }
+            })
+            .await?;
+        self.events.note(Event::LeaderChange);
+        tracing::info!(
+            event = "leader_change",
+            topic = part.topic(),
+            partition = part.index(),
+            leader = self.s.me,
+            leader_epoch = part.replica().map_or(0, |r| r.leader_epoch()),
+            log_end_offset = leo,
+            "truncated by the mirror: a new leader epoch starts at the new log end"
+        );
         self.kick.notify_one();
-        Ok(pb::TopicInfo {
-            name: name.to_owned(),
-            topic_id: record.topic_id,
-            partitions,
-            config: None,
-            mirror: None,
-            created_ms: record.created_ms,
-            replication: mode.as_str().to_owned(),
-        })
+        Ok(leo)
     }
 
     /// The NOT_LEADER error for a partition this broker holds no replica of, from the catalog; `None` when the

@@ -48,6 +48,9 @@ pub enum ServerError {
     /// A TLS file could not be read or used.
     #[error("TLS setup failed: {0}")]
     Tls(String),
+    /// The links to the other members could not be set up (`cluster.token_file`, `cluster.tls_ca_file`).
+    #[error(transparent)]
+    Peers(#[from] crate::peers::PeerError),
     /// The cluster refused this broker, or its etcd could not be reached.
     #[error(transparent)]
     Cluster(#[from] crate::cluster::ClusterError),
@@ -117,6 +120,7 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     let auth = crate::auth::Authorizer::from_config(&config)?;
     let tls = config.broker.tls.as_ref().map(tls_config).transpose()?;
+    let peer_links = crate::peers::PeerLinks::from_config(&config)?;
     let data_dir = config.broker.data_dir.clone();
     let defaults = config.default_log_config();
     let cluster = config.broker.cluster_id.clone();
@@ -193,8 +197,8 @@ pub async fn run(
     let tasks = TaskTracker::new();
     let mut replication = None;
     if let Some(m) = &membership {
-        let settings = crate::replication::Settings::of(&config.cluster, max_message);
-        let r = crate::replication::Replication::new(settings, Arc::clone(&core), m.client());
+        let settings = crate::replication::Settings::of(&config.cluster, max_message, peer_links);
+        let r = crate::replication::Replication::new(settings, Arc::clone(&core), Arc::clone(&groups), m.client());
         tasks.spawn(Arc::clone(&r).run(shutdown.clone()));
         service = service.with_replication(Arc::clone(&r));
         replication = Some(r);

@@ -8,21 +8,21 @@ use std::time::Duration;
 
 use ferry_proto as pb;
 use ferry_proto::broker_server::Broker;
-use ferry_storage::OffsetAppendOutcome;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Scopes, caller, member_scopes, offset_scopes};
-use crate::catalog::Replication as Mode;
 use crate::core::{BrokerCore, Topic};
-use crate::error::{BrokerError, RefusalKind};
+use crate::error::BrokerError;
 use crate::groups::GroupCoordinator;
 use crate::partition::Partition;
 use crate::replica_serve;
 use crate::replication::Replication;
-use crate::topic::{MirrorMark, TopicSettings, refuse_reserved};
+use crate::topic::refuse_reserved;
+
+mod topics;
 
 /// The service implementation.
 #[derive(Debug, Clone)]
@@ -78,17 +78,6 @@ impl BrokerService {
         self.core
             .topic(name)
             .map_err(|e| self.replication.as_ref().and_then(|r| r.not_here(name, partition.unwrap_or(0))).unwrap_or(e))
-    }
-
-    /// Refuses `what` on a replicated topic: its shape lives in the catalog, which this operation does not change
-    /// yet.
-    fn refuse_replicated(&self, name: &str, what: &str) -> Result<(), BrokerError> {
-        match self.core.topic(name) {
-            Ok(t) if !t.meta().replication.is_single() => Err(BrokerError::Unsupported(format!(
-                "{what} of replicated topic \"{name}\" is not supported yet (docs/cluster.md, \"Not yet\")"
-            ))),
-            _ => Ok(()),
-        }
     }
 
     fn replication(&self) -> Result<&Arc<Replication>, BrokerError> {
@@ -174,41 +163,11 @@ impl Broker for BrokerService {
     }
 
     async fn create_topic(&self, req: Request<pb::CreateTopicRequest>) -> Rpc<pb::CreateTopicResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        let need = if req.mirror.is_some() { SHAPE_MIRROR } else { Scopes::ADMIN };
-        who.allow_topic("CreateTopic", need, &req.name)?;
-        let settings = TopicSettings::from_proto(req.config.as_ref())?;
-        let mode = Mode::parse(&req.replication).map_err(BrokerError::InvalidArgument)?;
-        if !mode.is_single() {
-            if req.mirror.is_some() || settings != TopicSettings::default() {
-                return Err(BrokerError::Unsupported(
-                    "a replicated topic takes no per-topic config and cannot be a mirror topic yet; it follows the \
-                     brokers' [storage] settings (docs/cluster.md, \"Not yet\")"
-                        .into(),
-                )
-                .into());
-            }
-            let info = self.replication()?.create_topic(&req.name, req.partitions, mode).await?;
-            return ok(pb::CreateTopicResponse { topic: Some(info) });
-        }
-        let mirror = req.mirror.as_ref().map(MirrorMark::from_proto).transpose()?;
-        let t = self.core.create_topic(&req.name, req.partitions, settings, mirror).await?;
-        ok(pb::CreateTopicResponse { topic: Some(self.core.topic_info(&t)) })
+        self.create_topic_rpc(req).await
     }
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Rpc<pb::DeleteTopicResponse> {
-        let who = caller(&req)?;
-        let name = req.into_inner().name;
-        who.allow_topic("DeleteTopic", Scopes::ADMIN, &name)?;
-        refuse_reserved(&name)?;
-        self.refuse_replicated(&name, "deletion")?;
-        // Its committed offsets go with it, under the same admin turn: a topic created later under the name starts
-        // from offset 0, and one created right after keeps what is committed to it.
-        let groups = Arc::clone(&self.groups);
-        let gone = name.clone();
-        self.core.delete_topic(&name, Box::new(move || groups.forget_topics(&|t| t == gone).map(drop))).await?;
-        ok(pb::DeleteTopicResponse {})
+        self.delete_topic_rpc(req).await
     }
 
     async fn list_topics(&self, req: Request<pb::ListTopicsRequest>) -> Rpc<pb::ListTopicsResponse> {
@@ -234,33 +193,15 @@ impl Broker for BrokerService {
     }
 
     async fn alter_partitions(&self, req: Request<pb::AlterPartitionsRequest>) -> Rpc<pb::AlterPartitionsResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        who.allow_topic("AlterPartitions", shape_scopes(&self.core, &req.name), &req.name)?;
-        refuse_reserved(&req.name)?;
-        self.refuse_replicated(&req.name, "growing the partitions")?;
-        let t = self.core.alter_partitions(&req.name, req.partitions).await?;
-        ok(pb::AlterPartitionsResponse { topic: Some(self.core.topic_info(&t)) })
+        self.alter_partitions_rpc(req).await
     }
 
     async fn alter_topic_config(&self, req: Request<pb::AlterTopicConfigRequest>) -> Rpc<pb::AlterTopicConfigResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        who.allow_topic("AlterTopicConfig", shape_scopes(&self.core, &req.name), &req.name)?;
-        refuse_reserved(&req.name)?;
-        self.refuse_replicated(&req.name, "changing the config")?;
-        let settings = TopicSettings::from_proto(req.config.as_ref())?;
-        let t = self.core.alter_config(&req.name, settings).await?;
-        ok(pb::AlterTopicConfigResponse { topic: Some(self.core.topic_info(&t)) })
+        self.alter_topic_config_rpc(req).await
     }
 
     async fn promote(&self, req: Request<pb::PromoteRequest>) -> Rpc<pb::PromoteResponse> {
-        let who = caller(&req)?;
-        let name = req.into_inner().name;
-        who.allow_topic("Promote", Scopes::ADMIN, &name)?;
-        refuse_reserved(&name)?;
-        let (t, was_mirror) = self.core.promote(&name).await?;
-        ok(pb::PromoteResponse { topic: Some(self.core.topic_info(&t)), was_mirror })
+        self.promote_rpc(req).await
     }
 
     async fn init_producer(&self, req: Request<pb::InitProducerRequest>) -> Rpc<pb::InitProducerResponse> {
@@ -307,66 +248,7 @@ impl Broker for BrokerService {
         &self,
         req: Request<pb::AppendWithOffsetsRequest>,
     ) -> Rpc<pb::AppendWithOffsetsResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        who.allow_topic("AppendWithOffsets", Scopes::MIRROR, &req.topic)?;
-        refuse_reserved(&req.topic)?;
-        let topic = self.core.topic(&req.topic)?;
-        let part = topic.partition(req.partition)?;
-        let (leo, start) = (part.log().log_end_offset(), part.log().log_start_offset());
-        let Some(mark) = topic.mirror() else {
-            let err = BrokerError::NotAMirrorTopic { topic: req.topic.clone(), what: "append with offsets" };
-            return ok(append_error(pb::ErrorCode::NotAMirrorTopic, err.to_string(), leo, start));
-        };
-        if mark.source_topic_id != req.source_topic_id {
-            return ok(append_error(
-                pb::ErrorCode::TopicIdMismatch,
-                format!(
-                    "topic \"{}\" mirrors source topic id {}, but the batches come from source topic id {}; \
-                     the source topic was re-created",
-                    req.topic, mark.source_topic_id, req.source_topic_id
-                ),
-                leo,
-                start,
-            ));
-        }
-        let outcome = match part.append_with_offsets(req.batches, req.source_log_start_offset).await {
-            Ok(o) => o,
-            Err(BrokerError::AppendRefused { offset, kind, reason, .. }) => {
-                let code = match kind {
-                    RefusalKind::Gap => pb::ErrorCode::GapRefused,
-                    RefusalKind::Straddle => pb::ErrorCode::StraddlesEnd,
-                    RefusalKind::EpochRegressed => pb::ErrorCode::EpochRegressed,
-                };
-                let (leo, start) = (part.log().log_end_offset(), part.log().log_start_offset());
-                return ok(append_error(code, format!("batch at offset {offset}: {reason}"), leo, start));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let start = part.log().log_start_offset();
-        ok(match outcome {
-            OffsetAppendOutcome::Appended { written, present, log_end_offset } => pb::AppendWithOffsetsResponse {
-                error: pb::ErrorCode::None as i32,
-                message: String::new(),
-                log_end_offset,
-                written_batches: written,
-                present_batches: present,
-                diverged_at: None,
-                log_start_offset: start,
-            },
-            OffsetAppendOutcome::Diverged { at, written, present, log_end_offset } => pb::AppendWithOffsetsResponse {
-                error: pb::ErrorCode::Diverged as i32,
-                message: format!(
-                    "{}/{}: stored data differs from the offered batches at offset {at}",
-                    req.topic, req.partition
-                ),
-                log_end_offset,
-                written_batches: written,
-                present_batches: present,
-                diverged_at: Some(at),
-                log_start_offset: start,
-            },
-        })
+        self.append_with_offsets_rpc(req).await
     }
 
     async fn epoch_end(&self, req: Request<pb::EpochEndRequest>) -> Rpc<pb::EpochEndResponse> {
@@ -390,23 +272,7 @@ impl Broker for BrokerService {
         &self,
         req: Request<pb::TruncatePartitionRequest>,
     ) -> Rpc<pb::TruncatePartitionResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        let need = if self.core.topic(&req.topic).is_ok_and(|t| t.mirror().is_some()) {
-            Scopes::MIRROR
-        } else {
-            Scopes::ADMIN
-        };
-        who.allow_topic("TruncatePartition", need, &req.topic)?;
-        refuse_reserved(&req.topic)?;
-        let topic = self.core.topic(&req.topic)?;
-        if topic.mirror().is_none() {
-            return Err(BrokerError::NotAMirrorTopic { topic: req.topic, what: "truncation" }.into());
-        }
-        let part = topic.partition(req.partition)?;
-        let leo = part.truncate(req.offset).await?;
-        tracing::warn!(topic = %req.topic, partition = req.partition, offset = req.offset, leo, "mirror partition truncated");
-        ok(pb::TruncatePartitionResponse { log_end_offset: leo })
+        self.truncate_partition_rpc(req).await
     }
 
     async fn fetch(&self, req: Request<pb::FetchRequest>) -> Rpc<pb::FetchResponse> {
@@ -456,7 +322,8 @@ impl Broker for BrokerService {
                 }
                 Ok(p) => {
                     r.log_start_offset = p.log().log_start_offset();
-                    r.log_end_offset = p.log().log_end_offset();
+                    // A replicated partition's clients see its high watermark as its end.
+                    r.log_end_offset = p.visible_end();
                     match lo.spec {
                         Some(pb::list_offsets_partition::Spec::Earliest(_)) => r.offset = Some(r.log_start_offset),
                         Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),

@@ -12,7 +12,6 @@ use ferry_storage::fs::FileSystem;
 use ferry_storage::{FlushPolicy, LogConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::Replication;
 use crate::error::{BrokerError, Result};
 
 /// Longest topic name.
@@ -180,6 +179,41 @@ impl TopicSettings {
             retention_ms: Some(cfg.retention_ms.unwrap_or(0)),
             segment_bytes: Some(cfg.segment_bytes),
             segment_ms: Some(cfg.segment_ms),
+        }
+    }
+}
+
+/// How a topic's partitions are kept (the cluster's catalog holds it for replicated topics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replication {
+    /// One copy, on the broker that created the topic (a single broker's topic).
+    #[default]
+    Single,
+    /// Three replicas on three brokers; a write is acknowledged once the whole in-sync set (at least two) has it.
+    Raft3,
+}
+
+impl Replication {
+    /// Parses a request's `replication` field ("" is single).
+    pub fn parse(text: &str) -> Result<Replication, String> {
+        match text {
+            "" | "single" => Ok(Replication::Single),
+            "raft3" => Ok(Replication::Raft3),
+            other => Err(format!("replication {other:?} is not one of \"single\", \"raft3\"")),
+        }
+    }
+
+    /// Whether this is [`Replication::Single`].
+    pub fn is_single(&self) -> bool {
+        *self == Replication::Single
+    }
+
+    /// The name the protocol and the CLI use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replication::Single => "single",
+            Replication::Raft3 => "raft3",
         }
     }
 }

@@ -90,24 +90,29 @@ impl Admin {
         config: TopicConfig,
         mirror: Option<MirrorSource>,
     ) -> Result<TopicInfo> {
-        let request = pb::CreateTopicRequest {
-            name: name.to_owned(),
-            partitions,
-            config: Some(config),
-            mirror,
-            replication: String::new(),
-        };
-        let response = self.client.create_topic(request).await?;
-        self.require("CreateTopic", response.topic)
+        self.create_topic_kept(name, partitions, Some(config), mirror, "").await
     }
 
     /// Creates a topic kept as `replication` says: "single", or "raft3" (three replicas over the cluster's brokers).
     pub async fn create_replicated_topic(&self, name: &str, partitions: u32, replication: &str) -> Result<TopicInfo> {
+        self.create_topic_kept(name, partitions, None, None, replication).await
+    }
+
+    /// Creates a topic with every option: its config, its mirror mark, and how it is kept (`replication`: "" or
+    /// "single" for one broker's topic, "raft3" for three replicas over the cluster's brokers).
+    pub async fn create_topic_kept(
+        &self,
+        name: &str,
+        partitions: u32,
+        config: Option<TopicConfig>,
+        mirror: Option<MirrorSource>,
+        replication: &str,
+    ) -> Result<TopicInfo> {
         let request = pb::CreateTopicRequest {
             name: name.to_owned(),
             partitions,
-            config: None,
-            mirror: None,
+            config,
+            mirror,
             replication: replication.to_owned(),
         };
         let response = self.client.create_topic(request).await?;

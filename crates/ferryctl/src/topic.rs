@@ -83,14 +83,8 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
             let config = parse_config(&config)?;
             let topic = if replication == "single" {
                 admin.create_topic(&name, partitions, config, None).await
-            } else if config != TopicConfig::default() {
-                return Err(UsageError(format!(
-                    "--config is not taken with --replication {replication} yet: a replicated topic follows the \
-                     brokers' [storage] settings"
-                ))
-                .into());
             } else {
-                admin.create_replicated_topic(&name, partitions, &replication).await
+                admin.create_topic_kept(&name, partitions, Some(config), None, &replication).await
             };
             let topic = topic.map_err(|e| explain(e, &name, &on))?;
             let kept = if replication == "single" { String::new() } else { format!(", replication {replication}") };

@@ -1,6 +1,7 @@
 //! `[cluster]`: the etcd master a broker registers with (docs/cluster.md).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ferry_config::{Problems, de};
@@ -31,6 +32,12 @@ pub struct ClusterSection {
     /// Test-only: the address this broker dials for another member's id, instead of the one it registered (tests
     /// route broker-to-broker links through a fault proxy). Keys are broker ids.
     pub peer_addrs: BTreeMap<String, String>,
+    /// File holding the bearer token this member presents to the other members (their `[[auth.tokens]]` must give
+    /// it the replica scope); unset: none is sent, which members that require tokens refuse.
+    pub token_file: Option<PathBuf>,
+    /// PEM CA bundle that the other members' certificates are checked against; set: members are dialled over TLS
+    /// (and, with `[broker.tls]`, this member presents its own certificate). Unset: plaintext.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for ClusterSection {
@@ -43,6 +50,8 @@ impl Default for ClusterSection {
             replica_lag_max: Duration::from_secs(5),
             ack_timeout: Duration::from_secs(15),
             peer_addrs: BTreeMap::new(),
+            token_file: None,
+            tls_ca_file: None,
         }
     }
 }
@@ -96,6 +105,11 @@ impl ClusterSection {
             }
             if addr.is_empty() || addr.contains(char::is_whitespace) {
                 p.push("cluster.peer_addrs", format!("{addr:?} (broker {id}) must be a host:port without spaces"));
+            }
+        }
+        for (key, path) in [("cluster.token_file", &self.token_file), ("cluster.tls_ca_file", &self.tls_ca_file)] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                p.push(key, "must name a file");
             }
         }
         if self.advertised_addr.as_ref().is_some_and(|a| a.is_empty() || a.contains(char::is_whitespace)) {

@@ -1,6 +1,7 @@
 //! The replicated partition's part of [`Partition`]: reads capped at the high watermark, role changes between
 //! writes, and a follower's truncation.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,7 +11,7 @@ use ferry_storage::{ReadResult, StorageError};
 use super::Partition;
 use crate::error::{BrokerError, Result};
 use crate::producer_state::ProducerStates;
-use crate::replica::{NotLeading, Replica};
+use crate::replica::{Leading, NotLeading, Replica};
 
 impl Partition {
     /// A client's read of a replicated partition (see [`Partition::read`]).
@@ -73,10 +74,50 @@ impl Partition {
     /// end offset.
     pub async fn truncate_replica(&self, offset: u64) -> Result<u64> {
         let mut producers = self.writer.lock().await;
+        let (leo, rebuilt) = self.cut(offset, &producers).await?;
+        *producers = rebuilt;
+        if let Some(r) = &self.replica {
+            r.truncate_epochs(&**self.log.file_system(), leo)?;
+            if r.hw() > leo {
+                r.reset_hw(leo);
+            }
+        }
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(leo)
+    }
+
+    /// The mirror's truncation of a replicated partition, by its leader: a new leader epoch starts at the new log
+    /// end, so every follower truncates to it as well when it reconciles with the new epoch (KIP-101). `bump`
+    /// writes the new epoch to etcd (a compare-and-swap on this leader's state) and returns it with the state's
+    /// revision; it runs under the write lock and before the log is cut, so the old epoch's followers are fenced
+    /// first and no write slips in between.
+    pub async fn truncate_leading<F, Fut>(&self, offset: u64, bump: F) -> Result<u64>
+    where
+        F: FnOnce(Leading) -> Fut,
+        Fut: Future<Output = Result<(u32, i64)>>,
+    {
+        let Some(replica) = self.replica.clone() else { return self.truncate(offset).await };
+        let mut producers = self.writer.lock().await;
+        let l = replica.leading().map_err(|n| self.not_leader(n))?;
+        let (epoch, revision) = bump(l.clone()).await?;
+        let (leo, rebuilt) = self.cut(offset, &producers).await?;
+        *producers = rebuilt;
+        let fs = self.log.file_system();
+        replica.truncate_epochs(&**fs, leo)?;
+        if replica.hw() > leo {
+            replica.reset_hw(leo);
+        }
+        replica.become_leader(&**fs, epoch, l.isr, l.replicas, revision, leo)?;
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(leo)
+    }
+
+    /// Truncates the log to the batch boundary at or below `offset` and rebuilds the producer state from what
+    /// stays (the last two segments, as at start-up). The caller holds the write lock.
+    async fn cut(&self, offset: u64, producers: &ProducerStates) -> Result<(u64, ProducerStates)> {
         let log = Arc::clone(&self.log);
-        let replica = self.replica.clone();
         let mut rebuilt = ProducerStates::new(producers.settings());
-        let (leo, rebuilt) = tokio::task::spawn_blocking(move || -> Result<(u64, ProducerStates), StorageError> {
+        tokio::task::spawn_blocking(move || -> Result<(u64, ProducerStates), StorageError> {
             let leo = log.truncate_to(offset)?;
             let bases = log.segment_base_offsets();
             let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
@@ -85,16 +126,7 @@ impl Partition {
         })
         .await
         .map_err(|e| BrokerError::Internal(format!("truncate task failed: {e}")))?
-        .map_err(|e| self.err(e))?;
-        *producers = rebuilt;
-        if let Some(r) = replica {
-            r.truncate_epochs(&**self.log.file_system(), leo)?;
-            if r.hw() > leo {
-                r.reset_hw(leo);
-            }
-        }
-        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
-        Ok(leo)
+        .map_err(|e| self.err(e))
     }
 }
 

@@ -1,0 +1,130 @@
+//! The links from one cluster member to another (a follower's fetches, its leader-epoch questions): dialled at a
+//! member's registered address (or its test-only `cluster.peer_addrs` override), over TLS when
+//! `cluster.tls_ca_file` is set, presenting `cluster.token_file` as a bearer token when set. The peers' own
+//! `[[auth.tokens]]` must grant that token the replica scope. With `[broker.tls]` and TLS to the peers, the member
+//! presents its own certificate, so peers that require client certificates (`client_ca_file`) let it in.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ferry_proto::broker_client::BrokerClient;
+use tonic::metadata::MetadataValue;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::config::BrokerConfig;
+
+/// A client of another member.
+pub type PeerClient = BrokerClient<InterceptedService<Channel, PeerAuth>>;
+
+/// Adds the member's bearer token, when it has one, to every call to a peer.
+#[derive(Clone)]
+pub struct PeerAuth {
+    header: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Interceptor for PeerAuth {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(h) = &self.header {
+            request.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// What a member needs to dial its peers.
+#[derive(Clone)]
+pub struct PeerLinks {
+    auth: PeerAuth,
+    tls: Option<ClientTlsConfig>,
+}
+
+impl std::fmt::Debug for PeerLinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("PeerLinks")
+            .field("token", &self.auth.header.is_some())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// Why the peer links could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// A file named by a key could not be read.
+    #[error("cannot read {key} {path}: {source}")]
+    Read {
+        /// The config key.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file holds nothing usable.
+    #[error("cluster.token_file {0}: the file is empty or is not a header-safe token")]
+    BadToken(PathBuf),
+}
+
+impl PeerLinks {
+    /// The links `config` asks for: its `[cluster]` token and CA, and its `[broker.tls]` identity.
+    pub fn from_config(config: &BrokerConfig) -> Result<PeerLinks, PeerError> {
+        let read = |key: &'static str, path: &PathBuf| {
+            std::fs::read(path).map_err(|source| PeerError::Read { key, path: path.clone(), source })
+        };
+        let header = match &config.cluster.token_file {
+            None => None,
+            Some(path) => {
+                let text = String::from_utf8(read("cluster.token_file", path)?).unwrap_or_default();
+                let token = text.trim();
+                let value = format!("Bearer {token}").parse().ok().filter(|_| !token.is_empty());
+                Some(value.ok_or_else(|| PeerError::BadToken(path.clone()))?)
+            }
+        };
+        let tls = match &config.cluster.tls_ca_file {
+            None => None,
+            Some(ca) => {
+                let mut tls =
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("cluster.tls_ca_file", ca)?));
+                if let Some(own) = &config.broker.tls {
+                    let identity = Identity::from_pem(
+                        read("broker.tls.cert_file", &own.cert_file)?,
+                        read("broker.tls.key_file", &own.key_file)?,
+                    );
+                    tls = tls.identity(identity);
+                }
+                Some(tls)
+            }
+        };
+        Ok(PeerLinks { auth: PeerAuth { header }, tls })
+    }
+
+    /// A lazily connecting client of the member at `address`; `None` when the address is not usable.
+    pub fn client(&self, address: &str, ttl: Duration, max_message: usize) -> Option<PeerClient> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}")).ok()?;
+        if let Some(tls) = &self.tls {
+            endpoint = match endpoint.tls_config(tls.clone()) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(address, error = %e, "cannot set up TLS to a peer");
+                    return None;
+                }
+            };
+        }
+        let channel = endpoint
+            .connect_timeout(ttl / 2)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(ttl)
+            .connect_lazy();
+        Some(
+            BrokerClient::with_interceptor(channel, self.auth.clone())
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        )
+    }
+}
