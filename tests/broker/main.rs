@@ -21,6 +21,7 @@ mod raft3_catalog;
 mod raft3_faults;
 mod raft3_links;
 mod raft3_repair;
+mod raft3_routing;
 mod raft3_secured;
 mod restart;
 mod rpc_bounds;

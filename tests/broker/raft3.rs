@@ -276,10 +276,12 @@ async fn a_killed_leader_loses_no_acknowledged_record_and_its_producer_is_redire
         assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
     }
     for follower in next.replicas.iter().filter(|r| **r != next.leader_id) {
-        let line = format!(
-            "ferry_broker_replication_lag_records{{topic=\"{TOPIC}\",partition=\"0\",follower=\"{follower}\"}} 0"
-        );
-        assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
+        for unit in ["records", "bytes"] {
+            let line = format!(
+                "ferry_broker_replication_lag_{unit}{{topic=\"{TOPIC}\",partition=\"0\",follower=\"{follower}\"}} 0"
+            );
+            assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
+        }
     }
     assert!(text.contains("TOPIC   PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW   LEO  MAX LAG"), "{text}");
     cluster.stop_and_compare().await?;

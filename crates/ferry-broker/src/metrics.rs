@@ -10,6 +10,7 @@
 //! | `ferry_broker_partition_leader` | topic, partition | raft3: 1 when this broker leads it |
 //! | `ferry_broker_under_replicated_partitions` | | raft3 partitions led here with fewer in sync than replicas |
 //! | `ferry_broker_replication_lag_records` | topic, partition, follower | raft3, on the leader: offsets a follower is behind |
+//! | `ferry_broker_replication_lag_bytes` | topic, partition, follower | raft3, on the leader: bytes of log a follower is behind (to within one index interval) |
 //! | `ferry_broker_controller` | | 1 when this broker is the controller |
 //! | `ferry_broker_etcd_reachable` | | 1 when the last read of etcd succeeded |
 //! | `ferry_broker_events_total` | event | leader_change, leader_elected, isr_shrink, isr_expand, fenced, replica_repair |
@@ -85,6 +86,11 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
     let leads = family(&mut r, "ferry_broker_partition_leader", "raft3: 1 when this broker leads the partition");
     let lag =
         family(&mut r, "ferry_broker_replication_lag_records", "raft3, on the leader: offsets a follower is behind");
+    let lag_bytes = family(
+        &mut r,
+        "ferry_broker_replication_lag_bytes",
+        "raft3, on the leader: bytes of log a follower is behind (to within one index interval)",
+    );
     let snapshot = replication.map(Replication::snapshot);
     let mut under = 0;
     for topic in core.topics() {
@@ -109,6 +115,7 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
                     let mut labels = labels.clone();
                     labels.push(("follower", id.to_string()));
                     lag.get_or_create(&labels).set(as_i64(log_end.saturating_sub(f.leo)));
+                    lag_bytes.get_or_create(&labels).set(as_i64(p.log().bytes_from(f.leo)));
                 }
             }
         }

@@ -7,10 +7,15 @@
 //! - Idempotent calls are retried with backoff (up to `retry.max_attempts`); non-idempotent ones only when the
 //!   failure proves the request never left (no connection could be made).
 //! - The token travels only inside the interceptor, as a sensitive header value; it is never logged.
+//! - Partition leaders: a client remembers the newest leader each partition's NOT_LEADER hints (and the fetch
+//!   answers' leader hints, and Metadata) named, by leader epoch, never going back to an older one.
+//!   [`BrokerClient::for_partition`] gives the client of that leader: a client of that one address, made once and
+//!   shared, with this client's config and token. A transport failure or an unacknowledged write at such a
+//!   leader forgets the leaders learnt at its address, so the next call asks the listed brokers again.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferry_proto::broker_client;
@@ -20,6 +25,7 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use self::routing::Routing;
 use crate::config::ClientConfig;
 use crate::error::{ClientError, Result, config_err, deepest_cause, is_connect_failure, is_transport_status};
 
@@ -63,6 +69,8 @@ impl Interceptor for AuthInterceptor {
         Ok(request)
     }
 }
+
+mod routing;
 
 /// The metadata keys of a NOT_LEADER status (the broker's `error::LEADER_*_KEY`).
 const LEADER_ADDRESS_KEY: &str = "ferry-leader-address";
@@ -110,8 +118,11 @@ struct Inner {
     connecting: tokio::sync::Mutex<()>,
     next_index: AtomicUsize,
     generation: AtomicU64,
-    /// The newest leader epoch seen per "topic/partition" in NOT_LEADER hints; older hints are ignored.
-    leader_epochs: parking_lot::Mutex<std::collections::HashMap<String, u32>>,
+    /// The partition leaders learnt by this client and the clients of their addresses; a leader's client refers
+    /// to it weakly, so dropping the client that made it drops them all.
+    routing: Weak<Routing>,
+    /// Held by the client that made the routing (the one built from the listed brokers).
+    _routing: Option<Arc<Routing>>,
 }
 
 /// A connection to one of the configured brokers, shared by its clones. See the module docs for the failover and
@@ -133,6 +144,11 @@ impl std::fmt::Debug for BrokerClient {
 impl BrokerClient {
     /// Validates `config` and prepares the endpoints without connecting; the first call connects.
     pub fn new(config: ClientConfig) -> Result<Self> {
+        let routing = Arc::new(Routing::default());
+        Self::with_routing(config, Arc::downgrade(&routing), Some(routing))
+    }
+
+    fn with_routing(config: ClientConfig, routing: Weak<Routing>, owner: Option<Arc<Routing>>) -> Result<Self> {
         config.validate()?;
         let auth = AuthInterceptor::new(config.token.as_deref())?;
         let endpoints = config.brokers.iter().map(|addr| build_endpoint(&config, addr)).collect::<Result<_>>()?;
@@ -145,7 +161,8 @@ impl BrokerClient {
                 connecting: tokio::sync::Mutex::new(()),
                 next_index: AtomicUsize::new(0),
                 generation: AtomicU64::new(0),
-                leader_epochs: parking_lot::Mutex::new(std::collections::HashMap::new()),
+                routing,
+                _routing: owner,
             }),
         })
     }
@@ -281,7 +298,10 @@ impl BrokerClient {
     {
         let conn = match self.connection().await {
             Ok(c) => c,
-            Err(error) => return Err(Failure { error, never_sent: true, redirected: false }),
+            Err(error) => {
+                self.forget_leaders_here();
+                return Err(Failure { error, never_sent: true, redirected: false });
+            }
         };
         let broker = &self.inner.config.brokers[conn.index];
         match tokio::time::timeout(timeout, f(&conn)).await {
@@ -295,6 +315,7 @@ impl BrokerClient {
                     status.metadata().get(crate::error::REASON_KEY).is_some_and(|r| r == "not_acknowledged");
                 if transport || unacknowledged {
                     self.invalidate(conn.generation);
+                    self.forget_leaders_here();
                 }
                 let redirected = self.follow_leader_hint(&status);
                 Err(Failure { error: ClientError::from_status(&status, broker), never_sent, redirected })
@@ -311,8 +332,34 @@ impl BrokerClient {
     }
 
     /// A unary call with the retry rule of `retry`; `f` gets the connection, as in [`Self::attempt`].
-    pub(crate) async fn call<T, F, Fut>(
+    pub(crate) async fn call<T, F, Fut>(&self, rpc: &'static str, retry: Retry, timeout: Duration, f: F) -> Result<T>
+    where
+        F: FnMut(&Conn) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_at(None, rpc, retry, timeout, f).await
+    }
+
+    /// [`Self::call`] about one partition: every attempt goes to its leader as last learnt
+    /// ([`Self::for_partition`]), so a NOT_LEADER answer sends the next attempt to the leader it names.
+    pub(crate) async fn call_partition<T, F, Fut>(
         &self,
+        topic: &str,
+        partition: u32,
+        rpc: &'static str,
+        retry: Retry,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnMut(&Conn) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_at(Some((topic, partition)), rpc, retry, self.request_timeout(), f).await
+    }
+
+    async fn call_at<T, F, Fut>(
+        &self,
+        route: Option<(&str, u32)>,
         rpc: &'static str,
         retry: Retry,
         timeout: Duration,
@@ -325,7 +372,8 @@ impl BrokerClient {
         let policy = self.inner.config.retry;
         let mut attempt = 0u32;
         loop {
-            match self.attempt(rpc, timeout, &mut f).await {
+            let at = route.map_or_else(|| self.clone(), |(t, p)| self.for_partition(t, p));
+            match at.attempt(rpc, timeout, &mut f).await {
                 Ok(v) => return Ok(v),
                 Err(Failure { error, never_sent, redirected }) => {
                     attempt += 1;
@@ -349,42 +397,6 @@ impl BrokerClient {
                 }
             }
         }
-    }
-
-    /// Follows a NOT_LEADER answer's leader hint: when it names one of the configured brokers and its leader
-    /// epoch is not older than the newest this client saw for that partition, the next connection goes there.
-    /// Returns whether it does.
-    fn follow_leader_hint(&self, status: &tonic::Status) -> bool {
-        let md = status.metadata();
-        let text = |key: &str| md.get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        if text(crate::error::REASON_KEY).as_deref() != Some("not_leader") {
-            return false;
-        }
-        let (Some(address), Some(epoch), Some(partition)) = (
-            text(LEADER_ADDRESS_KEY),
-            text(LEADER_EPOCH_KEY).and_then(|e| e.parse::<u32>().ok()),
-            text(LEADER_PARTITION_KEY),
-        ) else {
-            return false;
-        };
-        let Some(index) = self.inner.config.brokers.iter().position(|b| *b == address) else { return false };
-        {
-            let mut seen = self.inner.leader_epochs.lock();
-            let newest = seen.entry(partition).or_insert(epoch);
-            if epoch < *newest {
-                return false;
-            }
-            *newest = epoch;
-        }
-        let mut current = self.inner.current.lock();
-        if current.as_ref().is_some_and(|c| c.index == index) {
-            // Already there: the hint is about this very broker (it just took over); retry as it is.
-            return true;
-        }
-        self.inner.next_index.store(index, Ordering::Relaxed);
-        *current = None;
-        tracing::debug!(broker = %address, leader_epoch = epoch, "following the leader hint");
-        true
     }
 
     /// The unary timeout of this client.
@@ -473,58 +485,4 @@ fn read_pem(field: &'static str, path: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn interceptor_sends_a_sensitive_bearer_header() {
-        let mut interceptor = AuthInterceptor::new(Some("tok-123")).unwrap();
-        let request = interceptor.call(tonic::Request::new(())).unwrap();
-        let value = request.metadata().get("authorization").unwrap();
-        assert_eq!(value.to_str().unwrap(), "Bearer tok-123");
-        assert!(value.is_sensitive());
-        assert!(!format!("{interceptor:?}").contains("tok-123"));
-        let mut none = AuthInterceptor::new(None).unwrap();
-        assert!(none.call(tonic::Request::new(())).unwrap().metadata().get("authorization").is_none());
-    }
-
-    #[test]
-    fn missing_tls_files_are_named() {
-        let config = ClientConfig::default()
-            .with_tls(crate::TlsOptions { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() });
-        match BrokerClient::new(config) {
-            Err(ClientError::Config { field: "tls.ca_file", message }) => {
-                assert!(message.contains("/nonexistent/ca.pem"), "{message}")
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn unreachable_brokers_are_tried_in_order_and_named() {
-        // Two ports that nothing listens on: bind, note the port, close.
-        let ports: Vec<u16> =
-            (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
-        let brokers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let client = BrokerClient::new(ClientConfig::new(brokers.clone())).unwrap();
-        match client.connection().await {
-            Err(ClientError::Unreachable { brokers: listed, .. }) => assert_eq!(listed, brokers.join(", ")),
-            Err(other) => panic!("unexpected {other:?}"),
-            Ok(_) => panic!("connected to a closed port"),
-        }
-        // The next round starts after the first address.
-        assert_eq!(client.address(), brokers[1]);
-    }
-
-    #[tokio::test]
-    async fn a_call_to_a_dead_broker_fails_with_transport_after_retries() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut config = ClientConfig::new([format!("127.0.0.1:{port}")]);
-        config.retry.initial_backoff = Duration::from_millis(1);
-        config.retry.max_backoff = Duration::from_millis(2);
-        let client = BrokerClient::new(config).unwrap();
-        let err = client.metadata().await.unwrap_err();
-        assert!(err.is_transport(), "{err:?}");
-        assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
-    }
-}
+mod tests;

@@ -26,6 +26,19 @@ macro_rules! unary {
             .await
         }
     };
+    ($(#[$doc:meta])* $method:ident, $rpc:literal, $req:ty, $resp:ty, $retry:expr, at_leader) => {
+        $(#[$doc])*
+        /// Sent to the partition's leader as last learnt (see [`BrokerClient::for_partition`]).
+        pub async fn $method(&self, request: $req) -> Result<$resp> {
+            let retry: fn(&$req) -> Retry = $retry;
+            let retry = retry(&request);
+            self.call_partition(&request.topic, request.partition, $rpc, retry, |conn| {
+                let (mut c, request) = (conn.raw(), request.clone());
+                async move { c.$method(request).await }
+            })
+            .await
+        }
+    };
 }
 
 const fn idempotent<T>(_: &T) -> Retry {
@@ -48,11 +61,17 @@ impl BrokerClient {
 
     /// Metadata with the placement of `topics`' replicated partitions (leader, leader epoch, replicas, ISR).
     pub async fn metadata_for(&self, topics: Vec<String>) -> Result<pb::MetadataResponse> {
-        self.call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
-            let (mut c, topics) = (conn.raw(), topics.clone());
-            async move { c.metadata(pb::MetadataRequest { topics }).await }
-        })
-        .await
+        let response = self
+            .call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
+                let (mut c, topics) = (conn.raw(), topics.clone());
+                async move { c.metadata(pb::MetadataRequest { topics }).await }
+            })
+            .await?;
+        // The leaders it names are where this client's calls about those partitions go.
+        for p in response.partitions.iter().filter(|p| p.leader_id != 0) {
+            self.learn_leader(&p.topic, p.partition, p.leader_epoch, &p.leader_address);
+        }
+        Ok(response)
     }
 
     unary!(
@@ -91,7 +110,7 @@ impl BrokerClient {
     unary!(
         /// Appends batches that carry offsets (mirror topics); safe to repeat: present batches are recognised.
         append_with_offsets, "AppendWithOffsets", pb::AppendWithOffsetsRequest, pb::AppendWithOffsetsResponse,
-        idempotent);
+        idempotent, at_leader);
 
     /// Appends batches that carry offsets, sent again only when the request provably never reached a broker: for
     /// a caller that retries by itself and must know when an attempt's outcome was unknown (the mirror then counts
@@ -100,7 +119,7 @@ impl BrokerClient {
         &self,
         request: pb::AppendWithOffsetsRequest,
     ) -> Result<pb::AppendWithOffsetsResponse> {
-        self.call("AppendWithOffsets", Retry::Once, self.request_timeout(), |conn| {
+        self.call_partition(&request.topic, request.partition, "AppendWithOffsets", Retry::Once, |conn| {
             let (mut c, request) = (conn.raw(), request.clone());
             async move { c.append_with_offsets(request).await }
         })
@@ -113,7 +132,7 @@ impl BrokerClient {
         &self,
         request: AppendWithOffsetsParts,
     ) -> Result<pb::AppendWithOffsetsResponse> {
-        self.call("AppendWithOffsets", Retry::Once, self.request_timeout(), |conn| {
+        self.call_partition(&request.topic, request.partition, "AppendWithOffsets", Retry::Once, |conn| {
             let mut grpc = self.grpc(conn);
             let request = request.clone();
             async move {
@@ -128,11 +147,11 @@ impl BrokerClient {
 
     unary!(
         /// The first offset after an epoch.
-        epoch_end, "EpochEnd", pb::EpochEndRequest, pb::EpochEndResponse, idempotent);
+        epoch_end, "EpochEnd", pb::EpochEndRequest, pb::EpochEndResponse, idempotent, at_leader);
     unary!(
         /// Truncates a mirror partition at or below an offset.
         truncate_partition, "TruncatePartition", pb::TruncatePartitionRequest, pb::TruncatePartitionResponse,
-        idempotent);
+        idempotent, at_leader);
     unary!(
         /// Offsets by earliest, latest or timestamp.
         list_offsets, "ListOffsets", pb::ListOffsetsRequest, pb::ListOffsetsResponse, idempotent);

@@ -259,6 +259,17 @@ impl Log {
         self.core.state.read().segments.iter().map(|s| s.base).collect()
     }
 
+    /// The bytes the log holds from `offset` to its end: how far a reader at `offset` is behind, in bytes. Exact
+    /// to within one index interval (`index_interval_bytes`): the count starts at the index entry at or below
+    /// `offset`. 0 at or past the log end.
+    pub fn bytes_from(&self, offset: u64) -> u64 {
+        let st = self.core.state.read();
+        let idx = st.segments.partition_point(|s| s.next_offset <= offset);
+        let Some(first) = st.segments.get(idx) else { return 0 };
+        let within = first.size.saturating_sub(first.scan_start(offset));
+        within + st.segments[idx + 1..].iter().map(|s| s.size).sum::<u64>()
+    }
+
     /// A snapshot of the log's shape. `size_bytes` counts the `.log` files (what retention measures).
     pub fn stats(&self) -> LogStats {
         let st = self.core.state.read();

@@ -550,3 +550,25 @@ fn sync_policy_keeps_sealed_segments_durable_at_once() {
     let log = Log::open(dir.path(), config).unwrap();
     assert_eq!((read_all(&log), log.epoch(), log.segment_base_offsets()), (expected, 1, bases));
 }
+
+#[test]
+fn bytes_from_counts_the_log_from_a_batch_to_the_end_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every batch indexed: the count is exact at batch boundaries.
+    let config = LogConfig { segment_bytes: 1000, index_interval_bytes: 1, ..small_config() };
+    let log = Log::open(dir.path(), config).unwrap();
+    let mut batches = Vec::new();
+    for i in 0..30u64 {
+        let b = producer_batch(1 + i % 3, i as i64, &format!("b{i}"));
+        let info = log.append(&b).unwrap();
+        batches.push((info.base_offset, b.len() as u64));
+    }
+    assert!(log.segment_base_offsets().len() > 2, "the batches span several segments");
+    for (k, (base, _)) in batches.iter().enumerate() {
+        let behind: u64 = batches[k..].iter().map(|(_, len)| len).sum();
+        assert_eq!(log.bytes_from(*base), behind, "from offset {base}");
+    }
+    assert_eq!(log.bytes_from(log.log_end_offset()), 0);
+    assert_eq!(log.bytes_from(log.log_end_offset() + 10), 0);
+    assert_eq!(log.bytes_from(0), log.stats().size_bytes);
+}

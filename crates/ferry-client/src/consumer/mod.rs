@@ -8,16 +8,25 @@
 //! Fetched records wait in an internal buffer until `poll` or `stream` hands them out, so a dropped stream or a
 //! caller that stops early never commits records it did not receive. A partition answering OFFSET_OUT_OF_RANGE
 //! is reset per `auto_offset_reset` with a warning; any other partition error is returned by `poll`.
+//!
+//! Fetches go to each partition's leader (see [`BrokerClient::for_partition`]): one fetch in flight per leader,
+//! each long-polling on its own, and `poll` takes whichever answers first, leaving the others in flight for the
+//! next round. An answer is used only for partitions whose position is still the one it asked for (a seek or a
+//! new assignment meanwhile makes it stale). A partition answering NOT_LEADER is fetched from the leader its
+//! answer names at the next round, with no error.
 
 mod config;
 mod decode;
 mod group;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use ferry_proto as pb;
-use futures::Stream;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::time::Instant;
 
 pub use self::config::{ConsumerConfig, ConsumerRecord, OffsetReset, StartAt};
@@ -41,6 +50,23 @@ impl PartitionState {
     }
 }
 
+/// A fetch at one leader: the client it went to, the positions it asked for, and its answer.
+type Fetched = (BrokerClient, BTreeMap<Key, u64>, Result<pb::FetchResponse>);
+
+/// The fetches in flight, one per leader at most.
+#[derive(Default)]
+struct InFlight {
+    fetches: FuturesUnordered<Pin<Box<dyn Future<Output = Fetched> + Send>>>,
+    /// Partitions with a fetch in flight.
+    asked: BTreeSet<Key>,
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlight").field("fetches", &self.fetches.len()).field("asked", &self.asked).finish()
+    }
+}
+
 /// Reads records from a Ferry cluster. Not `Clone`: one consumer, one set of positions.
 #[derive(Debug)]
 pub struct Consumer {
@@ -56,6 +82,7 @@ pub struct Consumer {
     /// Most decompressed bytes one batch may inflate to: the broker's decode limit, learnt from its Metadata on
     /// the first fetch.
     decode_limit: Option<usize>,
+    in_flight: InFlight,
 }
 
 impl Consumer {
@@ -73,6 +100,7 @@ impl Consumer {
             last_commit: Instant::now(),
             closed: false,
             decode_limit: None,
+            in_flight: InFlight::default(),
         })
     }
 
@@ -285,29 +313,95 @@ impl Consumer {
 
     async fn fetch(&mut self, max_wait: Duration) -> Result<()> {
         let decode_limit = self.decode_limit().await?;
-        let request = pb::FetchRequest {
-            partitions: self
-                .partitions
-                .iter()
-                .filter_map(|((topic, partition), s)| {
-                    s.fetch.map(|offset| pb::PartitionFetch {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        offset,
-                        max_bytes: self.config.partition_max_bytes,
-                    })
-                })
-                .collect(),
-            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
-            max_bytes: self.config.fetch_max_bytes,
-        };
-        let response = self.client.fetch(request).await?;
+        // One fetch per leader for the partitions that have none in flight.
+        let mut groups: BTreeMap<String, (BrokerClient, Vec<pb::PartitionFetch>)> = BTreeMap::new();
+        for ((topic, partition), s) in &self.partitions {
+            let Some(offset) = s.fetch else { continue };
+            if self.in_flight.asked.contains(&(topic.clone(), *partition)) {
+                continue;
+            }
+            let client = self.client.for_partition(topic, *partition);
+            let fetch = pb::PartitionFetch {
+                topic: topic.clone(),
+                partition: *partition,
+                offset,
+                max_bytes: self.config.partition_max_bytes,
+            };
+            groups.entry(client.address()).or_insert_with(|| (client, Vec::new())).1.push(fetch);
+        }
+        let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
+        for (_, (client, partitions)) in groups {
+            let asked: BTreeMap<Key, u64> =
+                partitions.iter().map(|p| ((p.topic.clone(), p.partition), p.offset)).collect();
+            self.in_flight.asked.extend(asked.keys().cloned());
+            let request = pb::FetchRequest { partitions, max_wait_ms, max_bytes: self.config.fetch_max_bytes };
+            self.in_flight.fetches.push(Box::pin(async move {
+                let response = client.fetch(request).await;
+                (client, asked, response)
+            }));
+        }
+        // The first answer, and every other one that is in already.
+        let Some(first) = self.in_flight.fetches.next().await else { return Ok(()) };
+        let mut answers = vec![first];
+        while let Some(Some(more)) = self.in_flight.fetches.next().now_or_never() {
+            answers.push(more);
+        }
         let mut first_error = None;
+        for (client, asked, response) in answers {
+            for key in asked.keys() {
+                self.in_flight.asked.remove(key);
+            }
+            match response {
+                Ok(response) => self.take(&client, &asked, response, decode_limit, &mut first_error),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            if self.buffer.is_empty() {
+                return Err(e);
+            }
+            self.pending_error = Some(e);
+        }
+        Ok(())
+    }
+
+    /// Takes one fetch answer into the buffer: the data of partitions still at the position it asked for.
+    fn take(
+        &mut self,
+        client: &BrokerClient,
+        asked: &BTreeMap<Key, u64>,
+        response: pb::FetchResponse,
+        decode_limit: usize,
+        first_error: &mut Option<ClientError>,
+    ) {
         for data in response.partitions {
             let key = (data.topic.clone(), data.partition);
             let Some(state) = self.partitions.get_mut(&key) else { continue };
             let Some(position) = state.fetch else { continue };
+            if asked.get(&key) != Some(&position) {
+                // Sought, reset or reassigned while the fetch was in flight.
+                continue;
+            }
             let code = pb::ErrorCode::try_from(data.error).unwrap_or(pb::ErrorCode::StorageError);
+            if code == pb::ErrorCode::NotLeader {
+                match &data.leader {
+                    Some(hint) => {
+                        client.learn_leader(&data.topic, data.partition, hint.leader_epoch, &hint.leader_address);
+                        tracing::debug!(topic = %data.topic, partition = data.partition, leader = %hint.leader_address, "fetching from the leader named");
+                    }
+                    None => {
+                        first_error.get_or_insert(ClientError::Partition {
+                            topic: data.topic,
+                            partition: data.partition,
+                            code,
+                            message: data.message,
+                        });
+                    }
+                }
+                continue;
+            }
             if code == pb::ErrorCode::OffsetOutOfRange {
                 tracing::warn!(
                     topic = %data.topic,
@@ -345,13 +439,6 @@ impl Consumer {
                 first_error.get_or_insert(e);
             }
         }
-        if let Some(e) = first_error {
-            if self.buffer.is_empty() {
-                return Err(e);
-            }
-            self.pending_error = Some(e);
-        }
-        Ok(())
     }
 
     /// Applies a new group generation: commit what was consumed, then switch to the new assignment.

@@ -225,7 +225,8 @@ async fn send(shared: &Shared, queue: &PartitionQueue, bytes: Bytes) -> Attempt 
         let mut c = conn.raw();
         async move { c.produce(request).await }
     };
-    shared.client.attempt("Produce", timeout, produce).await
+    // At the partition's leader as last learnt: a NOT_LEADER answer names the next one.
+    shared.client.for_partition(&queue.topic, queue.partition).attempt("Produce", timeout, produce).await
 }
 
 /// The first attempt of an encoded batch, in flight beside the others of the window.

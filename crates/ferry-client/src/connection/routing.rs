@@ -1,0 +1,113 @@
+//! Which broker leads each partition, as a client learnt it, and the clients of those leaders (see the
+//! connection module's docs, "Partition leaders").
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{BrokerClient, LEADER_ADDRESS_KEY, LEADER_EPOCH_KEY, LEADER_PARTITION_KEY};
+use crate::config::ClientConfig;
+
+/// The newest known leader of each partition, and the clients of the leaders' addresses.
+#[derive(Default)]
+pub(super) struct Routing {
+    /// (topic, partition) -> (leader epoch, leader address).
+    leaders: parking_lot::Mutex<HashMap<(String, u32), (u32, String)>>,
+    /// Clients of one leader address each.
+    direct: parking_lot::Mutex<HashMap<String, BrokerClient>>,
+}
+
+impl BrokerClient {
+    /// The client of `topic`/`partition`'s leader, as this client last learnt it; this client when it knows none
+    /// (its brokers answer NOT_LEADER with the leader, which it then learns).
+    pub fn for_partition(&self, topic: &str, partition: u32) -> BrokerClient {
+        let Some(routing) = self.inner.routing.upgrade() else { return self.clone() };
+        let Some(address) = routing.leaders.lock().get(&(topic.to_owned(), partition)).map(|(_, a)| a.clone()) else {
+            return self.clone();
+        };
+        if self.inner.config.brokers.len() == 1 && self.inner.config.brokers[0] == address {
+            return self.clone();
+        }
+        let mut direct = routing.direct.lock();
+        if let Some(c) = direct.get(&address) {
+            return c.clone();
+        }
+        let config = ClientConfig { brokers: vec![address.clone()], ..self.inner.config.clone() };
+        match BrokerClient::with_routing(config, Arc::downgrade(&routing), None) {
+            Ok(c) => {
+                direct.insert(address, c.clone());
+                c
+            }
+            Err(e) => {
+                tracing::debug!(%address, error = %e, "cannot dial a leader the cluster named; using the listed brokers");
+                self.clone()
+            }
+        }
+    }
+
+    /// Learns that `address` leads `topic`/`partition` at `epoch`, unless a newer epoch is known already. Returns
+    /// whether it did.
+    pub fn learn_leader(&self, topic: &str, partition: u32, epoch: u32, address: &str) -> bool {
+        let Some(routing) = self.inner.routing.upgrade() else { return false };
+        if address.is_empty() {
+            return false;
+        }
+        let mut leaders = routing.leaders.lock();
+        let known = leaders.entry((topic.to_owned(), partition)).or_insert_with(|| (epoch, address.to_owned()));
+        if epoch < known.0 {
+            return false;
+        }
+        *known = (epoch, address.to_owned());
+        true
+    }
+
+    /// Forgets the leaders learnt at this client's address, when it is a leader's client: after a failure there,
+    /// the listed brokers are asked again.
+    pub(super) fn forget_leaders_here(&self) {
+        let (Some(routing), [address]) = (self.inner.routing.upgrade(), self.inner.config.brokers.as_slice()) else {
+            return;
+        };
+        if self.inner._routing.is_some() {
+            return;
+        }
+        routing.leaders.lock().retain(|_, (_, a)| a != address);
+    }
+
+    /// Follows a NOT_LEADER answer's leader hint: when it names one of the configured brokers and its leader
+    /// epoch is not older than the newest this client saw for that partition, the next connection goes there.
+    /// Returns whether it does.
+    pub(super) fn follow_leader_hint(&self, status: &tonic::Status) -> bool {
+        let md = status.metadata();
+        let text = |key: &str| md.get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if text(crate::error::REASON_KEY).as_deref() != Some("not_leader") {
+            return false;
+        }
+        let (Some(address), Some(epoch), Some(partition)) = (
+            text(LEADER_ADDRESS_KEY),
+            text(LEADER_EPOCH_KEY).and_then(|e| e.parse::<u32>().ok()),
+            text(LEADER_PARTITION_KEY),
+        ) else {
+            return false;
+        };
+        let Some((topic, index)) = partition.rsplit_once('/').and_then(|(t, p)| Some((t, p.parse::<u32>().ok()?)))
+        else {
+            return false;
+        };
+        if !self.learn_leader(topic, index, epoch, &address) {
+            return false;
+        }
+        let Some(index) = self.inner.config.brokers.iter().position(|b| *b == address) else {
+            // Not a listed broker: `for_partition` dials it for the next attempt.
+            return true;
+        };
+        let mut current = self.inner.current.lock();
+        if current.as_ref().is_some_and(|c| c.index == index) {
+            // Already there: the hint is about this very broker (it just took over); retry as it is.
+            return true;
+        }
+        self.inner.next_index.store(index, Ordering::Relaxed);
+        *current = None;
+        tracing::debug!(broker = %address, leader_epoch = epoch, "following the leader hint");
+        true
+    }
+}
