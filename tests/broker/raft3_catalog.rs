@@ -67,10 +67,14 @@ fn segments(data_dir: &Path, p: u32) -> BTreeMap<String, Vec<u8>> {
 
 /// Waits until every member's segment files of partition `p` are byte-identical and hold data.
 async fn wait_replicas_identical(cluster: &Cluster, p: u32) {
-    wait_until("every replica's segments to be identical", deadline(&[LEASE_TTL, LEASE_TTL]), async || {
-        let all: Vec<_> = cluster.brokers.iter().map(|b| segments(b.data_dir(), p)).collect();
-        all[0].values().any(|b| !b.is_empty()) && all.iter().all(|s| *s == all[0])
-    })
+    wait_until(
+        &format!("every replica's segments of partition {p} to be identical"),
+        deadline(&[LEASE_TTL, LEASE_TTL]),
+        async || {
+            let all: Vec<_> = cluster.brokers.iter().map(|b| segments(b.data_dir(), p)).collect();
+            all[0].values().any(|b| !b.is_empty()) && all.iter().all(|s| *s == all[0])
+        },
+    )
     .await
     .expect("replicas converge");
 }
@@ -88,6 +92,26 @@ async fn wait_every_member(cluster: &Cluster, what: &str, check: impl Fn(&ferry_
     })
     .await
     .expect("every member follows the catalog");
+}
+
+/// Waits until every member describes partition `p` as `check` wants (each its own replica).
+async fn wait_every_member_partition(
+    cluster: &Cluster,
+    p: u32,
+    what: &str,
+    check: impl Fn(&ferry_client::proto::PartitionInfo) -> bool,
+) {
+    wait_until(what, deadline(&[LEASE_TTL, LEASE_TTL]), async || {
+        for id in 1..=3 {
+            let d = Admin::new(cluster.client_of(id)).describe_topic(TOPIC).await?;
+            if !d.partitions.iter().any(|x| x.partition == p && check(x)) {
+                return anyhow::Ok(false);
+            }
+        }
+        anyhow::Ok(true)
+    })
+    .await
+    .expect("every replica holds the same partition");
 }
 
 /// Partition `p`'s placement once it has a leader and three in sync, as broker 1 reads it from etcd.
@@ -161,6 +185,25 @@ async fn a_raft3_mirror_topic_changes_shape_through_the_catalog_and_every_replic
         &read_partition(&cluster.client_of(first.leader_id), TOPIC, 0).await,
     );
     wait_replicas_identical(&cluster, 0).await;
+
+    // Source retention left a gap: partition 1 holds 0..3, then the source's log starts at 100. The leader
+    // records the gap, and every follower copies the gap record with the data.
+    let (b_before, r_before) = batch(0, 3, 0, "before-gap");
+    let (b_gap, r_gap) = batch(100, 2, 0, "after-gap");
+    for (b, start, leo) in [(b_before, 0, 3), (b_gap, 100, 102)] {
+        let a = mirror.append_with_offsets(TOPIC, 1, SOURCE_TOPIC_ID, start, b).await?;
+        assert_eq!((ErrorCode::try_from(a.error)?, a.log_end_offset), (ErrorCode::None, leo), "{}", a.message);
+    }
+    let gap_leader = wait_placement(&cluster, 1).await?.leader_id;
+    let got: Vec<Rec> = read_partition(&cluster.client_of(gap_leader), TOPIC, 1).await;
+    let want: Vec<Rec> = r_before.into_iter().chain(r_gap).map(|r| Rec { partition: 1, ..r }).collect();
+    assert_same_records("around the gap", &want, &got);
+    wait_replicas_identical(&cluster, 1).await;
+    wait_every_member_partition(&cluster, 1, "every replica to hold the gap between 3 and 100", |p| {
+        let gaps: Vec<(u64, u64)> = p.gaps.iter().map(|g| (g.start, g.end)).collect();
+        (p.log_start_offset, p.log_end_offset, gaps) == (0, 102, vec![(3, 100)])
+    })
+    .await;
 
     // Config through broker 3, growth through broker 1: every member follows.
     let altered =

@@ -1,7 +1,9 @@
 //! A follower's fetcher: first it truncates to the end of the last leader epoch it shares with its leader
 //! (KIP-101, KIP-279), then it fetches from its log end, writes the leader's epoch boundaries durably before the
 //! batches they describe, appends the batches with their offsets (the gap record and the log start come along),
-//! and takes the leader's high watermark. It runs until the replica's role changes.
+//! and takes the leader's high watermark. It runs until the replica's role changes. A gap in the leader's log (left
+//! by a mirror topic's source retention) reaches the follower as a first batch above its log end; it copies it as
+//! the same gap.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -244,7 +246,15 @@ async fn fetch_once(
             .map_err(|e| Step::Failed(e.to_string()))?;
     }
     if !answer.batches.is_empty() || answer.log_start_offset > leo {
-        if let Err(e) = part.append_with_offsets(answer.batches, answer.log_start_offset).await {
+        // A first batch above this replica's log end, answered to a fetch at that end, follows a gap in the
+        // leader's log (mirrored retention): it is copied as a gap from here to that batch, as the leader has it.
+        let first_base =
+            ferry_batch::BatchIter::new(&answer.batches).next().and_then(|b| b.ok()).map(|(h, _)| h.base_offset);
+        let start = match first_base {
+            Some(base) if base > leo => answer.log_start_offset.max(base),
+            _ => answer.log_start_offset,
+        };
+        if let Err(e) = part.append_with_offsets(answer.batches, start).await {
             return Err(Step::Reconcile(e.to_string()));
         }
     }
