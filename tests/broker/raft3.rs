@@ -254,6 +254,11 @@ async fn a_killed_leader_loses_no_acknowledged_record_and_its_producer_is_redire
     assert_eq!(p["leader"].as_u64(), Some(u64::from(next.leader_id)), "{status}");
     assert_eq!(p["leader_epoch"].as_u64(), Some(u64::from(next.leader_epoch)), "{status}");
     assert_eq!(p["isr"].as_array().unwrap().len(), 3, "{status}");
+    assert_eq!(
+        (&p["replication"], &p["under_replicated"], &p["at_risk"], &p["target_replicas"], &json["draining"]),
+        (&"raft3".into(), &false.into(), &false.into(), &serde_json::json!([]), &serde_json::json!([])),
+        "{status}"
+    );
     assert_eq!((p["high_watermark"].as_u64(), p["log_end_offset"].as_u64()), (Some(400), Some(400)), "{status}");
     let followers = p["followers"].as_array().unwrap();
     assert_eq!(followers.len(), 2, "{status}");
@@ -283,7 +288,9 @@ async fn a_killed_leader_loses_no_acknowledged_record_and_its_producer_is_redire
             assert!(metrics.lines().any(|l| l == line), "no line {line:?} in the metrics:\n{metrics}");
         }
     }
-    assert!(text.contains("TOPIC   PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW   LEO  MAX LAG"), "{text}");
+    assert!(text.contains("TOPIC   PARTITION  LEADER  EPOCH  REPLICAS  ISR    HW   LEO  MAX LAG  STATE"), "{text}");
+    assert!(text.contains("Partitions:  0 under-replicated, 0 at risk"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with(TOPIC) && l.trim_end().ends_with("  ok")), "{text}");
     cluster.stop_and_compare().await?;
     Ok(())
 }

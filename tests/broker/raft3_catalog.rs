@@ -135,7 +135,7 @@ async fn a_raft3_mirror_topic_changes_shape_through_the_catalog_and_every_replic
     let cluster = Cluster::start().await?;
     let admin = |id: u32| Admin::new(cluster.client_of(id));
     let config = TopicConfig { retention_ms: Some(86_400_000), segment_bytes: Some(1 << 20), ..Default::default() };
-    let created = admin(2).create_topic_kept(TOPIC, 2, Some(config), Some(source()), "raft3").await?;
+    let created = admin(2).create_topic_kept(TOPIC, 2, Some(config), Some(source()), "raft3", false).await?;
     assert_eq!((created.partitions, created.replication.as_str()), (2, "raft3"));
     assert_eq!(created.mirror.as_ref().map(|m| m.source_topic_id.as_str()), Some(SOURCE_TOPIC_ID));
     let topic_id = created.topic_id.clone();

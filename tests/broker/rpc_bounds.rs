@@ -111,7 +111,7 @@ macro_rules! refused {
 }
 
 fn create(name: &str, partitions: u32) -> pb::CreateTopicRequest {
-    pb::CreateTopicRequest { name: name.into(), partitions, config: None, mirror: None, replication: String::new() }
+    pb::CreateTopicRequest { name: name.into(), partitions, config: None, mirror: None, ..Default::default() }
 }
 fn create_with(name: &str, edit: fn(&mut pb::TopicConfig)) -> pb::CreateTopicRequest {
     pb::CreateTopicRequest { config: Some(cfg(edit)), ..create(name, 1) }

@@ -8,6 +8,7 @@
 //! | `/ferry/partitions/{name}/{p}` | [`PartitionState`] (JSON) |
 //! | `/ferry/controller` | the controller's broker id, under the controller's lease |
 //! | `/ferry/deleted/{topic_id}` | the name of a deleted topic: every member deletes its replicas of that id |
+//! | `/ferry/drain/{id}` | present while broker `id` is being drained |
 
 use std::collections::BTreeMap;
 
@@ -20,11 +21,6 @@ use crate::topic::{MirrorMark, TopicMeta, TopicSettings};
 pub const ROOT: &str = "/ferry";
 
 pub use crate::topic::Replication;
-
-/// Replicas of a raft3 partition.
-pub const RAFT3_REPLICAS: usize = 3;
-/// The smallest in-sync set a raft3 write is acknowledged with.
-pub const MIN_INSYNC: usize = 2;
 
 /// A replicated topic, as the catalog holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +42,9 @@ pub struct TopicRecord {
     /// When the topic was promoted from a mirror topic, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_ms: Option<i64>,
+    /// double_write: writes go on with one replica while a lost one is replaced (the risk phase).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub risk_phase: bool,
 }
 
 impl TopicRecord {
@@ -60,6 +59,7 @@ impl TopicRecord {
             mirror: self.mirror.clone(),
             promoted_ms: self.promoted_ms,
             replication: self.replication,
+            risk_phase: self.risk_phase,
         }
     }
 }
@@ -75,6 +75,14 @@ pub struct PartitionState {
     pub leader_epoch: u32,
     /// The in-sync set: the replicas that hold every acknowledged record. The leader is one of them.
     pub isr: Vec<u32>,
+    /// While the partition moves to other brokers (a drain, or a lost double_write replica being replaced): the
+    /// replicas it moves to. The controller adds them, waits until they are in sync, moves the leadership when the
+    /// leader is not among them, then drops the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Vec<u32>>,
+    /// The leader epoch of the last unclean election: its leader starts a new partition epoch before it writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unclean_epoch: Option<u32>,
 }
 
 /// A partition state with the etcd revision it was read at, for a compare-and-swap.
@@ -101,6 +109,11 @@ pub fn controller_key() -> String {
     format!("{ROOT}/controller")
 }
 
+/// The key marking broker `id` as being drained.
+pub fn drain_key(id: u32) -> String {
+    format!("{ROOT}/drain/{id}")
+}
+
 /// The tombstone key of the deleted topic of id `topic_id`.
 pub fn tombstone_key(topic_id: &str) -> String {
     format!("{ROOT}/deleted/{topic_id}")
@@ -117,6 +130,8 @@ pub struct Snapshot {
     pub topic_revisions: BTreeMap<String, i64>,
     /// Ids of deleted topics (their tombstones).
     pub deleted: std::collections::BTreeSet<String>,
+    /// Brokers being drained.
+    pub draining: std::collections::BTreeSet<u32>,
     /// Partition states by (topic, partition).
     pub partitions: BTreeMap<(String, u32), Versioned>,
     /// The controller's broker id, 0 when none.
@@ -124,9 +139,10 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// How many replicas each live broker holds.
-    fn replica_counts(&self) -> BTreeMap<u32, usize> {
-        let mut counts: BTreeMap<u32, usize> = self.brokers.keys().map(|&id| (id, 0)).collect();
+    /// How many replicas each live broker that is not being drained holds (the brokers that may take more).
+    pub fn replica_counts(&self) -> BTreeMap<u32, usize> {
+        let mut counts: BTreeMap<u32, usize> =
+            self.brokers.keys().filter(|id| !self.draining.contains(id)).map(|&id| (id, 0)).collect();
         for v in self.partitions.values() {
             for id in &v.state.replicas {
                 if let Some(c) = counts.get_mut(id) {
@@ -147,6 +163,7 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
         prefix("partitions"),
         TxnOp::get(controller_key(), None),
         prefix("deleted"),
+        prefix("drain"),
     ]);
     let response = client.txn(txn).await?;
     let mut snap = Snapshot::default();
@@ -179,6 +196,11 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
                 (Some("deleted"), Some(id), None) => {
                     snap.deleted.insert(id.to_owned());
                 }
+                (Some("drain"), Some(id), None) => {
+                    if let Ok(id) = id.parse() {
+                        snap.draining.insert(id);
+                    }
+                }
                 (Some("controller"), None, None) => {
                     snap.controller = String::from_utf8_lossy(value).parse().unwrap_or(0);
                 }
@@ -189,12 +211,13 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
     Ok(snap)
 }
 
-/// Places `partitions` raft3 partitions over the live brokers, balanced by how many replicas each holds already:
-/// each partition takes the three least loaded brokers (ties by id), and its first replica (the preferred leader)
-/// rotates among them. `None` when fewer than three brokers are live.
-pub fn place(snap: &Snapshot, partitions: u32) -> Option<Vec<PartitionState>> {
+/// Places `partitions` partitions of `replicas` replicas each over the live brokers that are not being drained,
+/// balanced by how many replicas each holds already: each partition takes the least loaded brokers (ties by id),
+/// and its first replica (the preferred leader) is the chosen broker leading the fewest partitions. `None` when
+/// fewer than `replicas` brokers can take one.
+pub fn place(snap: &Snapshot, partitions: u32, replicas: usize) -> Option<Vec<PartitionState>> {
     let mut counts = snap.replica_counts();
-    if counts.len() < RAFT3_REPLICAS {
+    if counts.len() < replicas {
         return None;
     }
     let mut leaders: BTreeMap<u32, usize> = BTreeMap::new();
@@ -205,18 +228,34 @@ pub fn place(snap: &Snapshot, partitions: u32) -> Option<Vec<PartitionState>> {
     for _ in 0..partitions {
         let mut by_load: Vec<(usize, u32)> = counts.iter().map(|(&id, &c)| (c, id)).collect();
         by_load.sort_unstable();
-        let mut replicas: Vec<u32> = by_load.iter().take(RAFT3_REPLICAS).map(|&(_, id)| id).collect();
-        // The preferred leader: the chosen broker leading the fewest partitions.
-        let lead = replicas.iter().enumerate().min_by_key(|&(_, id)| (leaders.get(id).copied().unwrap_or(0), *id));
+        let mut chosen: Vec<u32> = by_load.iter().take(replicas).map(|&(_, id)| id).collect();
+        let lead = chosen.iter().enumerate().min_by_key(|&(_, id)| (leaders.get(id).copied().unwrap_or(0), *id));
         let lead = lead.map_or(0, |(i, _)| i);
-        replicas.swap(0, lead);
-        for id in &replicas {
+        chosen.swap(0, lead);
+        for id in &chosen {
             *counts.entry(*id).or_default() += 1;
         }
-        *leaders.entry(replicas[0]).or_default() += 1;
-        out.push(PartitionState { leader: replicas[0], leader_epoch: 1, isr: replicas.clone(), replicas });
+        *leaders.entry(chosen[0]).or_default() += 1;
+        out.push(PartitionState {
+            leader: chosen[0],
+            leader_epoch: 1,
+            isr: chosen.clone(),
+            replicas: chosen,
+            target: None,
+            unclean_epoch: None,
+        });
     }
     Some(out)
+}
+
+/// The broker to take a replica in place of a lost or drained one: the least loaded live broker that is not being
+/// drained and holds no replica in `taken` (ties by id).
+pub fn replacement(snap: &Snapshot, taken: &[u32]) -> Option<u32> {
+    snap.replica_counts()
+        .into_iter()
+        .filter(|(id, _)| !taken.contains(id))
+        .min_by_key(|&(id, c)| (c, id))
+        .map(|(id, _)| id)
 }
 
 /// Creates topic `name` with its partition states, only if the topic key does not exist. `Ok(false)`: it does.
@@ -325,8 +364,8 @@ mod tests {
     #[test]
     fn placement_spreads_replicas_and_leaders_evenly_over_the_live_brokers() {
         let mut s = snap(&[1, 2, 3, 4]);
-        assert_eq!(place(&snap(&[1, 2]), 1), None);
-        let states = place(&s, 4).unwrap();
+        assert_eq!(place(&snap(&[1, 2]), 1, 3), None);
+        let states = place(&s, 4, 3).unwrap();
         let mut replicas = BTreeMap::<u32, usize>::new();
         let mut leaders = BTreeMap::<u32, usize>::new();
         for st in &states {
@@ -350,7 +389,7 @@ mod tests {
             s.partitions.insert(("t".into(), i as u32), Versioned { state: st, revision: 1 });
         }
         s.brokers.insert(5, "h:5".into());
-        let next = place(&s, 1).unwrap();
+        let next = place(&s, 1, 3).unwrap();
         assert_eq!(next[0].leader, 5);
         assert!(next[0].replicas.contains(&5));
     }
@@ -362,7 +401,7 @@ mod tests {
         assert_eq!(Replication::parse("raft3"), Ok(Replication::Raft3));
         assert_eq!(
             Replication::parse("raft5"),
-            Err("replication \"raft5\" is not one of \"single\", \"raft3\"".to_owned())
+            Err("replication \"raft5\" is not one of \"single\", \"double_write\", \"raft3\"".to_owned())
         );
         assert_eq!(Replication::Raft3.as_str(), "raft3");
     }

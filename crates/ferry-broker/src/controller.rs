@@ -5,14 +5,18 @@
 //!
 //! Its duty: a partition whose leader left the cluster gets a new leader from its in-sync set only, the old
 //! leader taken out of the ISR and the leader epoch bumped. A partition with no live in-sync replica stays
-//! offline (no unclean election): an acknowledged record is on every ISR member.
+//! offline (no unclean election): an acknowledged record is on every ISR member. It also moves replicas, one
+//! step a beat (see [`crate::moves`]): off brokers being drained, and off lost brokers of double_write partitions.
 
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
 
-use crate::catalog::{self, PartitionState, Snapshot};
+use std::collections::BTreeSet;
+
+use crate::catalog::{self, PartitionState, Replication as Mode, Snapshot};
 use crate::events::{Event, Events};
+use crate::moves;
 
 /// The controller's state on one broker.
 #[derive(Default)]
@@ -59,23 +63,58 @@ impl Controller {
         if !act_on_missing {
             return Ok(());
         }
+        let live: BTreeSet<u32> = snap.brokers.keys().copied().collect();
+        // Replica counts as moves start this beat, so that several partitions do not all pick the same broker.
+        let mut load = snap.replica_counts();
         for ((topic, p), v) in &snap.partitions {
-            let Some(next) = elect(&v.state, snap) else { continue };
-            let old = v.state.leader;
-            match catalog::swap_partition(client, topic, *p, v.revision, &next, Some(created)).await? {
-                Some(_) => {
+            if let Some(next) = elect(&v.state, snap) {
+                let old = v.state.leader;
+                if catalog::swap_partition(client, topic, *p, v.revision, &next, Some(created)).await?.is_some() {
                     events.note(Event::LeaderElected);
                     tracing::info!(
-                    event = "leader_elected",
-                    topic,
-                    partition = p,
-                    leader = next.leader,
-                    leader_epoch = next.leader_epoch,
-                    previous = old,
-                    isr = ?next.isr,
-                    "elected a new leader from the in-sync set"
-                    )
+                        event = "leader_elected",
+                        topic,
+                        partition = p,
+                        leader = next.leader,
+                        leader_epoch = next.leader_epoch,
+                        previous = old,
+                        isr = ?next.isr,
+                        "elected a new leader from the in-sync set"
+                    );
                 }
+                continue;
+            }
+            let mode = snap.topics.get(topic).map_or(Mode::Raft3, |t| t.replication);
+            let pick = |taken: &[u32]| {
+                let id = load.iter().filter(|(id, _)| !taken.contains(id)).min_by_key(|&(id, c)| (*c, *id))?.0;
+                Some(*id)
+            };
+            let next = match moves::target_for(&v.state, mode, &live, &snap.draining, pick) {
+                Some(target) => {
+                    for id in target.iter().filter(|id| !v.state.replicas.contains(id)) {
+                        *load.entry(*id).or_default() += 1;
+                    }
+                    tracing::info!(
+                        event = "move_started",
+                        topic,
+                        partition = p,
+                        replicas = ?v.state.replicas,
+                        target = ?target,
+                        "moving the partition's replicas"
+                    );
+                    PartitionState { target: Some(target), ..v.state.clone() }
+                }
+                None => match moves::step(&v.state, &live) {
+                    Some(next) => next,
+                    None => continue,
+                },
+            };
+            match catalog::swap_partition(client, topic, *p, v.revision, &next, Some(created)).await? {
+                Some(_) if next.target.is_none() && v.state.target.is_some() => {
+                    events.note(Event::MoveDone);
+                    tracing::info!(event = "move_done", topic, partition = p, replicas = ?next.replicas, "partition moved");
+                }
+                Some(_) => tracing::debug!(topic, partition = p, state = ?next, "move step"),
                 None => tracing::debug!(topic, partition = p, "partition state changed meanwhile; next beat decides"),
             }
         }
@@ -139,12 +178,7 @@ fn elect(state: &PartitionState, snap: &Snapshot) -> Option<PartitionState> {
         .copied()
         .find(|r| *r != state.leader && state.isr.contains(r) && snap.brokers.contains_key(r))?;
     let isr = state.isr.iter().copied().filter(|r| *r != state.leader).collect();
-    Some(PartitionState {
-        replicas: state.replicas.clone(),
-        leader: candidate,
-        leader_epoch: state.leader_epoch + 1,
-        isr,
-    })
+    Some(PartitionState { leader: candidate, leader_epoch: state.leader_epoch + 1, isr, ..state.clone() })
 }
 
 #[cfg(test)]
@@ -156,7 +190,14 @@ mod tests {
     }
 
     fn state(leader: u32, epoch: u32, isr: &[u32]) -> PartitionState {
-        PartitionState { replicas: vec![1, 2, 3], leader, leader_epoch: epoch, isr: isr.to_vec() }
+        PartitionState {
+            replicas: vec![1, 2, 3],
+            leader,
+            leader_epoch: epoch,
+            isr: isr.to_vec(),
+            target: None,
+            unclean_epoch: None,
+        }
     }
 
     #[test]

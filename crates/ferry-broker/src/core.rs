@@ -195,7 +195,11 @@ impl BrokerCore {
         let broker_id = self.broker_id;
         move |meta: &TopicMeta, dir: &Path, range: std::ops::Range<u32>| {
             let cfg = meta.log_config(&defaults);
-            let replica_on = if meta.replication.is_single() { None } else { Some(broker_id.unwrap_or(0)) };
+            let replica_on = if meta.replication.is_single() {
+                None
+            } else {
+                Some((broker_id.unwrap_or(0), meta.replication.min_insync(meta.risk_phase)))
+            };
             range
                 .map(|p| {
                     Partition::open(
@@ -314,6 +318,7 @@ impl BrokerCore {
             mirror,
             promoted_ms: None,
             replication: Replication::Single,
+            risk_phase: false,
         };
         self.materialize(meta).await
     }

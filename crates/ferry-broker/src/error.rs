@@ -270,6 +270,10 @@ pub enum BrokerError {
     /// The operation needs a cluster member (etcd endpoints), or the cluster's master could not be reached.
     #[error("{0}")]
     Cluster(String),
+    /// A leader election asked by an operator that would lose acknowledged records without `--unclean`, or that
+    /// no live replica can take.
+    #[error("{0}")]
+    ElectionRefused(String),
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
@@ -378,6 +382,7 @@ impl BrokerError {
             BrokerError::NotEnoughReplicas { .. } => "not_enough_replicas",
             BrokerError::NotAcknowledged { .. } => "not_acknowledged",
             BrokerError::Cluster(_) => "cluster_unavailable",
+            BrokerError::ElectionRefused(_) => "election_refused",
             BrokerError::Internal(_) => "internal",
         }
     }
@@ -395,7 +400,8 @@ impl BrokerError {
             | BrokerError::NotAMirrorTopic { .. }
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
-            | BrokerError::Group { .. } => Code::FailedPrecondition,
+            | BrokerError::Group { .. }
+            | BrokerError::ElectionRefused(_) => Code::FailedPrecondition,
             BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,

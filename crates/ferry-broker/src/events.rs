@@ -18,17 +18,29 @@ pub enum Event {
     Fenced,
     /// A follower found a corrupt batch in its log and fetches it again from the leader.
     ReplicaRepair,
+    /// As controller, it finished moving a partition's replicas (a drain, or a lost double_write replica).
+    MoveDone,
+    /// A double_write partition led here entered its risk phase: writes go on with one replica.
+    RiskPhaseEntered,
+    /// A double_write partition led here left its risk phase: both replicas are in sync again.
+    RiskPhaseLeft,
+    /// A leader was elected uncleanly (an operator's forced election): a new partition epoch starts.
+    UncleanElection,
 }
 
 impl Event {
     /// Every event, in label order.
-    pub const ALL: [Event; 6] = [
+    pub const ALL: [Event; 10] = [
         Event::LeaderChange,
         Event::LeaderElected,
         Event::IsrShrink,
         Event::IsrExpand,
         Event::Fenced,
         Event::ReplicaRepair,
+        Event::MoveDone,
+        Event::RiskPhaseEntered,
+        Event::RiskPhaseLeft,
+        Event::UncleanElection,
     ];
 
     /// The `event` label.
@@ -40,6 +52,10 @@ impl Event {
             Event::IsrExpand => "isr_expand",
             Event::Fenced => "fenced",
             Event::ReplicaRepair => "replica_repair",
+            Event::MoveDone => "move_done",
+            Event::RiskPhaseEntered => "risk_phase_entered",
+            Event::RiskPhaseLeft => "risk_phase_left",
+            Event::UncleanElection => "unclean_election",
         }
     }
 }

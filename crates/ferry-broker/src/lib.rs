@@ -21,6 +21,7 @@ pub mod follower;
 pub mod groups;
 pub mod leader_epochs;
 pub mod metrics;
+pub mod moves;
 pub mod partition;
 pub mod peers;
 pub mod producer_state;

@@ -8,7 +8,8 @@
 //! | `ferry_broker_partition_leader_epoch` | topic, partition | raft3: the leader epoch this replica knows |
 //! | `ferry_broker_partition_isr_size` | topic, partition | raft3: in-sync replicas, as etcd last said |
 //! | `ferry_broker_partition_leader` | topic, partition | raft3: 1 when this broker leads it |
-//! | `ferry_broker_under_replicated_partitions` | | raft3 partitions led here with fewer in sync than replicas |
+//! | `ferry_broker_under_replicated_partitions` | | replicated partitions led here with fewer in sync than replicas |
+//! | `ferry_broker_partitions_at_risk` | | double_write partitions led here in the risk phase: writes acknowledged by the leader alone |
 //! | `ferry_broker_replication_lag_records` | topic, partition, follower | raft3, on the leader: offsets a follower is behind |
 //! | `ferry_broker_replication_lag_bytes` | topic, partition, follower | raft3, on the leader: bytes of log a follower is behind (to within one index interval) |
 //! | `ferry_broker_controller` | | 1 when this broker is the controller |
@@ -92,7 +93,7 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
         "raft3, on the leader: bytes of log a follower is behind (to within one index interval)",
     );
     let snapshot = replication.map(Replication::snapshot);
-    let mut under = 0;
+    let (mut under, mut at_risk) = (0, 0);
     for topic in core.topics() {
         for p in topic.partitions() {
             let labels: Labels = vec![("topic", p.topic().to_owned()), ("partition", p.index().to_string())];
@@ -111,6 +112,9 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
                 if l.isr.len() < l.replicas.len() {
                     under += 1;
                 }
+                if replica.min_insync() < 2 && l.isr.len() < 2 {
+                    at_risk += 1;
+                }
                 for (id, f) in &l.followers {
                     let mut labels = labels.clone();
                     labels.push(("follower", id.to_string()));
@@ -123,8 +127,14 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
     gauge(
         &mut r,
         "ferry_broker_under_replicated_partitions",
-        "raft3 partitions led here with fewer in sync than replicas",
+        "replicated partitions led here with fewer in sync than replicas",
         under,
+    );
+    gauge(
+        &mut r,
+        "ferry_broker_partitions_at_risk",
+        "double_write partitions led here in the risk phase: writes acknowledged by the leader alone",
+        at_risk,
     );
     if let Some(rep) = replication {
         gauge(

@@ -58,8 +58,8 @@ pub struct Partition {
 
 impl Partition {
     /// Opens (or creates) the partition's log in `dir` and rebuilds the producer state from the batch headers of
-    /// its last two segments. `replica_on` is this broker's id when the partition is replicated: its
-    /// leader-epoch history is loaded and it starts idle. Blocking: call from the blocking pool or at startup.
+    /// its last two segments. `replica_on` is this broker's id and the smallest in-sync set of a write when the
+    /// partition is replicated: its leader-epoch history is loaded and it starts idle. Blocking: call from the blocking pool or at startup.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         fs: &FsRef,
@@ -69,13 +69,13 @@ impl Partition {
         config: LogConfig,
         producer_settings: producer_state::Settings,
         arrivals: watch::Sender<u64>,
-        replica_on: Option<u32>,
+        replica_on: Option<(u32, usize)>,
     ) -> Result<Partition> {
         let replica = match replica_on {
-            Some(id) => {
+            Some((id, min_insync)) => {
                 ferry_storage::fs::sync_new_dirs(&**fs, &dir)
                     .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
-                Some(Arc::new(Replica::new(id, LeaderEpochs::load(&**fs, &dir)?, arrivals.clone())))
+                Some(Arc::new(Replica::new(id, LeaderEpochs::load(&**fs, &dir)?, arrivals.clone(), min_insync)))
             }
             None => None,
         };
@@ -314,7 +314,7 @@ impl Partition {
     fn writable_epoch(&self) -> Result<u32> {
         let Some(r) = &self.replica else { return Ok(0) };
         let l = r.leading().map_err(|n| self.not_leader(n))?;
-        if l.isr.len() < crate::catalog::MIN_INSYNC {
+        if l.isr.len() < r.min_insync() {
             return Err(BrokerError::NotEnoughReplicas {
                 topic: self.topic.clone(),
                 partition: self.index,

@@ -18,6 +18,7 @@ use ferry_storage::fs::FileSystem;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::catalog::PartitionState;
 use crate::error::Result;
 use crate::leader_epochs::{EpochEntry, LeaderEpochs};
 
@@ -53,6 +54,16 @@ pub struct Leading {
     pub epoch_start: u64,
     /// Each follower's progress.
     pub followers: BTreeMap<u32, Progress>,
+    /// The partition's state as etcd last accepted it (the fields this leader does not change, such as a move's
+    /// target, are written back as they are).
+    pub state: PartitionState,
+}
+
+impl Leading {
+    /// The partition's state with `isr` as its in-sync set, for a compare-and-swap.
+    pub fn with_isr(&self, isr: Vec<u32>) -> PartitionState {
+        PartitionState { isr, ..self.state.clone() }
+    }
 }
 
 /// A replica's role.
@@ -119,6 +130,8 @@ pub struct Replica {
     arrivals: watch::Sender<u64>,
     /// Whether what this replica held when it opened has been CRC-checked (see `follower::verify`).
     verified: std::sync::atomic::AtomicBool,
+    /// The smallest in-sync set a write is acknowledged with (the topic's replication mode says).
+    min_insync: usize,
 }
 
 #[derive(Debug)]
@@ -129,7 +142,7 @@ struct Inner {
 
 impl Replica {
     /// The state of a replica on broker `id` with history `epochs`, idle.
-    pub fn new(id: u32, epochs: LeaderEpochs, arrivals: watch::Sender<u64>) -> Replica {
+    pub fn new(id: u32, epochs: LeaderEpochs, arrivals: watch::Sender<u64>, min_insync: usize) -> Replica {
         let (changes, _) = watch::channel(0);
         Replica {
             id,
@@ -138,6 +151,7 @@ impl Replica {
             changes,
             arrivals,
             verified: std::sync::atomic::AtomicBool::new(false),
+            min_insync,
         }
     }
 
@@ -226,47 +240,54 @@ impl Replica {
         self.inner.lock().epochs.truncate(fs, leo)
     }
 
-    /// Becomes leader at `epoch` with `isr`, its log ending at `leo`: the epoch's first offset is written to the
-    /// history durably first. A leader of this epoch already keeps its state but takes the ISR and revision.
-    pub fn become_leader(
-        &self,
-        fs: &dyn FileSystem,
-        epoch: u32,
-        isr: Vec<u32>,
-        replicas: Vec<u32>,
-        revision: i64,
-        leo: u64,
-    ) -> Result<()> {
+    /// The smallest in-sync set a write is acknowledged with.
+    pub fn min_insync(&self) -> usize {
+        self.min_insync
+    }
+
+    /// Becomes leader at `state`'s epoch, its log ending at `leo`: the epoch's first offset is written to the
+    /// history durably first. A leader of this epoch already keeps its state but takes a newer revision's ISR and
+    /// replicas (a move adds and drops replicas at the same epoch).
+    pub fn become_leader(&self, fs: &dyn FileSystem, state: &PartitionState, revision: i64, leo: u64) -> Result<()> {
+        let epoch = state.leader_epoch;
+        let now = Instant::now();
+        let fresh = |leo: u64, leader_leo: u64| Progress {
+            leo,
+            caught_up: now,
+            last_fetch: now,
+            leader_leo_then: leader_leo,
+            verified: true,
+            unverified_seen: false,
+        };
         let mut inner = self.inner.lock();
         if let Role::Leader(l) = &mut inner.role
             && l.epoch == epoch
         {
             // etcd's state may be older than an ISR change this leader made since: only a newer one counts.
             if revision > l.revision {
-                l.isr = isr;
+                l.isr = state.isr.clone();
+                l.replicas = state.replicas.clone();
+                l.state = state.clone();
                 l.revision = revision;
+                // A replica added by a move gets its progress from its first fetch; a dropped one's goes.
+                l.followers.retain(|r, _| state.replicas.contains(r));
             }
             return Ok(());
         }
         inner.epochs.assign(fs, epoch, leo)?;
-        let now = Instant::now();
         let hw = self.hw();
-        let followers = replicas
-            .iter()
-            .filter(|&&r| r != self.id)
-            .map(|&r| {
-                let p = Progress {
-                    leo: hw,
-                    caught_up: now,
-                    last_fetch: now,
-                    leader_leo_then: leo,
-                    verified: true,
-                    unverified_seen: false,
-                };
-                (r, p)
-            })
-            .collect();
-        inner.role = Role::Leader(Leading { epoch, isr, replicas, revision, epoch_start: leo, followers });
+        // An in-sync follower holds at least the HW; one out of sync gets its progress from its first fetch, never
+        // from here: a made-up progress would look caught up and let a dead replica back into the ISR.
+        let followers = state.isr.iter().filter(|&&r| r != self.id).map(|&r| (r, fresh(hw, leo))).collect();
+        inner.role = Role::Leader(Leading {
+            epoch,
+            isr: state.isr.clone(),
+            replicas: state.replicas.clone(),
+            revision,
+            epoch_start: leo,
+            followers,
+            state: state.clone(),
+        });
         drop(inner);
         self.advance_hw(leo);
         self.notify();
@@ -320,7 +341,7 @@ impl Replica {
         let inner = self.inner.lock();
         match &inner.role {
             Role::Leader(l) if l.epoch == epoch => {
-                if l.isr.len() < crate::catalog::MIN_INSYNC {
+                if l.isr.len() < self.min_insync {
                     AckState::Refused(format!("the in-sync set shrank to {:?}", l.isr))
                 } else if self.hw() > last {
                     AckState::Acked
@@ -441,6 +462,7 @@ impl Replica {
                     p.unverified_seen = false;
                 }
             }
+            l.state.isr = isr.clone();
             l.isr = isr;
             l.revision = revision;
         }
@@ -456,7 +478,18 @@ mod tests {
 
     fn replica(dir: &std::path::Path) -> Replica {
         let fs = ferry_storage::fs::os();
-        Replica::new(1, LeaderEpochs::load(&*fs, dir).unwrap(), watch::channel(0).0)
+        Replica::new(1, LeaderEpochs::load(&*fs, dir).unwrap(), watch::channel(0).0, 2)
+    }
+
+    fn state(epoch: u32, isr: &[u32], replicas: &[u32]) -> PartitionState {
+        PartitionState {
+            replicas: replicas.to_vec(),
+            leader: 1,
+            leader_epoch: epoch,
+            isr: isr.to_vec(),
+            target: None,
+            unclean_epoch: None,
+        }
     }
 
     #[test]
@@ -465,7 +498,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = replica(dir.path());
         assert!(r.readable_end(10).is_err());
-        r.become_leader(&*fs, 3, vec![1, 2, 3], vec![1, 2, 3], 7, 10).unwrap();
+        r.become_leader(&*fs, &state(3, &[1, 2, 3], &[1, 2, 3]), 7, 10).unwrap();
         assert_eq!(r.epochs(), [EpochEntry { epoch: 3, start: 10 }]);
         // Followers' progress is unknown: the HW stays at 0 and the new leader serves no reads yet.
         assert_eq!((r.hw(), r.readable_end(10)), (0, Ok(None)));
@@ -496,11 +529,27 @@ mod tests {
     }
 
     #[test]
+    fn a_new_leader_lets_no_replica_back_into_the_isr_before_it_fetched() {
+        let fs = ferry_storage::fs::os();
+        let dir = tempfile::tempdir().unwrap();
+        let r = replica(dir.path());
+        // Elected with 3 out of sync (dead, say), its log and HW both at 100: 3 has not fetched, so it stays out.
+        r.reset_hw(100);
+        r.become_leader(&*fs, &state(5, &[1, 2], &[1, 2, 3]), 9, 100).unwrap();
+        let (now, lag) = (Instant::now(), Duration::from_secs(5));
+        assert_eq!(r.caught_up_outside(lag, now), Vec::<u32>::new());
+        assert_eq!(r.lagging(lag, now), Vec::<u32>::new(), "2 was in sync: it gets the usual grace");
+        // Once it fetched up to the leader's end, it may come back.
+        r.follower_fetched(3, 5, 100, 100, true).unwrap();
+        assert_eq!(r.caught_up_outside(lag, now), vec![3]);
+    }
+
+    #[test]
     fn lagging_and_caught_up_followers_are_found_by_their_fetches() {
         let fs = ferry_storage::fs::os();
         let dir = tempfile::tempdir().unwrap();
         let r = replica(dir.path());
-        r.become_leader(&*fs, 1, vec![1, 2], vec![1, 2, 3], 1, 0).unwrap();
+        r.become_leader(&*fs, &state(1, &[1, 2], &[1, 2, 3]), 1, 0).unwrap();
         r.follower_fetched(2, 1, 0, 0, true).unwrap();
         r.follower_fetched(3, 1, 0, 0, true).unwrap();
         let now = Instant::now();

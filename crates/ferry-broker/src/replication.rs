@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use ferry_proto as pb;
 use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +34,7 @@ use crate::partition::Partition;
 use crate::peers::{PeerClient, PeerLinks};
 use crate::replica::Role;
 
+mod operations;
 mod topics;
 
 /// The manager's settings, from `[cluster]`.
@@ -199,10 +199,11 @@ impl Replication {
         self.controller.lock().await.resign(&mut etcd).await;
     }
 
-    /// Makes every local replica's role what etcd says.
+    /// Makes every local replica's role what etcd says; a replica moved off this broker is retired.
     async fn apply_roles(&self, snap: &Snapshot) {
         for ((topic, p), v) in &snap.partitions {
             if !v.state.replicas.contains(&self.s.me) {
+                self.retire(topic, *p, snap).await;
                 continue;
             }
             let Some(record) = snap.topics.get(topic) else { continue };
@@ -216,6 +217,40 @@ impl Replication {
             if let Err(e) = self.apply_role(&part, record, &v.state, v.revision, snap).await {
                 tracing::warn!(topic, partition = p, error = %e, "cannot take the role etcd gives this replica");
             }
+        }
+    }
+
+    /// Retires this broker's replica of `topic`/`p`, which a move took elsewhere: its fetcher stops, it steps
+    /// down, and its data goes (its log is emptied down to its start). When no partition of the topic is placed
+    /// here any more, the local topic goes whole.
+    async fn retire(&self, topic: &str, p: u32, snap: &Snapshot) {
+        let Ok(part) = self.core.partition(topic, p) else { return };
+        let Some(replica) = part.replica() else { return };
+        let record = snap.topics.get(topic);
+        if record.is_none_or(|r| part_of_other_topic(&self.core, topic, &r.topic_id)) {
+            return;
+        }
+        let key = (topic.to_owned(), p);
+        let was_active = !matches!(replica.role(), Role::Idle) || self.fetchers.lock().await.contains_key(&key);
+        let holds_data = part.log().log_end_offset() > part.log().log_start_offset();
+        if !was_active && !holds_data {
+            return;
+        }
+        self.stop_fetcher(&key).await;
+        replica.step_down();
+        let start = part.log().log_start_offset();
+        if let Err(e) = part.truncate_replica(start).await {
+            tracing::warn!(topic, partition = p, error = %e, "cannot drop the data of a replica moved off this broker");
+        }
+        tracing::info!(
+            event = "replica_retired",
+            topic,
+            partition = p,
+            "replica moved off this broker; its data is dropped"
+        );
+        let placed_here = snap.partitions.iter().any(|((t, _), v)| t == topic && v.state.replicas.contains(&self.s.me));
+        if !placed_here && let Err(e) = self.core.delete_topic(topic, Box::new(|| Ok(()))).await {
+            tracing::warn!(topic, error = %e, "cannot remove a topic none of whose replicas is placed here");
         }
     }
 
@@ -250,7 +285,7 @@ impl Replication {
             if !was {
                 self.stop_fetcher(&key).await;
             }
-            part.become_leader(state.leader_epoch, state.isr.clone(), state.replicas.clone(), revision).await?;
+            part.become_leader(state, revision).await?;
             if !was {
                 self.events.note(Event::LeaderChange);
                 tracing::info!(
@@ -355,12 +390,12 @@ impl Replication {
                     .copied()
                     .filter(|r| (l.isr.contains(r) && !out.contains(r)) || back.contains(r))
                     .collect();
-                let state =
-                    PartitionState { replicas: l.replicas.clone(), leader: self.s.me, leader_epoch: l.epoch, isr };
+                let state = l.with_isr(isr);
                 match catalog::swap_partition(etcd, part.topic(), part.index(), l.revision, &state, None).await {
                     Ok(Some(revision)) => {
                         let leo = part.log().log_end_offset();
                         if replica.set_isr(l.epoch, state.isr.clone(), revision, leo) {
+                            self.note_risk(&part, l.isr.len(), state.isr.len());
                             let event = if out.is_empty() { Event::IsrExpand } else { Event::IsrShrink };
                             self.events.note(event);
                             let event = event.name();
@@ -390,6 +425,24 @@ impl Replication {
         }
     }
 
+    /// A double_write partition in the risk phase (writes acknowledged with one replica) enters it when its
+    /// in-sync set shrinks to the leader alone, and leaves it when a second replica is back in sync: an event each.
+    fn note_risk(&self, part: &Partition, before: usize, after: usize) {
+        if part.replica().is_none_or(|r| r.min_insync() >= 2) || (before < 2) == (after < 2) {
+            return;
+        }
+        let (event, what) = if after < 2 {
+            (
+                Event::RiskPhaseEntered,
+                "risk phase: writes are acknowledged by the leader alone until a second replica is in sync",
+            )
+        } else {
+            (Event::RiskPhaseLeft, "risk phase over: two replicas are in sync again")
+        };
+        self.events.note(event);
+        tracing::warn!(event = event.name(), topic = part.topic(), partition = part.index(), "{what}");
+    }
+
     /// The mirror's truncation of `part`, which this broker leads: the partition's state in etcd moves to the
     /// next leader epoch (same leader, same ISR) before the log is cut, so every follower truncates to the new
     /// log end when it reconciles with that epoch. Returns the new log end offset.
@@ -399,7 +452,7 @@ impl Replication {
         let leo = part
             .truncate_leading(offset, |l| async move {
                 let epoch = l.epoch + 1;
-                let state = PartitionState { replicas: l.replicas, leader: self.s.me, leader_epoch: epoch, isr: l.isr };
+                let state = PartitionState { leader_epoch: epoch, ..l.state };
                 match catalog::swap_partition(&mut etcd, &topic, index, l.revision, &state, None).await {
                     Ok(Some(revision)) => Ok((epoch, revision)),
                     Ok(None) => Err(BrokerError::Cluster(format!(
@@ -436,74 +489,9 @@ impl Replication {
             epoch: v.state.leader_epoch,
         })
     }
+}
 
-    /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses.
-    pub fn placements(&self, topics: &[String]) -> Vec<pb::PartitionPlacement> {
-        let snap = self.snap.read();
-        snap.partitions
-            .iter()
-            .filter(|((t, _), _)| topics.is_empty() || topics.contains(t))
-            .map(|((t, p), v)| pb::PartitionPlacement {
-                topic: t.clone(),
-                partition: *p,
-                leader_id: v.state.leader,
-                leader_epoch: v.state.leader_epoch,
-                replicas: v.state.replicas.clone(),
-                isr: v.state.isr.clone(),
-                leader_address: snap.brokers.get(&v.state.leader).cloned().unwrap_or_default(),
-            })
-            .collect()
-    }
-
-    /// The live members.
-    pub fn brokers(&self) -> Vec<pb::BrokerNode> {
-        self.snap
-            .read()
-            .brokers
-            .iter()
-            .map(|(&broker_id, a)| pb::BrokerNode { broker_id, address: a.clone() })
-            .collect()
-    }
-
-    /// The cluster's status as this broker sees it: the catalog, and its own leaders' progress.
-    pub fn status(&self) -> pb::ClusterStatusResponse {
-        let controller_id = self.snap.read().controller;
-        let partitions = self
-            .placements(&[])
-            .into_iter()
-            .map(|placement| {
-                let mut status = pb::PartitionStatus { placement: None, ..Default::default() };
-                if let Ok(part) = self.core.partition(&placement.topic, placement.partition)
-                    && let Some(r) = part.replica()
-                    && let Ok(l) = r.leading()
-                {
-                    let leo = part.log().log_end_offset();
-                    let now = Instant::now();
-                    status.led_here = true;
-                    status.high_watermark = r.hw();
-                    status.log_end_offset = leo;
-                    status.followers = l
-                        .followers
-                        .iter()
-                        .map(|(&broker_id, p)| pb::ReplicaProgress {
-                            broker_id,
-                            log_end_offset: p.leo,
-                            lag_records: leo.saturating_sub(p.leo),
-                            caught_up_ms_ago: now.saturating_duration_since(p.caught_up).as_millis() as u64,
-                        })
-                        .collect();
-                }
-                status.placement = Some(placement);
-                status
-            })
-            .collect();
-        pb::ClusterStatusResponse {
-            cluster_id: self.core.cluster_id().to_owned(),
-            broker_id: self.s.me,
-            brokers: self.brokers(),
-            controller_id,
-            partitions,
-            etcd_reachable: self.etcd_reachable(),
-        }
-    }
+/// Whether the local topic `name` is another topic than the catalog's of id `topic_id` (one in the way, or none).
+fn part_of_other_topic(core: &BrokerCore, name: &str, topic_id: &str) -> bool {
+    core.topic(name).map_or(true, |t| t.id() != topic_id || t.meta().replication.is_single())
 }

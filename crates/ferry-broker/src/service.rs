@@ -449,6 +449,21 @@ impl Broker for BrokerService {
         ok(self.replication()?.status())
     }
 
+    async fn drain_broker(&self, req: Request<pb::DrainBrokerRequest>) -> Rpc<pb::DrainBrokerResponse> {
+        caller(&req)?.allow("DrainBroker", Scopes::ADMIN)?;
+        let req = req.into_inner();
+        let draining = self.replication()?.drain(req.broker_id, req.cancel).await?;
+        ok(pb::DrainBrokerResponse { draining })
+    }
+
+    async fn elect_leader(&self, req: Request<pb::ElectLeaderRequest>) -> Rpc<pb::ElectLeaderResponse> {
+        let who = caller(&req)?;
+        let req = req.into_inner();
+        who.allow_topic("ElectLeader", Scopes::ADMIN, &req.topic)?;
+        let (state, unclean) = self.replication()?.elect(&req.topic, req.partition, req.unclean).await?;
+        ok(pb::ElectLeaderResponse { leader_id: state.leader, leader_epoch: state.leader_epoch, unclean })
+    }
+
     async fn describe_group(&self, req: Request<pb::DescribeGroupRequest>) -> Rpc<pb::DescribeGroupResponse> {
         let who = caller(&req)?;
         let group = req.into_inner().group;

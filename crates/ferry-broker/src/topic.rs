@@ -190,6 +190,9 @@ pub enum Replication {
     /// One copy, on the broker that created the topic (a single broker's topic).
     #[default]
     Single,
+    /// Two replicas on two brokers (the seed's DoubleWrite); a write is acknowledged once both have it, or, in the
+    /// risk phase, once the leader has it while a lost replica is replaced.
+    DoubleWrite,
     /// Three replicas on three brokers; a write is acknowledged once the whole in-sync set (at least two) has it.
     Raft3,
 }
@@ -199,8 +202,28 @@ impl Replication {
     pub fn parse(text: &str) -> Result<Replication, String> {
         match text {
             "" | "single" => Ok(Replication::Single),
+            "double_write" => Ok(Replication::DoubleWrite),
             "raft3" => Ok(Replication::Raft3),
-            other => Err(format!("replication {other:?} is not one of \"single\", \"raft3\"")),
+            other => Err(format!("replication {other:?} is not one of \"single\", \"double_write\", \"raft3\"")),
+        }
+    }
+
+    /// How many replicas a partition has.
+    pub fn replicas(self) -> usize {
+        match self {
+            Replication::Single => 1,
+            Replication::DoubleWrite => 2,
+            Replication::Raft3 => 3,
+        }
+    }
+
+    /// The smallest in-sync set a write is acknowledged with: raft3's two of three; double_write's both, or, in
+    /// the risk phase, the leader alone.
+    pub fn min_insync(self, risk_phase: bool) -> usize {
+        match self {
+            Replication::Single => 1,
+            Replication::DoubleWrite if risk_phase => 1,
+            Replication::DoubleWrite | Replication::Raft3 => 2,
         }
     }
 
@@ -213,6 +236,7 @@ impl Replication {
     pub fn as_str(self) -> &'static str {
         match self {
             Replication::Single => "single",
+            Replication::DoubleWrite => "double_write",
             Replication::Raft3 => "raft3",
         }
     }
@@ -285,9 +309,12 @@ pub struct TopicMeta {
     /// When the topic was promoted from a mirror topic, ms since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_ms: Option<i64>,
-    /// How the topic's partitions are kept; a raft3 topic's truth is the cluster's catalog in etcd.
+    /// How the topic's partitions are kept; a replicated topic's truth is the cluster's catalog in etcd.
     #[serde(default, skip_serializing_if = "Replication::is_single")]
     pub replication: Replication,
+    /// double_write: writes go on with one replica while a lost one is replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub risk_phase: bool,
 }
 
 impl TopicMeta {
@@ -326,6 +353,7 @@ impl TopicMeta {
             mirror: self.mirror.as_ref().map(MirrorMark::to_proto),
             created_ms: self.created_ms,
             replication: self.replication.as_str().to_owned(),
+            risk_phase: self.risk_phase,
         }
     }
 }
@@ -404,6 +432,7 @@ mod tests {
             mirror: None,
             promoted_ms: Some(7),
             replication: Replication::Single,
+            risk_phase: false,
         };
         meta.store(&ferry_storage::fs::OsFs, dir.path()).unwrap();
         assert_eq!(TopicMeta::load(&ferry_storage::fs::OsFs, dir.path()).unwrap(), meta);

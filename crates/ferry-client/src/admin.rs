@@ -90,16 +90,18 @@ impl Admin {
         config: TopicConfig,
         mirror: Option<MirrorSource>,
     ) -> Result<TopicInfo> {
-        self.create_topic_kept(name, partitions, Some(config), mirror, "").await
+        self.create_topic_kept(name, partitions, Some(config), mirror, "", false).await
     }
 
-    /// Creates a topic kept as `replication` says: "single", or "raft3" (three replicas over the cluster's brokers).
+    /// Creates a topic kept as `replication` says: "single", "double_write" (two replicas) or "raft3" (three
+    /// replicas over the cluster's brokers).
     pub async fn create_replicated_topic(&self, name: &str, partitions: u32, replication: &str) -> Result<TopicInfo> {
-        self.create_topic_kept(name, partitions, None, None, replication).await
+        self.create_topic_kept(name, partitions, None, None, replication, false).await
     }
 
     /// Creates a topic with every option: its config, its mirror mark, and how it is kept (`replication`: "" or
-    /// "single" for one broker's topic, "raft3" for three replicas over the cluster's brokers).
+    /// "single" for one broker's topic, "double_write" or "raft3" over the cluster's brokers; `risk_phase`, for
+    /// double_write, lets writes go on with one replica while a lost one is replaced).
     pub async fn create_topic_kept(
         &self,
         name: &str,
@@ -107,6 +109,7 @@ impl Admin {
         config: Option<TopicConfig>,
         mirror: Option<MirrorSource>,
         replication: &str,
+        risk_phase: bool,
     ) -> Result<TopicInfo> {
         let request = pb::CreateTopicRequest {
             name: name.to_owned(),
@@ -114,6 +117,7 @@ impl Admin {
             config,
             mirror,
             replication: replication.to_owned(),
+            risk_phase,
         };
         let response = self.client.create_topic(request).await?;
         self.require("CreateTopic", response.topic)
@@ -230,6 +234,18 @@ impl Admin {
             batches,
         };
         self.client.append_with_offsets(request).await
+    }
+
+    /// Marks broker `broker_id` as being drained (with `cancel`, no longer): the controller moves its leaderships,
+    /// then its replicas, to other brokers. Returns every broker being drained.
+    pub async fn drain_broker(&self, broker_id: u32, cancel: bool) -> Result<Vec<u32>> {
+        Ok(self.client.drain_broker(pb::DrainBrokerRequest { broker_id, cancel }).await?.draining)
+    }
+
+    /// Elects a leader of `topic`/`partition` (see `ElectLeader` in broker.proto); `unclean` allows a live replica
+    /// out of sync when no in-sync one is live.
+    pub async fn elect_leader(&self, topic: &str, partition: u32, unclean: bool) -> Result<pb::ElectLeaderResponse> {
+        self.client.elect_leader(pb::ElectLeaderRequest { topic: topic.to_owned(), partition, unclean }).await
     }
 
     /// Every group.

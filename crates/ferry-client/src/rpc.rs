@@ -77,6 +77,13 @@ impl BrokerClient {
     unary!(
         /// The cluster as the answering member sees it.
         cluster_status, "ClusterStatus", pb::ClusterStatusRequest, pb::ClusterStatusResponse, idempotent);
+    unary!(
+        /// Marks a broker as being drained, or no longer (setting a mark: repeating it changes nothing).
+        drain_broker, "DrainBroker", pb::DrainBrokerRequest, pb::DrainBrokerResponse, idempotent);
+    unary!(
+        /// Elects a partition's leader by hand; not repeated after an unknown outcome (a second election would
+        /// move the leadership again).
+        elect_leader, "ElectLeader", pb::ElectLeaderRequest, pb::ElectLeaderResponse, once);
 
     unary!(
         /// Creates a topic. Not retried after an unknown outcome (a retry would answer ALREADY_EXISTS).

@@ -145,6 +145,18 @@ impl Log {
         self.core.state.read().epochs.latest()
     }
 
+    /// Starts a new partition epoch (as an unclean open does): the next local append is stamped with it, and the
+    /// history gains its entry with that batch. Durable before it returns. Returns the new epoch.
+    pub fn bump_epoch(&self) -> Result<u32> {
+        let _w = self.core.writer.lock();
+        let mut epochs = self.core.state.read().epochs.clone();
+        epochs.bump();
+        epochs.store(&*self.core.fs, &self.core.dir)?;
+        let epoch = epochs.latest();
+        self.core.state.write().epochs = epochs;
+        Ok(epoch)
+    }
+
     /// `EpochEnd(epoch)`, or `None` when the history holds no epoch <= `epoch`. A log that never had a batch
     /// appended has an empty history and answers `None` for every epoch, even its current one.
     pub fn epoch_end(&self, epoch: u32) -> Option<EpochEnd> {

@@ -572,3 +572,23 @@ fn bytes_from_counts_the_log_from_a_batch_to_the_end_across_segments() {
     assert_eq!(log.bytes_from(log.log_end_offset() + 10), 0);
     assert_eq!(log.bytes_from(0), log.stats().size_bytes);
 }
+
+#[test]
+fn a_bumped_epoch_stamps_the_next_append_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    log.append(&producer_batch(2, 0, "before")).unwrap();
+    assert_eq!((log.epoch(), log.epoch_history()), (0, vec![(0, 0)]));
+    assert_eq!(log.bump_epoch().unwrap(), 1);
+    // Nothing is written by the bump itself: the history gains the epoch with its first batch.
+    assert_eq!((log.epoch(), log.epoch_history()), (1, vec![(0, 0)]));
+    let info = log.append(&producer_batch(3, 10, "after")).unwrap();
+    assert_eq!(info.base_offset, 2);
+    assert_eq!(log.epoch_history(), vec![(0, 0), (1, 2)]);
+    let read = log.read(2, 1 << 20).unwrap();
+    assert_eq!(batch::split_verified(&read.batches).unwrap()[0].0.epoch, 1);
+    assert_eq!(log.epoch_end(0), Some(EpochEnd { epoch: 0, end_offset: 2 }));
+    log.close().unwrap();
+    let reopened = Log::open(dir.path(), small_config()).unwrap();
+    assert_eq!((reopened.epoch(), reopened.epoch_history()), (1, vec![(0, 0), (1, 2)]));
+}

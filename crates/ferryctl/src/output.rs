@@ -152,8 +152,10 @@ pub struct TopicJson {
     partitions: u32,
     config: ConfigJson,
     mirror: Option<MirrorJson>,
-    /// "single" or "raft3".
+    /// "single", "double_write" or "raft3".
     replication: String,
+    /// double_write: writes go on with one replica while a lost one is replaced.
+    risk_phase: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     partition_info: Option<Vec<PartitionJson>>,
 }
@@ -168,6 +170,7 @@ impl TopicJson {
             config: topic.config.as_ref().map(ConfigJson::from).unwrap_or_else(|| (&TopicConfig::default()).into()),
             mirror: topic.mirror.as_ref().map(MirrorJson::from),
             replication: if topic.replication.is_empty() { "single".into() } else { topic.replication.clone() },
+            risk_phase: topic.risk_phase,
             partition_info: partitions.map(|ps| ps.iter().map(PartitionJson::from).collect()),
         }
     }
@@ -313,6 +316,7 @@ mod tests {
             }),
             created_ms: 5,
             replication: "raft3".into(),
+            risk_phase: false,
         };
         let partitions = vec![PartitionInfo {
             partition: 0,
@@ -333,6 +337,7 @@ mod tests {
                 "mirror": {"source_cluster": "dc-a", "source_cluster_id": "cid", "source_topic": "orders",
                            "source_topic_id": "tid"},
                 "replication": "raft3",
+                "risk_phase": false,
                 "partition_info": [{"partition": 0, "log_start_offset": 3, "log_end_offset": 10, "epoch": 1,
                                     "size_bytes": 999, "segments": 2, "gaps": [{"start": 4, "end": 6}]}]
             })

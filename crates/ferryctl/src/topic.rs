@@ -29,10 +29,14 @@ pub enum TopicCommand {
         /// segment_bytes, segment_ms); may repeat.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
-        /// How the partitions are kept: single (one copy on the broker asked) or raft3 (three replicas over a
-        /// cluster's brokers, a write acknowledged by every in-sync replica; docs/cluster.md).
-        #[arg(long, value_parser = ["single", "raft3"], default_value = "single")]
+        /// How the partitions are kept: single (one copy on the broker asked), double_write (two replicas on two
+        /// of a cluster's brokers, a write acknowledged by both) or raft3 (three replicas, a write acknowledged
+        /// by every in-sync replica); docs/cluster.md.
+        #[arg(long, value_parser = ["single", "double_write", "raft3"], default_value = "single")]
         replication: String,
+        /// double_write only: writes go on with one replica while a lost one is replaced (the risk phase).
+        #[arg(long)]
+        risk_phase: bool,
     },
     /// Grow a topic's partitions and/or change its config.
     Alter(AlterArgs),
@@ -79,15 +83,22 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
     let admin = Admin::new(global.client()?);
     let on = global.brokers();
     match cmd {
-        TopicCommand::Create { name, partitions, config, replication } => {
+        TopicCommand::Create { name, partitions, config, replication, risk_phase } => {
+            if risk_phase && replication != "double_write" {
+                return Err(UsageError("--risk-phase goes with --replication double_write".into()).into());
+            }
             let config = parse_config(&config)?;
             let topic = if replication == "single" {
                 admin.create_topic(&name, partitions, config, None).await
             } else {
-                admin.create_topic_kept(&name, partitions, Some(config), None, &replication).await
+                admin.create_topic_kept(&name, partitions, Some(config), None, &replication, risk_phase).await
             };
             let topic = topic.map_err(|e| explain(e, &name, &on))?;
-            let kept = if replication == "single" { String::new() } else { format!(", replication {replication}") };
+            let kept = match (replication.as_str(), risk_phase) {
+                ("single", _) => String::new(),
+                (_, true) => format!(", replication {replication} with the risk phase"),
+                _ => format!(", replication {replication}"),
+            };
             println!(
                 "created topic {:?} with {} partitions{kept} (id {})",
                 topic.name, topic.partitions, topic.topic_id

@@ -88,7 +88,8 @@ async fn topic_commands_answer_with_exact_sentences_and_exit_codes() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let d: Value = serde_json::from_str(&out.stdout).unwrap();
     let keys: Vec<&str> = d.as_object().unwrap().keys().map(String::as_str).collect();
-    let mut expected_keys = vec!["name", "topic_id", "partitions", "config", "mirror", "replication", "partition_info"];
+    let mut expected_keys =
+        vec!["name", "topic_id", "partitions", "config", "mirror", "replication", "risk_phase", "partition_info"];
     expected_keys.sort();
     let mut sorted = keys.clone();
     sorted.sort();
@@ -96,7 +97,7 @@ async fn topic_commands_answer_with_exact_sentences_and_exit_codes() {
     assert_eq!((d["name"].as_str(), d["partitions"].as_u64()), (Some("orders"), Some(3)));
     assert_eq!(d["config"]["retention_ms"], 60000);
     assert_eq!(d["mirror"], Value::Null);
-    assert_eq!(d["replication"], "single");
+    assert_eq!((&d["replication"], &d["risk_phase"]), (&Value::from("single"), &Value::from(false)));
     let parts = d["partition_info"].as_array().unwrap();
     assert_eq!(parts.len(), 3);
     for (i, p) in parts.iter().enumerate() {

@@ -9,6 +9,7 @@ use ferry_batch::{BatchHeader, BatchIter};
 use ferry_storage::{ReadResult, StorageError};
 
 use super::Partition;
+use crate::catalog::PartitionState;
 use crate::error::{BrokerError, Result};
 use crate::producer_state::ProducerStates;
 use crate::replica::{Leading, NotLeading, Replica};
@@ -49,13 +50,29 @@ impl Partition {
         }
     }
 
-    /// Makes this replica the leader at `epoch` (see [`Replica::become_leader`]), between writes.
-    pub async fn become_leader(&self, epoch: u32, isr: Vec<u32>, replicas: Vec<u32>, revision: i64) -> Result<()> {
+    /// Makes this replica the leader at `state`'s epoch (see [`Replica::become_leader`]), between writes. After an
+    /// unclean election at this epoch (`state.unclean_epoch`), a new leader first starts a new partition epoch, so
+    /// that a mirror downstream sees the history change.
+    pub async fn become_leader(&self, state: &PartitionState, revision: i64) -> Result<()> {
         let Some(r) = &self.replica else { return Ok(()) };
         let _writes = self.writer.lock().await;
-        let (r, log) = (Arc::clone(r), Arc::clone(&self.log));
+        let (r, log, state) = (Arc::clone(r), Arc::clone(&self.log), state.clone());
+        let (topic, index) = (self.topic.clone(), self.index);
         tokio::task::spawn_blocking(move || {
-            r.become_leader(&**log.file_system(), epoch, isr, replicas, revision, log.log_end_offset())
+            let new_leader = r.leading().map_or(true, |l| l.epoch != state.leader_epoch);
+            if new_leader && state.unclean_epoch == Some(state.leader_epoch) {
+                let epoch = log.bump_epoch().map_err(|e| BrokerError::storage(&topic, index, e))?;
+                tracing::warn!(
+                    event = "unclean_leader",
+                    topic,
+                    partition = index,
+                    leader_epoch = state.leader_epoch,
+                    partition_epoch = epoch,
+                    "leading after an unclean election: records only the lost leader had are gone, and a new \
+                     partition epoch starts here"
+                );
+            }
+            r.become_leader(&**log.file_system(), &state, revision, log.log_end_offset())
         })
         .await
         .map_err(|e| BrokerError::Internal(format!("leader change task failed: {e}")))?
@@ -107,7 +124,8 @@ impl Partition {
         if replica.hw() > leo {
             replica.reset_hw(leo);
         }
-        replica.become_leader(&**fs, epoch, l.isr, l.replicas, revision, leo)?;
+        let state = PartitionState { leader_epoch: epoch, ..l.state.clone() };
+        replica.become_leader(&**fs, &state, revision, leo)?;
         self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
         Ok(leo)
     }

@@ -29,11 +29,18 @@ impl Replication {
         name: &str,
         partitions: u32,
         mode: Mode,
+        risk_phase: bool,
         settings: TopicSettings,
         mirror: Option<MirrorMark>,
     ) -> Result<pb::TopicInfo> {
         validate_topic_name(name)?;
         check_count(name, partitions)?;
+        if risk_phase && mode != Mode::DoubleWrite {
+            return Err(BrokerError::InvalidArgument(format!(
+                "topic \"{name}\": the risk phase is a double_write setting, not {}'s",
+                mode.as_str()
+            )));
+        }
         let mut etcd = self.etcd.clone();
         let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
         if let Some(t) = snap.topics.get(name) {
@@ -42,7 +49,8 @@ impl Replication {
         if let Ok(local) = self.core.topic(name) {
             return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: local.id() });
         }
-        let states = catalog::place(&snap, partitions).ok_or_else(|| not_enough_brokers(name, &snap))?;
+        let states =
+            catalog::place(&snap, partitions, mode.replicas()).ok_or_else(|| not_enough_brokers(name, &snap, mode))?;
         let record = TopicRecord {
             topic_id: uuid::Uuid::new_v4().to_string(),
             partitions,
@@ -51,6 +59,7 @@ impl Replication {
             settings,
             mirror,
             promoted_ms: None,
+            risk_phase,
         };
         if !catalog::create_topic(&mut etcd, name, &record, &states).await.map_err(unreachable)? {
             return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: String::new() });
@@ -116,7 +125,9 @@ impl Replication {
             if count == current {
                 return Ok(self.info(name, &record));
             }
-            let states = catalog::place(&snap, count - current).ok_or_else(|| not_enough_brokers(name, &snap))?;
+            let mode = record.replication;
+            let states = catalog::place(&snap, count - current, mode.replicas())
+                .ok_or_else(|| not_enough_brokers(name, &snap, mode))?;
             record.partitions = count;
             if catalog::grow_topic(&mut etcd, name, revision, &record, current, &states).await.map_err(unreachable)? {
                 tracing::info!(topic = name, from = current, to = count, "replicated topic grown in the catalog");
@@ -257,13 +268,15 @@ fn found(name: &str, snap: &Snapshot) -> Result<(TopicRecord, i64)> {
     }
 }
 
-fn not_enough_brokers(name: &str, snap: &Snapshot) -> BrokerError {
-    BrokerError::NotEnoughReplicas {
-        topic: name.to_owned(),
-        partition: 0,
-        in_sync: snap.brokers.len(),
-        isr: snap.brokers.keys().copied().collect(),
-    }
+fn not_enough_brokers(name: &str, snap: &Snapshot, mode: Mode) -> BrokerError {
+    let usable: Vec<u32> = snap.brokers.keys().copied().filter(|id| !snap.draining.contains(id)).collect();
+    BrokerError::Cluster(format!(
+        "topic \"{name}\": {} needs {} brokers, and {} can take replicas ({usable:?}; brokers being drained take \
+         none)",
+        mode.as_str(),
+        mode.replicas(),
+        usable.len()
+    ))
 }
 
 fn busy(name: &str) -> BrokerError {

@@ -32,8 +32,16 @@ impl BrokerService {
         let mode = Mode::parse(&req.replication).map_err(BrokerError::InvalidArgument)?;
         let mirror = req.mirror.as_ref().map(MirrorMark::from_proto).transpose()?;
         if !mode.is_single() {
-            let info = self.replication()?.create_topic(&req.name, req.partitions, mode, settings, mirror).await?;
+            let r = self.replication()?;
+            let info = r.create_topic(&req.name, req.partitions, mode, req.risk_phase, settings, mirror).await?;
             return ok(pb::CreateTopicResponse { topic: Some(info) });
+        }
+        if req.risk_phase {
+            return Err(BrokerError::InvalidArgument(format!(
+                "topic \"{}\": the risk phase is a double_write setting, not single's",
+                req.name
+            ))
+            .into());
         }
         let t = self.core.create_topic(&req.name, req.partitions, settings, mirror).await?;
         ok(pb::CreateTopicResponse { topic: Some(self.core.topic_info(&t)) })

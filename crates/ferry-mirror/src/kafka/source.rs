@@ -111,6 +111,7 @@ impl SourceCluster for KafkaSource {
                 mirror: None,
                 created_ms: 0,
                 replication: "single".into(),
+                risk_phase: false,
             })
             .collect())
     }

@@ -216,6 +216,7 @@ impl TargetCluster for KafkaTarget {
                 mirror,
                 created_ms: 0,
                 replication: "single".into(),
+                risk_phase: false,
                 name: t.name,
             });
         }

@@ -1,5 +1,6 @@
 //! `ferryctl cluster status`: a cluster's members and, per replicated partition, its leader, leader epoch,
-//! replicas, in-sync set, high watermark, log end and each follower's lag.
+//! replicas, in-sync set, high watermark, log end, each follower's lag and its state (in sync, under-replicated,
+//! at risk, moving, offline).
 //!
 //! The placement comes from the member `--broker` names (which reads it from etcd); the progress of each partition
 //! comes from its leader, which is asked in turn. A leader that does not answer leaves its partitions' progress
@@ -7,23 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use clap::Subcommand;
 use ferry_client::proto as pb;
 use serde::Serialize;
 
 use crate::common::GlobalOpts;
 use crate::output::{Format, Table};
-
-/// `cluster` subcommands.
-#[derive(Subcommand)]
-pub enum ClusterCommand {
-    /// The brokers, and per partition the leader, epoch, replicas, ISR and lag.
-    Status {
-        /// Output format.
-        #[arg(long, value_enum, default_value_t)]
-        format: Format,
-    },
-}
 
 #[derive(Debug, Serialize)]
 struct StatusJson {
@@ -31,6 +20,10 @@ struct StatusJson {
     controller_id: u32,
     etcd_reachable: bool,
     brokers: Vec<BrokerJson>,
+    /// Brokers being drained.
+    draining: Vec<u32>,
+    under_replicated_partitions: usize,
+    partitions_at_risk: usize,
     partitions: Vec<PartitionJson>,
 }
 
@@ -48,6 +41,11 @@ struct PartitionJson {
     leader_epoch: u32,
     replicas: Vec<u32>,
     isr: Vec<u32>,
+    replication: String,
+    /// While the partition moves: the replicas it moves to.
+    target_replicas: Vec<u32>,
+    under_replicated: bool,
+    at_risk: bool,
     /// Unset when the leader did not answer.
     high_watermark: Option<u64>,
     log_end_offset: Option<u64>,
@@ -62,9 +60,8 @@ struct FollowerJson {
     caught_up_ms_ago: u64,
 }
 
-/// Runs a `cluster` subcommand.
-pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()> {
-    let ClusterCommand::Status { format } = cmd;
+/// `cluster status`.
+pub(super) async fn status(global: &GlobalOpts, format: Format) -> anyhow::Result<()> {
     let status = global.client()?.cluster_status(pb::ClusterStatusRequest {}).await?;
     // Each leader knows its followers' progress: ask every member for the partitions it leads.
     let mut led: BTreeMap<(String, u32), pb::PartitionStatus> = BTreeMap::new();
@@ -87,8 +84,8 @@ pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()>
     let partitions: Vec<PartitionJson> = status
         .partitions
         .iter()
-        .filter_map(|p| p.placement.as_ref())
-        .map(|pl| {
+        .filter_map(|p| Some((p, p.placement.as_ref()?)))
+        .map(|(p, pl)| {
             let progress = led
                 .get(&(pl.topic.clone(), pl.partition))
                 .filter(|p| p.placement.as_ref().is_some_and(|theirs| theirs.leader_id == pl.leader_id));
@@ -99,6 +96,10 @@ pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()>
                 leader_epoch: pl.leader_epoch,
                 replicas: pl.replicas.clone(),
                 isr: pl.isr.clone(),
+                replication: p.replication.clone(),
+                target_replicas: pl.target_replicas.clone(),
+                under_replicated: p.under_replicated,
+                at_risk: p.at_risk,
                 high_watermark: progress.map(|p| p.high_watermark),
                 log_end_offset: progress.map(|p| p.log_end_offset),
                 followers: progress
@@ -118,6 +119,9 @@ pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()>
         })
         .collect();
     let json = StatusJson {
+        under_replicated_partitions: partitions.iter().filter(|p| p.under_replicated).count(),
+        partitions_at_risk: partitions.iter().filter(|p| p.at_risk).count(),
+        draining: status.draining.clone(),
         cluster_id: status.cluster_id,
         controller_id: status.controller_id,
         etcd_reachable: status.etcd_reachable,
@@ -146,13 +150,21 @@ fn text(s: &StatusJson) -> String {
     if !s.etcd_reachable {
         out.push_str("etcd:        UNREACHABLE from the answering broker (placement as last read)\n");
     }
+    if !s.draining.is_empty() {
+        out.push_str(&format!("Draining:    {}\n", ids(&s.draining)));
+    }
+    out.push_str(&format!(
+        "Partitions:  {} under-replicated, {} at risk\n",
+        s.under_replicated_partitions, s.partitions_at_risk
+    ));
     let mut brokers = Table::new(&["BROKER", "ADDRESS"]);
     for b in &s.brokers {
         brokers.row(vec![b.broker_id.to_string(), b.address.clone()]);
     }
     out.push('\n');
     out.push_str(&brokers.render());
-    let mut parts = Table::new(&["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HW", "LEO", "MAX LAG"]);
+    let mut parts =
+        Table::new(&["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HW", "LEO", "MAX LAG", "STATE"]);
     for p in &s.partitions {
         let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
         let lag = p.followers.iter().map(|f| f.lag_records).max();
@@ -167,9 +179,25 @@ fn text(s: &StatusJson) -> String {
             opt(p.high_watermark),
             opt(p.log_end_offset),
             opt(lag),
+            state(p),
         ]);
     }
     out.push('\n');
     out.push_str(&parts.render());
     out
+}
+
+/// A partition's state in one word or two: what the operator must look at first.
+fn state(p: &PartitionJson) -> String {
+    if p.leader == 0 {
+        "OFFLINE".to_owned()
+    } else if p.at_risk {
+        "AT RISK".to_owned()
+    } else if !p.target_replicas.is_empty() {
+        format!("moving to {}", ids(&p.target_replicas))
+    } else if p.under_replicated {
+        "under-replicated".to_owned()
+    } else {
+        "ok".to_owned()
+    }
 }

@@ -1,0 +1,191 @@
+//! What operators see and do across the cluster: the placement and status of every replicated partition, draining
+//! a broker (a mark in etcd that the controller acts on, see [`crate::moves`]), and electing a leader by hand,
+//! cleanly or, when no in-sync replica is live and the operator says so, uncleanly.
+
+use std::time::Instant;
+
+use ferry_proto as pb;
+
+use super::Replication;
+use crate::catalog::{self, PartitionState};
+use crate::error::{BrokerError, Result};
+use crate::events::Event;
+
+fn unreachable(e: etcd_client::Error) -> BrokerError {
+    BrokerError::Cluster(format!("cannot reach etcd: {e}"))
+}
+
+impl Replication {
+    /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses.
+    pub fn placements(&self, topics: &[String]) -> Vec<pb::PartitionPlacement> {
+        let snap = self.snap.read();
+        snap.partitions
+            .iter()
+            .filter(|((t, _), _)| topics.is_empty() || topics.contains(t))
+            .map(|((t, p), v)| pb::PartitionPlacement {
+                topic: t.clone(),
+                partition: *p,
+                leader_id: v.state.leader,
+                leader_epoch: v.state.leader_epoch,
+                replicas: v.state.replicas.clone(),
+                isr: v.state.isr.clone(),
+                leader_address: snap.brokers.get(&v.state.leader).cloned().unwrap_or_default(),
+                target_replicas: v.state.target.clone().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The live members.
+    pub fn brokers(&self) -> Vec<pb::BrokerNode> {
+        self.snap
+            .read()
+            .brokers
+            .iter()
+            .map(|(&broker_id, a)| pb::BrokerNode { broker_id, address: a.clone() })
+            .collect()
+    }
+
+    /// The cluster's status as this broker sees it: the catalog, and its own leaders' progress.
+    pub fn status(&self) -> pb::ClusterStatusResponse {
+        let (controller_id, draining, modes) = {
+            let snap = self.snap.read();
+            let modes: std::collections::BTreeMap<String, (String, bool)> = snap
+                .topics
+                .iter()
+                .map(|(name, t)| (name.clone(), (t.replication.as_str().to_owned(), t.risk_phase)))
+                .collect();
+            (snap.controller, snap.draining.iter().copied().collect(), modes)
+        };
+        let partitions = self
+            .placements(&[])
+            .into_iter()
+            .map(|placement| {
+                let (replication, risk_phase) = modes.get(&placement.topic).cloned().unwrap_or_default();
+                let mut status = pb::PartitionStatus {
+                    under_replicated: placement.isr.len() < placement.replicas.len(),
+                    at_risk: risk_phase && placement.leader_id != 0 && placement.isr.len() < 2,
+                    replication,
+                    ..Default::default()
+                };
+                if let Ok(part) = self.core.partition(&placement.topic, placement.partition)
+                    && let Some(r) = part.replica()
+                    && let Ok(l) = r.leading()
+                {
+                    let leo = part.log().log_end_offset();
+                    let now = Instant::now();
+                    status.led_here = true;
+                    status.high_watermark = r.hw();
+                    status.log_end_offset = leo;
+                    status.followers = l
+                        .followers
+                        .iter()
+                        .map(|(&broker_id, p)| pb::ReplicaProgress {
+                            broker_id,
+                            log_end_offset: p.leo,
+                            lag_records: leo.saturating_sub(p.leo),
+                            caught_up_ms_ago: now.saturating_duration_since(p.caught_up).as_millis() as u64,
+                        })
+                        .collect();
+                }
+                status.placement = Some(placement);
+                status
+            })
+            .collect();
+        pb::ClusterStatusResponse {
+            cluster_id: self.core.cluster_id().to_owned(),
+            broker_id: self.s.me,
+            brokers: self.brokers(),
+            controller_id,
+            partitions,
+            etcd_reachable: self.etcd_reachable(),
+            draining,
+        }
+    }
+
+    /// Marks broker `id` as being drained (or, with `cancel`, no longer): the controller moves its leaderships,
+    /// then its replicas, to other brokers, and new topics place nothing on it. Returns every broker being drained.
+    pub async fn drain(&self, id: u32, cancel: bool) -> Result<Vec<u32>> {
+        let mut etcd = self.etcd.clone();
+        let key = catalog::drain_key(id);
+        if cancel {
+            etcd.delete(key, None).await.map_err(unreachable)?;
+            tracing::info!(event = "drain_cancelled", broker_id = id, "no longer draining the broker");
+        } else {
+            etcd.put(key, id.to_string(), None).await.map_err(unreachable)?;
+            tracing::info!(event = "drain_started", broker_id = id, "draining the broker");
+        }
+        self.kick.notify_one();
+        let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
+        Ok(snap.draining.into_iter().collect())
+    }
+
+    /// Elects a leader of `topic`/`partition` by hand: the first live in-sync replica in replica order; with
+    /// `unclean`, when no in-sync replica is live, the first live replica, which then starts a new partition epoch
+    /// (what only the lost replicas had is gone, and a mirror downstream sees the history change). Returns the new
+    /// state; the current one when the preferred in-sync replica already leads.
+    pub async fn elect(&self, topic: &str, partition: u32, unclean: bool) -> Result<(PartitionState, bool)> {
+        let mut etcd = self.etcd.clone();
+        let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
+        let Some(v) = snap.partitions.get(&(topic.to_owned(), partition)) else {
+            return Err(match snap.topics.get(topic) {
+                Some(t) => BrokerError::UnknownPartition { topic: topic.to_owned(), partition, count: t.partitions },
+                None => BrokerError::UnknownTopic { topic: topic.to_owned() },
+            });
+        };
+        let live = |r: &u32| snap.brokers.contains_key(r);
+        let state = &v.state;
+        let (next, was_unclean) = match state.replicas.iter().copied().find(|r| state.isr.contains(r) && live(r)) {
+            Some(leader) if leader == state.leader => return Ok((state.clone(), false)),
+            Some(leader) => (PartitionState { leader, leader_epoch: state.leader_epoch + 1, ..state.clone() }, false),
+            None if !unclean => {
+                return Err(BrokerError::ElectionRefused(format!(
+                    "{topic}/{partition}: no in-sync replica is live (in sync: {:?}, live replicas: {:?}); an unclean \
+                     election (--unclean) makes a live out-of-sync replica the leader and loses what only the \
+                     in-sync replicas had",
+                    state.isr,
+                    state.replicas.iter().filter(|r| live(r)).collect::<Vec<_>>()
+                )));
+            }
+            None => {
+                let Some(leader) = state.replicas.iter().copied().find(live) else {
+                    return Err(BrokerError::ElectionRefused(format!(
+                        "{topic}/{partition}: no replica is live (replicas {:?}); start one of their brokers",
+                        state.replicas
+                    )));
+                };
+                let epoch = state.leader_epoch + 1;
+                let next = PartitionState {
+                    leader,
+                    leader_epoch: epoch,
+                    isr: vec![leader],
+                    unclean_epoch: Some(epoch),
+                    ..state.clone()
+                };
+                (next, true)
+            }
+        };
+        if catalog::swap_partition(&mut etcd, topic, partition, v.revision, &next, None)
+            .await
+            .map_err(unreachable)?
+            .is_none()
+        {
+            return Err(BrokerError::Cluster(format!(
+                "{topic}/{partition}: the partition's state changed while electing; look again and retry"
+            )));
+        }
+        if was_unclean {
+            self.events.note(Event::UncleanElection);
+        }
+        tracing::warn!(
+            event = if was_unclean { "unclean_election" } else { "leader_elected" },
+            topic,
+            partition,
+            leader = next.leader,
+            leader_epoch = next.leader_epoch,
+            previous = state.leader,
+            "leader elected by an operator"
+        );
+        self.kick.notify_one();
+        Ok((next, was_unclean))
+    }
+}
