@@ -8,6 +8,7 @@ mod auth;
 mod cluster;
 mod common;
 mod config_env;
+mod double_write;
 mod ferryctl;
 mod groups;
 mod hostile;

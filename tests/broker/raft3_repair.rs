@@ -2,6 +2,7 @@
 //! holds, leaves the in-sync set until it has, truncates the corrupt batch away, fetches it again from the leader
 //! and rejoins; afterwards every replica is byte-identical again.
 
+use ferry_client::proto as pb;
 use ferry_client::{Admin, Producer, ProducerConfig, ProducerRecord};
 use ferry_testkit::{deadline, wait_until};
 
@@ -33,7 +34,8 @@ async fn a_follower_with_a_corrupt_sealed_segment_is_repaired_from_the_leader_ou
     let follower = first.replicas.iter().copied().find(|r| *r != leader).expect("replicas");
     wait_until("the follower holding everything", deadline(&[IO_BUDGET]), async || {
         let status = cluster.client_of(leader).cluster_status(Default::default()).await?;
-        let p = status.partitions.into_iter().next().expect("one partition");
+        let ours = |p: &pb::PartitionStatus| p.placement.as_ref().is_some_and(|pl| pl.topic == TOPIC);
+        let p = status.partitions.into_iter().find(ours).expect("the topic's partition");
         anyhow::Ok(p.followers.iter().any(|f| f.broker_id == follower && f.log_end_offset == 400))
     })
     .await?;

@@ -170,10 +170,15 @@ impl BrokerCore {
                 fs.sync_dir(data_dir).map_err(io(data_dir))?;
                 continue;
             }
-            if name.starts_with(RESERVED_PREFIX) || !fs.exists(&path.join(TOPIC_FILE)).map_err(io(&path))? {
+            if !fs.exists(&path.join(TOPIC_FILE)).map_err(io(&path))? {
                 continue;
             }
             let meta = TopicMeta::load(&*fs, &path)?;
+            // The broker's own partitions live under reserved names; of those only a cluster's replicated internal
+            // topics (the offsets partitions) are topics.
+            if name.starts_with(RESERVED_PREFIX) && meta.replication.is_single() {
+                continue;
+            }
             let topic = core.open_topic(path, meta)?;
             core.topics.write().insert(name, Arc::new(topic));
         }

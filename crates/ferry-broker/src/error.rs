@@ -235,10 +235,26 @@ pub enum BrokerError {
         /// The leader epoch this broker knows.
         epoch: u32,
     },
-    /// A raft3 write while fewer than two replicas are in sync: nothing was written.
+    /// A group call at a cluster member that does not coordinate the group: the coordinator is the leader of the
+    /// group's offsets partition.
     #[error(
-        "{topic}/{partition} has {in_sync} in-sync replica(s) ({isr:?}), fewer than the 2 a raft3 write needs; nothing \
-         was written, retry once a replica is back"
+        "this broker does not coordinate group \"{group}\"; its coordinator is broker {leader} at {address} (leader \
+         epoch {epoch} of its offsets partition)"
+    )]
+    NotCoordinator {
+        /// The group.
+        group: String,
+        /// The coordinator's broker id, 0 when none is known.
+        leader: u32,
+        /// Its address, empty when unknown.
+        address: String,
+        /// The leader epoch of the group's offsets partition.
+        epoch: u32,
+    },
+    /// A replicated write while fewer replicas are in sync than it needs: nothing was written.
+    #[error(
+        "{topic}/{partition} has {in_sync} in-sync replica(s) ({isr:?}), fewer than the {needed} a write to it needs; \
+         nothing was written, retry once a replica is back"
     )]
     NotEnoughReplicas {
         /// Topic name.
@@ -249,6 +265,8 @@ pub enum BrokerError {
         in_sync: usize,
         /// Their broker ids.
         isr: Vec<u32>,
+        /// How many a write needs.
+        needed: usize,
     },
     /// A raft3 write was appended by the leader but not acknowledged by its in-sync set: it may or may not stay.
     #[error(
@@ -379,6 +397,7 @@ impl BrokerError {
             BrokerError::DataDirInUse { .. } => "data_dir_in_use",
             BrokerError::PermissionDenied { .. } => "permission_denied",
             BrokerError::NotLeader { .. } => "not_leader",
+            BrokerError::NotCoordinator { .. } => "not_coordinator",
             BrokerError::NotEnoughReplicas { .. } => "not_enough_replicas",
             BrokerError::NotAcknowledged { .. } => "not_acknowledged",
             BrokerError::Cluster(_) => "cluster_unavailable",
@@ -407,6 +426,7 @@ impl BrokerError {
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
             BrokerError::PermissionDenied { .. } => Code::PermissionDenied,
             BrokerError::NotLeader { .. }
+            | BrokerError::NotCoordinator { .. }
             | BrokerError::NotEnoughReplicas { .. }
             | BrokerError::NotAcknowledged { .. }
             | BrokerError::Cluster(_) => Code::Unavailable,
@@ -477,6 +497,8 @@ pub const LEADER_ADDRESS_KEY: &str = "ferry-leader-address";
 pub const LEADER_EPOCH_KEY: &str = "ferry-leader-epoch";
 /// See [`LEADER_ID_KEY`]: the partition the hint is about, as "topic/partition".
 pub const LEADER_PARTITION_KEY: &str = "ferry-leader-partition";
+/// A NOT_COORDINATOR status carries the coordinator as a leader hint (id, address, epoch) and the group here.
+pub const COORDINATOR_GROUP_KEY: &str = "ferry-coordinator-group";
 
 impl From<BrokerError> for Status {
     fn from(err: BrokerError) -> Status {
@@ -488,6 +510,20 @@ impl From<BrokerError> for Status {
                 (LEADER_EPOCH_KEY, epoch.to_string()),
                 (LEADER_ADDRESS_KEY, address.clone()),
                 (LEADER_PARTITION_KEY, format!("{topic}/{partition}")),
+            ];
+            for (key, value) in values {
+                if let Ok(v) = value.parse() {
+                    md.insert(key, v);
+                }
+            }
+        }
+        if let BrokerError::NotCoordinator { group, leader, address, epoch } = &err {
+            let md = s.metadata_mut();
+            let values = [
+                (LEADER_ID_KEY, leader.to_string()),
+                (LEADER_EPOCH_KEY, epoch.to_string()),
+                (LEADER_ADDRESS_KEY, address.clone()),
+                (COORDINATOR_GROUP_KEY, group.clone()),
             ];
             for (key, value) in values {
                 if let Ok(v) = value.parse() {

@@ -258,6 +258,18 @@ async fn fetch_once(
             return Err(Step::Reconcile(e.to_string()));
         }
     }
+    // The leader's log start (its retention, or a compaction of the offsets partitions): the segments wholly
+    // before it go here too.
+    let leader_start = answer.log_start_offset;
+    if leader_start > part.log().log_start_offset() && leader_start <= part.log().log_end_offset() {
+        let log = Arc::clone(part.log());
+        let deleted = tokio::task::spawn_blocking(move || log.delete_segments_before(leader_start))
+            .await
+            .map_err(|e| Step::Failed(e.to_string()))?;
+        if let Err(e) = deleted {
+            tracing::warn!(topic = part.topic(), partition = part.index(), error = %e, "cannot follow the leader's log start");
+        }
+    }
     replica.follow_hw(answer.high_watermark, part.log().log_end_offset());
     Ok(())
 }

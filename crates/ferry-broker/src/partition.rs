@@ -320,6 +320,7 @@ impl Partition {
                 partition: self.index,
                 in_sync: l.isr.len(),
                 isr: l.isr,
+                needed: r.min_insync(),
             });
         }
         Ok(l.epoch)

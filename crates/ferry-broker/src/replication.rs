@@ -189,6 +189,9 @@ impl Replication {
             if let Err(e) = controller.tick(&mut etcd, self.s.me, self.s.ttl, &snap, act, &self.events).await {
                 tracing::warn!(error = %e, "controller beat failed; will retry");
             }
+            if act && controller.is_controller() {
+                self.ensure_offsets_topic(&mut etcd, &snap).await;
+            }
         }
         let fetchers: Vec<Fetcher> = self.fetchers.lock().await.drain().map(|(_, f)| f).collect();
         for f in fetchers {

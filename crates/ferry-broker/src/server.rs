@@ -129,12 +129,17 @@ pub async fn run(
     let producers = config.producer_settings();
     let fs = options.fs.clone().unwrap_or_else(ferry_storage::fs::os);
     let member = config.cluster.enabled().then(|| config.cluster.broker_id.unwrap_or(0));
+    let offsets_partitions = config.groups.offsets_partitions;
     let (core, groups) = tokio::task::spawn_blocking(move || -> Result<_, crate::error::BrokerError> {
         let core = BrokerCore::open_as(fs.clone(), &data_dir, cluster.as_deref(), defaults, producers, member)?
             .with_limits(limits);
-        let groups =
-            GroupCoordinator::open(fs, &data_dir, groups_cfg.min_session_timeout, groups_cfg.max_session_timeout)?
-                .with_limits(groups_cfg.group_limits());
+        let (min, max) = (groups_cfg.min_session_timeout, groups_cfg.max_session_timeout);
+        // A cluster member's committed offsets live in the cluster's replicated offsets partitions.
+        let groups = match member {
+            Some(_) => GroupCoordinator::for_cluster(min, max, offsets_partitions),
+            None => GroupCoordinator::open(fs, &data_dir, min, max)?,
+        }
+        .with_limits(groups_cfg.group_limits());
         // Offsets of topics that no longer exist (a deletion interrupted before its offsets were dropped).
         let dropped = groups.forget_topics(&|t| core.topic(t).is_err())?;
         if dropped > 0 {
@@ -199,6 +204,8 @@ pub async fn run(
     if let Some(m) = &membership {
         let settings = crate::replication::Settings::of(&config.cluster, max_message, peer_links);
         let r = crate::replication::Replication::new(settings, Arc::clone(&core), Arc::clone(&groups), m.client());
+        let catalog = Arc::downgrade(&r);
+        groups.set_topic_ids(Box::new(move |name| catalog.upgrade().and_then(|r| r.topic_id(name))));
         tasks.spawn(Arc::clone(&r).run(shutdown.clone()));
         service = service.with_replication(Arc::clone(&r));
         replication = Some(r);

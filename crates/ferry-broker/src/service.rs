@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{Scopes, caller, member_scopes, offset_scopes};
+use crate::auth::{Scopes, caller};
 use crate::core::{BrokerCore, Topic};
 use crate::error::BrokerError;
 use crate::groups::GroupCoordinator;
@@ -22,6 +22,7 @@ use crate::replica_serve;
 use crate::replication::Replication;
 use crate::topic::refuse_reserved;
 
+mod groups;
 mod topics;
 
 /// The service implementation.
@@ -40,6 +41,8 @@ pub struct BrokerService {
     shutdown: CancellationToken,
     /// A cluster member's replication manager.
     replication: Option<Arc<Replication>>,
+    /// Taken while a coordinator loads an offsets partition, so that it loads once.
+    coordinator_loads: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl BrokerService {
@@ -64,6 +67,7 @@ impl BrokerService {
             decodes: Arc::new(Semaphore::new(decode_concurrency.max(1))),
             shutdown,
             replication: None,
+            coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -101,10 +105,6 @@ impl BrokerService {
             .await
             .map_err(|e| BrokerError::Internal(format!("timestamp lookup task failed: {e}")))?
             .map_err(|e| BrokerError::storage(p.topic(), p.index(), e))
-    }
-
-    fn counts(&self) -> impl Fn(&str) -> u32 + '_ {
-        |t: &str| self.core.topic(t).map_or(0, |t| t.partition_count())
     }
 }
 
@@ -178,7 +178,7 @@ impl Broker for BrokerService {
             .topics()
             .iter()
             .map(|t| self.core.topic_info(t))
-            .filter(|info| who.sees_topic(&info.name))
+            .filter(|info| who.sees_topic(&info.name) && !info.name.starts_with(crate::topic::RESERVED_PREFIX))
             .collect();
         ok(pb::ListTopicsResponse { topics })
     }
@@ -345,82 +345,30 @@ impl Broker for BrokerService {
     }
 
     async fn join_group(&self, req: Request<pb::JoinGroupRequest>) -> Rpc<pb::JoinGroupResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        let need = member_scopes(&req.group);
-        who.allow_group("JoinGroup", need, &req.group)?;
-        for t in &req.topics {
-            who.allow_topic("JoinGroup", need, t)?;
-        }
-        for t in &req.topics {
-            self.core.topic(t)?;
-        }
-        let j = self.groups.join(&req, &self.counts())?;
-        ok(pb::JoinGroupResponse {
-            member_id: j.member_id,
-            generation: j.generation,
-            assignment: j.assignment,
-            members: j.members,
-        })
+        self.join_group_rpc(req).await
     }
 
     async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Rpc<pb::HeartbeatResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        who.allow_group("Heartbeat", member_scopes(&req.group), &req.group)?;
-        ok(self.groups.heartbeat(&req, &self.counts()))
+        self.heartbeat_rpc(req).await
     }
 
     async fn leave_group(&self, req: Request<pb::LeaveGroupRequest>) -> Rpc<pb::LeaveGroupResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        who.allow_group("LeaveGroup", member_scopes(&req.group), &req.group)?;
-        self.groups.leave(&req.group, &req.member_id, &self.counts());
-        ok(pb::LeaveGroupResponse {})
+        self.leave_group_rpc(req).await
     }
 
     async fn commit_offsets(&self, req: Request<pb::CommitOffsetsRequest>) -> Rpc<pb::CommitOffsetsResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        let need = offset_scopes(&req.group);
-        who.allow_group("CommitOffsets", need, &req.group)?;
-        for o in &req.offsets {
-            who.allow_topic("CommitOffsets", need, &o.topic)?;
-        }
-        // Offsets only for partitions that exist, so no offset outlives its topic (see delete_topic).
-        for o in &req.offsets {
-            self.core.partition(&o.topic, o.partition)?;
-        }
-        let groups = Arc::clone(&self.groups);
-        tokio::task::spawn_blocking(move || groups.commit(&req))
-            .await
-            .map_err(|e| BrokerError::Internal(format!("commit task failed: {e}")))??;
-        ok(pb::CommitOffsetsResponse {})
+        self.commit_offsets_rpc(req).await
     }
 
     async fn fetch_committed_offsets(
         &self,
         req: Request<pb::FetchCommittedOffsetsRequest>,
     ) -> Rpc<pb::FetchCommittedOffsetsResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        let need = offset_scopes(&req.group);
-        who.allow_group("FetchCommittedOffsets", need, &req.group)?;
-        for p in &req.partitions {
-            who.allow_topic("FetchCommittedOffsets", need, &p.topic)?;
-        }
-        // Asked for every partition (none named): only those of topics the token may see.
-        let mut offsets = self.groups.committed(&req.group, &req.partitions);
-        offsets.retain(|o| who.sees_topic(&o.topic));
-        ok(pb::FetchCommittedOffsetsResponse { offsets })
+        self.fetch_committed_offsets_rpc(req).await
     }
 
     async fn list_groups(&self, req: Request<pb::ListGroupsRequest>) -> Rpc<pb::ListGroupsResponse> {
-        let who = caller(&req)?;
-        who.allow("ListGroups", READ.or(Scopes::ADMIN))?;
-        let mut groups = self.groups.list();
-        groups.retain(|g| who.sees_group(&g.group));
-        ok(pb::ListGroupsResponse { groups })
+        self.list_groups_rpc(req).await
     }
 
     async fn replica_fetch(&self, req: Request<pb::ReplicaFetchRequest>) -> Rpc<pb::ReplicaFetchResponse> {
@@ -465,11 +413,6 @@ impl Broker for BrokerService {
     }
 
     async fn describe_group(&self, req: Request<pb::DescribeGroupRequest>) -> Rpc<pb::DescribeGroupResponse> {
-        let who = caller(&req)?;
-        let group = req.into_inner().group;
-        who.allow_group("DescribeGroup", READ.or(Scopes::ADMIN), &group)?;
-        let mut described = self.groups.describe(&group);
-        described.offsets.retain(|o| who.sees_topic(&o.topic));
-        ok(described)
+        self.describe_group_rpc(req).await
     }
 }

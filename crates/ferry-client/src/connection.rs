@@ -76,6 +76,18 @@ mod routing;
 const LEADER_ADDRESS_KEY: &str = "ferry-leader-address";
 const LEADER_EPOCH_KEY: &str = "ferry-leader-epoch";
 const LEADER_PARTITION_KEY: &str = "ferry-leader-partition";
+const COORDINATOR_GROUP_KEY: &str = "ferry-coordinator-group";
+
+/// Where a call's attempts go.
+#[derive(Debug, Clone, Copy)]
+enum Route<'a> {
+    /// The listed brokers.
+    Any,
+    /// A partition's leader.
+    Partition(&'a str, u32),
+    /// A group's coordinator.
+    Group(&'a str),
+}
 
 /// Whether a call may be sent again after a failure whose outcome is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,7 +349,17 @@ impl BrokerClient {
         F: FnMut(&Conn) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.call_at(None, rpc, retry, timeout, f).await
+        self.call_at(Route::Any, rpc, retry, timeout, f).await
+    }
+
+    /// [`Self::call`] about one group: every attempt goes to its coordinator as last learnt
+    /// ([`Self::for_group`]), so a NOT_COORDINATOR answer sends the next attempt to the coordinator it names.
+    pub(crate) async fn call_group<T, F, Fut>(&self, group: &str, rpc: &'static str, retry: Retry, f: F) -> Result<T>
+    where
+        F: FnMut(&Conn) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_at(Route::Group(group), rpc, retry, self.request_timeout(), f).await
     }
 
     /// [`Self::call`] about one partition: every attempt goes to its leader as last learnt
@@ -354,12 +376,12 @@ impl BrokerClient {
         F: FnMut(&Conn) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.call_at(Some((topic, partition)), rpc, retry, self.request_timeout(), f).await
+        self.call_at(Route::Partition(topic, partition), rpc, retry, self.request_timeout(), f).await
     }
 
     async fn call_at<T, F, Fut>(
         &self,
-        route: Option<(&str, u32)>,
+        route: Route<'_>,
         rpc: &'static str,
         retry: Retry,
         timeout: Duration,
@@ -372,7 +394,11 @@ impl BrokerClient {
         let policy = self.inner.config.retry;
         let mut attempt = 0u32;
         loop {
-            let at = route.map_or_else(|| self.clone(), |(t, p)| self.for_partition(t, p));
+            let at = match route {
+                Route::Any => self.clone(),
+                Route::Partition(t, p) => self.for_partition(t, p),
+                Route::Group(g) => self.for_group(g),
+            };
             match at.attempt(rpc, timeout, &mut f).await {
                 Ok(v) => return Ok(v),
                 Err(Failure { error, never_sent, redirected }) => {

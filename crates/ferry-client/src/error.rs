@@ -171,7 +171,7 @@ impl ClientError {
     /// The broker refused the call before doing anything (`not_leader`, `not_enough_replicas`): sending it again
     /// is safe whatever the call.
     pub fn nothing_written(&self) -> bool {
-        matches!(self.reason(), Some("not_leader" | "not_enough_replicas"))
+        matches!(self.reason(), Some("not_leader" | "not_enough_replicas" | "not_coordinator"))
     }
 
     /// The gRPC code when the broker answered with a status.

@@ -26,6 +26,19 @@ macro_rules! unary {
             .await
         }
     };
+    ($(#[$doc:meta])* $method:ident, $rpc:literal, $req:ty, $resp:ty, $retry:expr, at_coordinator) => {
+        $(#[$doc])*
+        /// Sent to the group's coordinator as last learnt (see [`BrokerClient::for_group`]).
+        pub async fn $method(&self, request: $req) -> Result<$resp> {
+            let retry: fn(&$req) -> Retry = $retry;
+            let retry = retry(&request);
+            self.call_group(&request.group, $rpc, retry, |conn| {
+                let (mut c, request) = (conn.raw(), request.clone());
+                async move { c.$method(request).await }
+            })
+            .await
+        }
+    };
     ($(#[$doc:meta])* $method:ident, $rpc:literal, $req:ty, $resp:ty, $retry:expr, at_leader) => {
         $(#[$doc])*
         /// Sent to the partition's leader as last learnt (see [`BrokerClient::for_partition`]).
@@ -166,26 +179,28 @@ impl BrokerClient {
         /// Joins a group. A first join (empty member id) is not repeated after an unknown outcome, which would
         /// leave a ghost member until its session expires; a rejoin with a member id is.
         join_group, "JoinGroup", pb::JoinGroupRequest, pb::JoinGroupResponse,
-        |r| if r.member_id.is_empty() { Retry::Once } else { Retry::Idempotent });
+        |r| if r.member_id.is_empty() { Retry::Once } else { Retry::Idempotent }, at_coordinator);
     unary!(
         /// Keeps a membership alive and learns about new generations.
-        heartbeat, "Heartbeat", pb::HeartbeatRequest, pb::HeartbeatResponse, idempotent);
+        heartbeat, "Heartbeat", pb::HeartbeatRequest, pb::HeartbeatResponse, idempotent, at_coordinator);
     unary!(
         /// Leaves a group.
-        leave_group, "LeaveGroup", pb::LeaveGroupRequest, pb::LeaveGroupResponse, idempotent);
+        leave_group, "LeaveGroup", pb::LeaveGroupRequest, pb::LeaveGroupResponse, idempotent, at_coordinator);
     unary!(
         /// Commits offsets (the same offsets twice is the same commit).
-        commit_offsets, "CommitOffsets", pb::CommitOffsetsRequest, pb::CommitOffsetsResponse, idempotent);
+        commit_offsets, "CommitOffsets", pb::CommitOffsetsRequest, pb::CommitOffsetsResponse, idempotent,
+        at_coordinator);
     unary!(
         /// Reads committed offsets.
         fetch_committed_offsets, "FetchCommittedOffsets", pb::FetchCommittedOffsetsRequest,
-        pb::FetchCommittedOffsetsResponse, idempotent);
+        pb::FetchCommittedOffsetsResponse, idempotent, at_coordinator);
     unary!(
         /// Lists groups.
         list_groups, "ListGroups", pb::ListGroupsRequest, pb::ListGroupsResponse, idempotent);
     unary!(
         /// Describes a group: members, assignment, committed offsets.
-        describe_group, "DescribeGroup", pb::DescribeGroupRequest, pb::DescribeGroupResponse, idempotent);
+        describe_group, "DescribeGroup", pb::DescribeGroupRequest, pb::DescribeGroupResponse, idempotent,
+        at_coordinator);
 
     /// Long-poll fetch. The timeout is the request timeout plus the request's `max_wait_ms`.
     pub async fn fetch(&self, request: pb::FetchRequest) -> Result<pb::FetchResponse> {

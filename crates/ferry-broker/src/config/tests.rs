@@ -117,6 +117,7 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "groups.max_members",
             "groups.max_groups",
             "groups.max_metadata_bytes",
+            "groups.offsets_partitions",
             "limits.max_topics",
             "limits.max_partitions",
             "limits.max_subscribe_partitions",

@@ -16,6 +16,7 @@
 //! the partition is replayed, last write wins (module `offsets`).
 
 mod assignment;
+mod cluster;
 mod offsets;
 
 use std::collections::HashMap;
@@ -30,7 +31,59 @@ use self::assignment::{Group, Member};
 use self::offsets::{OffsetStore, Tuning};
 use crate::error::{BrokerError, GroupRefusal, Result};
 
+pub use self::cluster::{CLUSTER_OFFSETS_TOPIC, ClusterOffsets, CommitBatches};
 pub use self::offsets::{OFFSETS_FILE, OFFSETS_TOPIC};
+
+/// Where committed offsets live: a single broker's own internal partition, or a cluster's replicated ones.
+enum Backend {
+    Local(Box<Mutex<OffsetStore>>),
+    Cluster { offsets: ClusterOffsets, topic_ids: std::sync::OnceLock<TopicIds> },
+}
+
+/// The id of the topic a name now names, `None` when none does (a cluster's catalog knows it).
+pub type TopicIds = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Local(_) => f.write_str("Local"),
+            Backend::Cluster { offsets, .. } => write!(f, "Cluster({} partitions)", offsets.partitions()),
+        }
+    }
+}
+
+impl Backend {
+    fn has_group(&self, group: &str) -> bool {
+        match self {
+            Backend::Local(s) => s.lock().has_group(group),
+            Backend::Cluster { offsets, .. } => offsets.has_group(group),
+        }
+    }
+
+    fn group_count(&self) -> usize {
+        match self {
+            Backend::Local(s) => s.lock().group_count(),
+            Backend::Cluster { offsets, .. } => offsets.group_count(),
+        }
+    }
+
+    fn groups(&self) -> std::collections::BTreeSet<String> {
+        match self {
+            Backend::Local(s) => s.lock().groups(),
+            Backend::Cluster { offsets, .. } => offsets.groups(),
+        }
+    }
+
+    fn of_group(&self, group: &str) -> Vec<pb::CommittedOffset> {
+        match self {
+            Backend::Local(s) => s.lock().of_group(group),
+            Backend::Cluster { offsets, topic_ids } => match topic_ids.get() {
+                Some(ids) => offsets.of_group(group, ids),
+                None => Vec::new(),
+            },
+        }
+    }
+}
 
 /// What a join returns.
 #[derive(Debug, Clone)]
@@ -68,7 +121,7 @@ impl Default for Limits {
 #[derive(Debug)]
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
-    offsets: Mutex<OffsetStore>,
+    offsets: Backend,
     min_session: Duration,
     max_session: Duration,
     limits: Limits,
@@ -97,11 +150,60 @@ impl GroupCoordinator {
     ) -> Result<GroupCoordinator> {
         Ok(GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
-            offsets: Mutex::new(OffsetStore::open(fs, data_dir, tuning)?),
+            offsets: Backend::Local(Box::new(Mutex::new(OffsetStore::open(fs, data_dir, tuning)?))),
             min_session,
             max_session,
             limits: Limits::default(),
         })
+    }
+
+    /// The coordinator of a cluster member, whose committed offsets live in the `offsets_partitions` partitions of
+    /// the replicated [`CLUSTER_OFFSETS_TOPIC`] (see the `cluster` module); it coordinates the groups of the
+    /// partitions it leads. Give it the topic ids ([`GroupCoordinator::set_topic_ids`]) before it serves.
+    pub fn for_cluster(min_session: Duration, max_session: Duration, offsets_partitions: u32) -> GroupCoordinator {
+        GroupCoordinator {
+            groups: Mutex::new(HashMap::new()),
+            offsets: Backend::Cluster {
+                offsets: ClusterOffsets::new(offsets_partitions),
+                topic_ids: std::sync::OnceLock::new(),
+            },
+            min_session,
+            max_session,
+            limits: Limits::default(),
+        }
+    }
+
+    /// How a cluster member's coordinator learns which topic a name names now (offsets of a deleted topic are
+    /// not returned). Set once.
+    pub fn set_topic_ids(&self, ids: TopicIds) {
+        if let Backend::Cluster { topic_ids, .. } = &self.offsets {
+            let _ = topic_ids.set(ids);
+        }
+    }
+
+    /// A cluster member's offsets store; `None` on a single broker.
+    pub fn cluster(&self) -> Option<&ClusterOffsets> {
+        match &self.offsets {
+            Backend::Cluster { offsets, .. } => Some(offsets),
+            Backend::Local(_) => None,
+        }
+    }
+
+    /// The id of the topic `name` names now, as the cluster knows it (the empty string when it knows none).
+    pub fn topic_id(&self, name: &str) -> String {
+        match &self.offsets {
+            Backend::Cluster { topic_ids, .. } => topic_ids.get().and_then(|ids| ids(name)).unwrap_or_default(),
+            Backend::Local(_) => String::new(),
+        }
+    }
+
+    /// Stops coordinating the groups of offsets partition `k` (another broker leads it now): their members
+    /// rejoin at the new coordinator. Returns whether it coordinated them.
+    pub fn unload_partition(&self, k: u32) -> bool {
+        let Some(cluster) = self.cluster() else { return false };
+        let was = cluster.unload(k);
+        self.groups.lock().retain(|name, _| cluster.partition_of(name) != k);
+        was
     }
 
     /// Enforces `limits` on later joins.
@@ -125,7 +227,7 @@ impl GroupCoordinator {
     /// Refuses a group the broker does not know yet once it knows `groups.max_groups` (with members or committed
     /// offsets). Takes the offsets lock inside the groups lock, the order every caller keeps.
     fn check_new_group(&self, group: &str, groups: &HashMap<String, Group>) -> Result<()> {
-        let offsets = self.offsets.lock();
+        let offsets = &self.offsets;
         if groups.contains_key(group) || offsets.has_group(group) {
             return Ok(());
         }
@@ -145,12 +247,18 @@ impl GroupCoordinator {
     /// Offset ranges of the batches of the offsets partition that were found corrupt on open and skipped (their
     /// commits are lost; the error log names each one).
     pub fn skipped_batches(&self) -> Vec<(u64, u64)> {
-        self.offsets.lock().skipped().to_vec()
+        match &self.offsets {
+            Backend::Local(s) => s.lock().skipped().to_vec(),
+            Backend::Cluster { .. } => Vec::new(),
+        }
     }
 
     /// Closes the offsets partition cleanly (at shutdown). Blocking.
     pub fn close(&self) -> Result<()> {
-        self.offsets.lock().close()
+        match &self.offsets {
+            Backend::Local(s) => s.lock().close(),
+            Backend::Cluster { .. } => Ok(()),
+        }
     }
 
     /// Adds (or refreshes) a member and returns its assignment.
@@ -277,8 +385,20 @@ impl GroupCoordinator {
     }
 
     /// Commits offsets, fencing stale generations. Blocking (fsync). On error the batch that failed is taken back
-    /// whole; a commit spanning several batches (over 1 MiB of offsets) keeps those written before it.
+    /// whole; a commit spanning several batches (over 1 MiB of offsets) keeps those written before it. A cluster
+    /// member checks with [`GroupCoordinator::check_commit`] and writes through the offsets partition instead.
     pub fn commit(&self, req: &pb::CommitOffsetsRequest) -> Result<()> {
+        self.check_commit(req)?;
+        match &self.offsets {
+            Backend::Local(s) => s.lock().commit(&req.group, &req.offsets),
+            Backend::Cluster { .. } => {
+                Err(BrokerError::Internal("a cluster's commits are written through its offsets partition".into()))
+            }
+        }
+    }
+
+    /// Checks a commit without writing it: the metadata bound, the group bound, and generation fencing.
+    pub fn check_commit(&self, req: &pb::CommitOffsetsRequest) -> Result<()> {
         check_group_name(&req.group)?;
         let max = self.limits.max_metadata_bytes;
         if let Some(o) = req.offsets.iter().find(|o| o.metadata.len() > max) {
@@ -324,19 +444,23 @@ impl GroupCoordinator {
                 }
             }
         }
-        self.offsets.lock().commit(&req.group, &req.offsets)
+        Ok(())
     }
 
     /// Drops every group's committed offsets of the topics `gone` names: a deleted topic's offsets must not apply
     /// to a topic later created under the same name, which starts from offset 0. Run after a topic is deleted and
     /// at start-up (for a deletion that a crash interrupted). Returns how many offsets were dropped. Blocking.
     pub fn forget_topics(&self, gone: &dyn Fn(&str) -> bool) -> Result<usize> {
-        self.offsets.lock().forget(gone)
+        match &self.offsets {
+            Backend::Local(s) => s.lock().forget(gone),
+            // Each offset names its topic's id, and one of a deleted topic is never returned.
+            Backend::Cluster { .. } => Ok(0),
+        }
     }
 
     /// Committed offsets of a group, optionally restricted to some partitions.
     pub fn committed(&self, group: &str, only: &[pb::TopicPartition]) -> Vec<pb::CommittedOffset> {
-        let all = self.offsets.lock().of_group(group);
+        let all = self.offsets.of_group(group);
         if only.is_empty() {
             return all;
         }
@@ -346,7 +470,7 @@ impl GroupCoordinator {
     /// Every group with members or committed offsets.
     pub fn list(&self) -> Vec<pb::GroupSummary> {
         let groups = self.groups.lock();
-        let mut names = self.offsets.lock().groups();
+        let mut names = self.offsets.groups();
         names.extend(groups.keys().cloned());
         names
             .into_iter()
@@ -360,7 +484,7 @@ impl GroupCoordinator {
 
     /// Members, assignment and committed offsets of a group.
     pub fn describe(&self, group_name: &str) -> pb::DescribeGroupResponse {
-        let offsets = self.offsets.lock().of_group(group_name);
+        let offsets = self.offsets.of_group(group_name);
         let groups = self.groups.lock();
         let (generation, members) = match groups.get(group_name) {
             None => (0, vec![]),

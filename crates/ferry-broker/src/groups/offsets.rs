@@ -24,18 +24,21 @@ pub const OFFSETS_FILE: &str = "group-offsets.jsonl";
 
 /// Record key: group, topic, partition (JSON with short keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Key {
-    g: String,
-    t: String,
-    p: u32,
+pub(super) struct Key {
+    pub(super) g: String,
+    pub(super) t: String,
+    pub(super) p: u32,
 }
 
-/// Record value: offset and metadata. A null value (tombstone) forgets the key.
+/// Record value: offset and metadata, and (in a cluster's offsets partitions) the id of the topic the offset was
+/// committed to. A null value (tombstone) forgets the key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Value {
-    o: u64,
+pub(super) struct Value {
+    pub(super) o: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    m: String,
+    pub(super) m: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(super) i: String,
 }
 
 /// A line of the old journal: a key and a value.
@@ -48,7 +51,7 @@ struct JournalLine {
 }
 
 /// (group, topic, partition).
-type Slot = (String, String, u32);
+pub(super) type Slot = (String, String, u32);
 /// A record to write: a slot and its (offset, metadata), or `None` for a tombstone.
 type Entry = (Slot, Option<(u64, String)>);
 type Map = BTreeMap<Slot, (u64, String)>;
@@ -88,7 +91,7 @@ fn storage(source: StorageError) -> BrokerError {
     BrokerError::storage(OFFSETS_TOPIC, 0, source)
 }
 
-fn encode_key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
+pub(super) fn encode_key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
     serde_json::to_vec(&Key { g: group.to_owned(), t: topic.to_owned(), p: partition }).unwrap_or_default()
 }
 
@@ -209,7 +212,9 @@ impl OffsetStore {
         let count = records.len();
         for (i, (k, v)) in records.into_iter().enumerate() {
             let key = encode_key(&k.0, &k.1, k.2);
-            let value = v.as_ref().map(|(o, m)| serde_json::to_vec(&Value { o: *o, m: m.clone() }).unwrap_or_default());
+            let value = v
+                .as_ref()
+                .map(|(o, m)| serde_json::to_vec(&Value { o: *o, m: m.clone(), i: String::new() }).unwrap_or_default());
             builder.push(pending.len() as u32, ts, Some(&key), value.as_deref(), &[]);
             pending.push((k, v));
             if builder.estimated_size() >= self.tuning.batch_bytes || i + 1 == count {

@@ -12,6 +12,7 @@ use super::Replication;
 use crate::catalog::{self, Replication as Mode, Snapshot, TopicRecord};
 use crate::core::now_ms;
 use crate::error::{BrokerError, Result};
+use crate::groups::CLUSTER_OFFSETS_TOPIC;
 use crate::topic::{MirrorMark, TopicSettings, validate_topic_name};
 
 /// Compare-and-swap attempts of one change before it gives up (each re-reads the catalog).
@@ -70,6 +71,46 @@ impl Replication {
         }
         self.kick.notify_one();
         Ok(self.info(name, &record))
+    }
+
+    /// As controller: creates the cluster's replicated offsets topic when it does not exist yet and three brokers
+    /// can take its replicas (flushed on every write, as a single broker's committed offsets are).
+    pub(super) async fn ensure_offsets_topic(&self, etcd: &mut etcd_client::Client, snap: &Snapshot) {
+        let Some(cluster) = self.groups.cluster() else { return };
+        if snap.topics.contains_key(CLUSTER_OFFSETS_TOPIC) {
+            return;
+        }
+        let Some(states) = catalog::place(snap, cluster.partitions(), Mode::Raft3.replicas()) else { return };
+        let record = TopicRecord {
+            topic_id: uuid::Uuid::new_v4().to_string(),
+            partitions: cluster.partitions(),
+            replication: Mode::Raft3,
+            created_ms: now_ms(),
+            settings: TopicSettings { flush: Some("sync".into()), segment_bytes: Some(4 << 20), ..Default::default() },
+            mirror: None,
+            promoted_ms: None,
+            risk_phase: false,
+        };
+        match catalog::create_topic(etcd, CLUSTER_OFFSETS_TOPIC, &record, &states).await {
+            Ok(true) => tracing::info!(
+                topic = CLUSTER_OFFSETS_TOPIC,
+                partitions = record.partitions,
+                "created the cluster's replicated offsets topic; each partition's leader coordinates its groups"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "creating the offsets topic failed; next beat retries"),
+        }
+    }
+
+    /// The partitions of replicated topic `name` in the catalog as last read.
+    pub fn partition_count(&self, name: &str) -> Option<u32> {
+        self.snap.read().topics.get(name).map(|t| t.partitions)
+    }
+
+    /// The id of the replicated topic `name` in the catalog as last read, or of the local topic of that name.
+    pub fn topic_id(&self, name: &str) -> Option<String> {
+        let from_catalog = self.snap.read().topics.get(name).map(|t| t.topic_id.clone());
+        from_catalog.or_else(|| self.core.topic(name).ok().map(|t| t.id()))
     }
 
     /// Whether `name` is a replicated topic: in the catalog as last read, or a local replica.

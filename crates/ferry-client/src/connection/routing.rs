@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{BrokerClient, LEADER_ADDRESS_KEY, LEADER_EPOCH_KEY, LEADER_PARTITION_KEY};
+use super::{BrokerClient, COORDINATOR_GROUP_KEY, LEADER_ADDRESS_KEY, LEADER_EPOCH_KEY, LEADER_PARTITION_KEY};
 use crate::config::ClientConfig;
 
 /// The newest known leader of each partition, and the clients of the leaders' addresses.
@@ -13,6 +13,8 @@ use crate::config::ClientConfig;
 pub(super) struct Routing {
     /// (topic, partition) -> (leader epoch, leader address).
     leaders: parking_lot::Mutex<HashMap<(String, u32), (u32, String)>>,
+    /// Group -> (leader epoch of its offsets partition, coordinator address).
+    coordinators: parking_lot::Mutex<HashMap<String, (u32, String)>>,
     /// Clients of one leader address each.
     direct: parking_lot::Mutex<HashMap<String, BrokerClient>>,
 }
@@ -22,9 +24,21 @@ impl BrokerClient {
     /// (its brokers answer NOT_LEADER with the leader, which it then learns).
     pub fn for_partition(&self, topic: &str, partition: u32) -> BrokerClient {
         let Some(routing) = self.inner.routing.upgrade() else { return self.clone() };
-        let Some(address) = routing.leaders.lock().get(&(topic.to_owned(), partition)).map(|(_, a)| a.clone()) else {
-            return self.clone();
-        };
+        let address = routing.leaders.lock().get(&(topic.to_owned(), partition)).map(|(_, a)| a.clone());
+        self.client_at(&routing, address)
+    }
+
+    /// The client of `group`'s coordinator, as this client last learnt it (from NOT_COORDINATOR answers); this
+    /// client when it knows none.
+    pub fn for_group(&self, group: &str) -> BrokerClient {
+        let Some(routing) = self.inner.routing.upgrade() else { return self.clone() };
+        let address = routing.coordinators.lock().get(group).map(|(_, a)| a.clone());
+        self.client_at(&routing, address)
+    }
+
+    /// The client of one broker address (made once and shared), or this client for `None` or its own address.
+    fn client_at(&self, routing: &Arc<Routing>, address: Option<String>) -> BrokerClient {
+        let Some(address) = address else { return self.clone() };
         if self.inner.config.brokers.len() == 1 && self.inner.config.brokers[0] == address {
             return self.clone();
         }
@@ -33,13 +47,13 @@ impl BrokerClient {
             return c.clone();
         }
         let config = ClientConfig { brokers: vec![address.clone()], ..self.inner.config.clone() };
-        match BrokerClient::with_routing(config, Arc::downgrade(&routing), None) {
+        match BrokerClient::with_routing(config, Arc::downgrade(routing), None) {
             Ok(c) => {
                 direct.insert(address, c.clone());
                 c
             }
             Err(e) => {
-                tracing::debug!(%address, error = %e, "cannot dial a leader the cluster named; using the listed brokers");
+                tracing::debug!(%address, error = %e, "cannot dial a broker the cluster named; using the listed brokers");
                 self.clone()
             }
         }
@@ -61,6 +75,22 @@ impl BrokerClient {
         true
     }
 
+    /// Learns that `address` coordinates `group` (its offsets partition's leader at `epoch`), unless a newer epoch
+    /// is known already. Returns whether it did.
+    fn learn_coordinator(&self, group: &str, epoch: u32, address: &str) -> bool {
+        let Some(routing) = self.inner.routing.upgrade() else { return false };
+        if address.is_empty() {
+            return false;
+        }
+        let mut known = routing.coordinators.lock();
+        let entry = known.entry(group.to_owned()).or_insert_with(|| (epoch, address.to_owned()));
+        if epoch < entry.0 {
+            return false;
+        }
+        *entry = (epoch, address.to_owned());
+        true
+    }
+
     /// Forgets the leaders learnt at this client's address, when it is a leader's client: after a failure there,
     /// the listed brokers are asked again.
     pub(super) fn forget_leaders_here(&self) {
@@ -71,6 +101,7 @@ impl BrokerClient {
             return;
         }
         routing.leaders.lock().retain(|_, (_, a)| a != address);
+        routing.coordinators.lock().retain(|_, (_, a)| a != address);
     }
 
     /// Follows a NOT_LEADER answer's leader hint: when it names one of the configured brokers and its leader
@@ -79,8 +110,19 @@ impl BrokerClient {
     pub(super) fn follow_leader_hint(&self, status: &tonic::Status) -> bool {
         let md = status.metadata();
         let text = |key: &str| md.get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        if text(crate::error::REASON_KEY).as_deref() != Some("not_leader") {
-            return false;
+        match text(crate::error::REASON_KEY).as_deref() {
+            Some("not_leader") => {}
+            Some("not_coordinator") => {
+                let (Some(address), Some(epoch), Some(group)) = (
+                    text(LEADER_ADDRESS_KEY),
+                    text(LEADER_EPOCH_KEY).and_then(|e| e.parse::<u32>().ok()),
+                    text(COORDINATOR_GROUP_KEY),
+                ) else {
+                    return false;
+                };
+                return self.learn_coordinator(&group, epoch, &address);
+            }
+            _ => return false,
         }
         let (Some(address), Some(epoch), Some(partition)) = (
             text(LEADER_ADDRESS_KEY),

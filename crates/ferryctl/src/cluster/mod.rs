@@ -21,6 +21,9 @@ pub enum ClusterCommand {
         /// Output format.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
+        /// Also show the cluster's internal partitions (the committed offsets, whose leaders coordinate groups).
+        #[arg(long)]
+        internal: bool,
     },
     /// Move every leadership, then every replica, off a broker, and wait until none is left on it. The
     /// controller does the moves, so an interrupted wait loses nothing: run it again to go on waiting.
@@ -53,7 +56,7 @@ pub enum ClusterCommand {
 /// Runs a `cluster` subcommand.
 pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Status { format } => status::status(global, format).await,
+        ClusterCommand::Status { format, internal } => status::status(global, format, internal).await,
         ClusterCommand::Drain { broker_id, cancel, no_wait, wait } => {
             drain(global, broker_id, cancel, no_wait, wait).await
         }

@@ -61,8 +61,11 @@ struct FollowerJson {
 }
 
 /// `cluster status`.
-pub(super) async fn status(global: &GlobalOpts, format: Format) -> anyhow::Result<()> {
-    let status = global.client()?.cluster_status(pb::ClusterStatusRequest {}).await?;
+pub(super) async fn status(global: &GlobalOpts, format: Format, internal: bool) -> anyhow::Result<()> {
+    let mut status = global.client()?.cluster_status(pb::ClusterStatusRequest {}).await?;
+    if !internal {
+        status.partitions.retain(|p| p.placement.as_ref().is_none_or(|pl| !pl.topic.starts_with("__ferry")));
+    }
     // Each leader knows its followers' progress: ask every member for the partitions it leads.
     let mut led: BTreeMap<(String, u32), pb::PartitionStatus> = BTreeMap::new();
     for broker in &status.brokers {

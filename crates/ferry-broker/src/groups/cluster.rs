@@ -1,0 +1,261 @@
+//! Committed offsets on a cluster: the replicated internal topic [`CLUSTER_OFFSETS_TOPIC`] (raft3, created by the
+//! controller), whose partition a group's name hashes to; the leader of that partition is the group's
+//! coordinator. The coordinator keeps the offsets of the groups of each partition it leads in memory, replayed
+//! from the partition's log when it takes the leadership, and writes each commit through the partition, answering
+//! only once the in-sync replicas hold it; a new coordinator replays a log that holds every acknowledged commit.
+//!
+//! Each offset records the id of the topic it was committed to: an offset of a topic deleted since (and perhaps
+//! created again under the name) is not returned, so a re-created topic starts from offset 0.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bytes::Bytes;
+use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
+use ferry_proto as pb;
+use ferry_storage::Log;
+use parking_lot::Mutex;
+
+use super::offsets::{Key, Slot, Value, encode_key};
+use crate::error::{BrokerError, Result};
+
+/// The replicated internal topic holding a cluster's committed offsets.
+pub const CLUSTER_OFFSETS_TOPIC: &str = "__ferry_cluster_offsets";
+
+/// Most record bytes in one batch of commits.
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// (offset, metadata, topic id).
+type Committed = (u64, String, String);
+
+/// The offsets of one partition's groups, loaded at one leader epoch.
+#[derive(Debug, Default)]
+struct Loaded {
+    epoch: u32,
+    map: BTreeMap<Slot, Committed>,
+    per_group: BTreeMap<String, usize>,
+}
+
+impl Loaded {
+    fn insert(&mut self, k: Slot, v: Committed) {
+        let group = k.0.clone();
+        if self.map.insert(k, v).is_none() {
+            *self.per_group.entry(group).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, k: &Slot) {
+        if self.map.remove(k).is_some()
+            && let Some(n) = self.per_group.get_mut(&k.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_group.remove(&k.0);
+            }
+        }
+    }
+}
+
+/// The offsets of the groups this broker coordinates, per offsets partition.
+#[derive(Debug)]
+pub struct ClusterOffsets {
+    partitions: u32,
+    loaded: Mutex<HashMap<u32, Loaded>>,
+}
+
+/// One commit's records, as batches to write to the offsets partition.
+pub struct CommitBatches {
+    /// The encoded batches.
+    pub batches: Vec<Bytes>,
+    entries: Vec<(Slot, Committed)>,
+}
+
+impl ClusterOffsets {
+    /// The store of a cluster whose offsets topic has `partitions` partitions.
+    pub fn new(partitions: u32) -> ClusterOffsets {
+        ClusterOffsets { partitions: partitions.max(1), loaded: Mutex::new(HashMap::new()) }
+    }
+
+    /// The offsets partition `group` hashes to.
+    pub fn partition_of(&self, group: &str) -> u32 {
+        ferry_proto::partition_for_key(group.as_bytes(), self.partitions)
+    }
+
+    /// The partitions of the offsets topic.
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// The leader epoch partition `k` was loaded at, if it is.
+    pub fn loaded_epoch(&self, k: u32) -> Option<u32> {
+        self.loaded.lock().get(&k).map(|l| l.epoch)
+    }
+
+    /// Replays partition `k`'s `log` (every batch it holds) as loaded at leader epoch `epoch`. Blocking.
+    pub fn load(&self, k: u32, epoch: u32, log: &Log) -> Result<()> {
+        let mut loaded = Loaded { epoch, ..Loaded::default() };
+        let name = format!("{CLUSTER_OFFSETS_TOPIC}/{k}");
+        let storage = |e| BrokerError::storage(CLUSTER_OFFSETS_TOPIC, k, e);
+        let mut offset = log.log_start_offset();
+        while offset < log.log_end_offset() {
+            let read = log.read(offset, 1 << 20).map_err(storage)?;
+            if read.next_offset <= offset {
+                break;
+            }
+            let records = ferry_batch::decode_records(&read.batches).map_err(|e| {
+                BrokerError::Internal(format!("{name}: a batch at or after {offset} does not decode: {e}"))
+            })?;
+            for r in records {
+                let key = r.key.as_deref().and_then(|k| serde_json::from_slice::<Key>(k).ok());
+                let Some(key) = key else {
+                    return Err(BrokerError::Internal(format!(
+                        "{name}: record at offset {} has no valid key",
+                        r.offset
+                    )));
+                };
+                let slot = (key.g, key.t, key.p);
+                match r.value.as_deref().map(serde_json::from_slice::<Value>) {
+                    None => loaded.remove(&slot),
+                    Some(Ok(v)) => loaded.insert(slot, (v.o, v.m, v.i)),
+                    Some(Err(e)) => {
+                        return Err(BrokerError::Internal(format!(
+                            "{name}: record at offset {} has an invalid value: {e}",
+                            r.offset
+                        )));
+                    }
+                }
+            }
+            offset = read.next_offset;
+        }
+        tracing::info!(
+            partition = %name,
+            leader_epoch = epoch,
+            offsets = loaded.map.len(),
+            groups = loaded.per_group.len(),
+            "coordinating the groups of this offsets partition"
+        );
+        self.loaded.lock().insert(k, loaded);
+        Ok(())
+    }
+
+    /// Forgets partition `k` (this broker no longer leads it).
+    pub fn unload(&self, k: u32) -> bool {
+        self.loaded.lock().remove(&k).is_some()
+    }
+
+    /// The batches of a commit of `offsets` by `group`, each offset with its topic's id.
+    pub fn encode(
+        &self,
+        group: &str,
+        offsets: &[pb::CommittedOffset],
+        topic_id: &dyn Fn(&str) -> String,
+    ) -> CommitBatches {
+        let ts = crate::core::now_ms();
+        let entries: Vec<(Slot, Committed)> = offsets
+            .iter()
+            .map(|o| {
+                ((group.to_owned(), o.topic.clone(), o.partition), (o.offset, o.metadata.clone(), topic_id(&o.topic)))
+            })
+            .collect();
+        let mut batches = Vec::new();
+        let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+        let mut in_batch = 0u32;
+        for (i, ((g, t, p), (o, m, id))) in entries.iter().enumerate() {
+            let value = Value { o: *o, m: m.clone(), i: id.clone() };
+            let value = serde_json::to_vec(&value).unwrap_or_default();
+            builder.push(in_batch, ts, Some(&encode_key(g, t, *p)), Some(&value), &[]);
+            in_batch += 1;
+            if builder.estimated_size() >= BATCH_BYTES || i + 1 == entries.len() {
+                batches.push(builder.build(0, 0));
+                builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+                in_batch = 0;
+            }
+        }
+        CommitBatches { batches, entries }
+    }
+
+    /// Takes a written and acknowledged commit into partition `k`'s offsets, if `k` is still loaded at `epoch`.
+    pub fn apply(&self, k: u32, epoch: u32, commit: CommitBatches) {
+        let mut loaded = self.loaded.lock();
+        if let Some(l) = loaded.get_mut(&k).filter(|l| l.epoch == epoch) {
+            for (slot, v) in commit.entries {
+                l.insert(slot, v);
+            }
+        }
+    }
+
+    /// A group's committed offsets whose topic id is the current one (`topic_id`: `None` for a topic that does not
+    /// exist).
+    pub fn of_group(&self, group: &str, topic_id: &dyn Fn(&str) -> Option<String>) -> Vec<pb::CommittedOffset> {
+        let k = self.partition_of(group);
+        let loaded = self.loaded.lock();
+        let Some(l) = loaded.get(&k) else { return Vec::new() };
+        l.map
+            .range((group.to_owned(), String::new(), 0)..)
+            .take_while(|((g, _, _), _)| g == group)
+            .filter(|((_, t, _), (_, _, id))| topic_id(t).is_some_and(|current| current == *id))
+            .map(|((_, t, p), (o, m, _))| pb::CommittedOffset {
+                topic: t.clone(),
+                partition: *p,
+                offset: *o,
+                metadata: m.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether `group` has committed offsets here.
+    pub fn has_group(&self, group: &str) -> bool {
+        self.loaded.lock().get(&self.partition_of(group)).is_some_and(|l| l.per_group.contains_key(group))
+    }
+
+    /// Groups with committed offsets here.
+    pub fn groups(&self) -> BTreeSet<String> {
+        self.loaded.lock().values().flat_map(|l| l.per_group.keys().cloned()).collect()
+    }
+
+    /// How many groups have committed offsets here.
+    pub fn group_count(&self) -> usize {
+        self.loaded.lock().values().map(|l| l.per_group.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offset(topic: &str, partition: u32, offset: u64) -> pb::CommittedOffset {
+        pb::CommittedOffset { topic: topic.into(), partition, offset, metadata: format!("m{offset}") }
+    }
+
+    #[test]
+    fn commits_replay_from_the_log_and_offsets_of_a_recreated_topic_are_not_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), ferry_storage::LogConfig::default()).unwrap();
+        let store = ClusterOffsets::new(4);
+        let k = store.partition_of("g");
+        store.load(k, 1, &log).unwrap();
+        let ids = |t: &str| format!("{t}-id-1");
+        for (group, offsets) in [("g", vec![offset("a", 0, 5), offset("b", 1, 7)]), ("g", vec![offset("a", 0, 9)])] {
+            let commit = store.encode(group, &offsets, &ids);
+            for b in &commit.batches {
+                log.append(b).unwrap();
+            }
+            store.apply(k, 1, commit);
+        }
+        let current = |t: &str| Some(format!("{t}-id-1"));
+        let expected = vec![offset("a", 0, 9), offset("b", 1, 7)];
+        assert_eq!(store.of_group("g", &current), expected);
+        assert!(store.has_group("g") && !store.has_group("h"));
+        // A new coordinator replays the same.
+        let other = ClusterOffsets::new(4);
+        other.load(k, 2, &log).unwrap();
+        assert_eq!(other.of_group("g", &current), expected);
+        assert_eq!((other.loaded_epoch(k), other.group_count()), (Some(2), 1));
+        // "b" was deleted and created again: its old offset is not returned; "a"'s is.
+        let recreated = |t: &str| Some(if t == "b" { "b-id-2".to_owned() } else { format!("{t}-id-1") });
+        assert_eq!(other.of_group("g", &recreated), vec![offset("a", 0, 9)]);
+        // A commit applied at another epoch than the loaded one is not taken (the partition moved meanwhile).
+        other.apply(k, 1, other.encode("g", &[offset("a", 0, 100)], &ids));
+        assert_eq!(other.of_group("g", &current), expected);
+        assert!(other.unload(k) && other.of_group("g", &current).is_empty());
+    }
+}
