@@ -6,9 +6,11 @@
 
 mod auth;
 mod cluster;
+mod cluster_groups;
 mod common;
 mod config_env;
 mod double_write;
+mod drain;
 mod ferryctl;
 mod groups;
 mod hostile;

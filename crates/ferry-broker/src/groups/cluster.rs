@@ -101,9 +101,13 @@ impl ClusterOffsets {
             if read.next_offset <= offset {
                 break;
             }
-            let records = ferry_batch::decode_records(&read.batches).map_err(|e| {
+            let bad = |e: ferry_batch::BatchError| {
                 BrokerError::Internal(format!("{name}: a batch at or after {offset} does not decode: {e}"))
-            })?;
+            };
+            let mut records = Vec::new();
+            for (_, bytes) in ferry_batch::split_verified(&read.batches).map_err(bad)? {
+                records.extend(ferry_batch::decode_records(&bytes).map_err(bad)?);
+            }
             for r in records {
                 let key = r.key.as_deref().and_then(|k| serde_json::from_slice::<Key>(k).ok());
                 let Some(key) = key else {
