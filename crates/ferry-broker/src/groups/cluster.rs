@@ -23,6 +23,9 @@ pub const CLUSTER_OFFSETS_TOPIC: &str = "__ferry_cluster_offsets";
 
 /// Most record bytes in one batch of commits.
 const BATCH_BYTES: usize = 256 * 1024;
+/// An offsets partition is compacted (its offsets written again, the segments before them deleted) once it holds
+/// this many bytes and twice what it held after its last compaction.
+pub const COMPACT_MIN_BYTES: u64 = 64 << 20;
 
 /// (offset, metadata, topic id).
 type Committed = (u64, String, String);
@@ -33,6 +36,8 @@ struct Loaded {
     epoch: u32,
     map: BTreeMap<Slot, Committed>,
     per_group: BTreeMap<String, usize>,
+    /// The partition's size after its last compaction, or when it was loaded.
+    base_size: u64,
 }
 
 impl Loaded {
@@ -92,7 +97,7 @@ impl ClusterOffsets {
 
     /// Replays partition `k`'s `log` (every batch it holds) as loaded at leader epoch `epoch`. Blocking.
     pub fn load(&self, k: u32, epoch: u32, log: &Log) -> Result<()> {
-        let mut loaded = Loaded { epoch, ..Loaded::default() };
+        let mut loaded = Loaded { epoch, base_size: log.stats().size_bytes, ..Loaded::default() };
         let name = format!("{CLUSTER_OFFSETS_TOPIC}/{k}");
         let storage = |e| BrokerError::storage(CLUSTER_OFFSETS_TOPIC, k, e);
         let mut offset = log.log_start_offset();
@@ -153,28 +158,32 @@ impl ClusterOffsets {
         offsets: &[pb::CommittedOffset],
         topic_id: &dyn Fn(&str) -> String,
     ) -> CommitBatches {
-        let ts = crate::core::now_ms();
         let entries: Vec<(Slot, Committed)> = offsets
             .iter()
             .map(|o| {
                 ((group.to_owned(), o.topic.clone(), o.partition), (o.offset, o.metadata.clone(), topic_id(&o.topic)))
             })
             .collect();
-        let mut batches = Vec::new();
-        let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
-        let mut in_batch = 0u32;
-        for (i, ((g, t, p), (o, m, id))) in entries.iter().enumerate() {
-            let value = Value { o: *o, m: m.clone(), i: id.clone() };
-            let value = serde_json::to_vec(&value).unwrap_or_default();
-            builder.push(in_batch, ts, Some(&encode_key(g, t, *p)), Some(&value), &[]);
-            in_batch += 1;
-            if builder.estimated_size() >= BATCH_BYTES || i + 1 == entries.len() {
-                batches.push(builder.build(0, 0));
-                builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
-                in_batch = 0;
-            }
+        CommitBatches { batches: encode_entries(&entries), entries }
+    }
+
+    /// Whether partition `k`, now `size` bytes, is due a compaction; if so, the batches of every offset it holds
+    /// (written, they make every segment before them unneeded).
+    pub fn compaction(&self, k: u32, size: u64) -> Option<Vec<Bytes>> {
+        let loaded = self.loaded.lock();
+        let l = loaded.get(&k)?;
+        if size <= COMPACT_MIN_BYTES.max(l.base_size.saturating_mul(2)) {
+            return None;
         }
-        CommitBatches { batches, entries }
+        let entries: Vec<(Slot, Committed)> = l.map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        Some(encode_entries(&entries))
+    }
+
+    /// Notes partition `k`'s size after a compaction.
+    pub fn compacted(&self, k: u32, size: u64) {
+        if let Some(l) = self.loaded.lock().get_mut(&k) {
+            l.base_size = size;
+        }
     }
 
     /// Takes a written and acknowledged commit into partition `k`'s offsets, if `k` is still loaded at `epoch`.
@@ -222,6 +231,25 @@ impl ClusterOffsets {
     }
 }
 
+/// Offsets as batches of at most [`BATCH_BYTES`] of records.
+fn encode_entries(entries: &[(Slot, Committed)]) -> Vec<Bytes> {
+    let ts = crate::core::now_ms();
+    let mut batches = Vec::new();
+    let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+    let mut in_batch = 0u32;
+    for (i, ((g, t, p), (o, m, id))) in entries.iter().enumerate() {
+        let value = serde_json::to_vec(&Value { o: *o, m: m.clone(), i: id.clone() }).unwrap_or_default();
+        builder.push(in_batch, ts, Some(&encode_key(g, t, *p)), Some(&value), &[]);
+        in_batch += 1;
+        if builder.estimated_size() >= BATCH_BYTES || i + 1 == entries.len() {
+            batches.push(builder.build(0, 0));
+            builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+            in_batch = 0;
+        }
+    }
+    batches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +288,20 @@ mod tests {
         // A commit applied at another epoch than the loaded one is not taken (the partition moved meanwhile).
         other.apply(k, 1, other.encode("g", &[offset("a", 0, 100)], &ids));
         assert_eq!(other.of_group("g", &current), expected);
+        // Compaction is due once the partition passes its floor and doubles; its batches replay to the same map.
+        assert!(other.compaction(k, COMPACT_MIN_BYTES).is_none());
+        let rewrite = other.compaction(k, COMPACT_MIN_BYTES + 1).expect("due");
+        let dir2 = tempfile::tempdir().unwrap();
+        let compacted = Log::open(dir2.path(), ferry_storage::LogConfig::default()).unwrap();
+        for b in &rewrite {
+            compacted.append(b).unwrap();
+        }
+        let third = ClusterOffsets::new(4);
+        third.load(k, 3, &compacted).unwrap();
+        assert_eq!(third.of_group("g", &current), expected);
+        other.compacted(k, 2 * COMPACT_MIN_BYTES);
+        assert!(other.compaction(k, 3 * COMPACT_MIN_BYTES).is_none(), "not before it doubles again");
+        assert!(other.compaction(k, 4 * COMPACT_MIN_BYTES + 1).is_some());
         assert!(other.unload(k) && other.of_group("g", &current).is_empty());
     }
 }

@@ -170,7 +170,45 @@ impl BrokerService {
             replica_serve::await_ack(&at.part, &produced, timeout).await?;
         }
         cluster.apply(at.k, at.epoch, commit);
+        self.compact_if_due(&at, timeout).await;
         ok(pb::CommitOffsetsResponse {})
+    }
+
+    /// Compacts the offsets partition when it is due (see `ClusterOffsets::compaction`): every offset is written
+    /// again, and once the in-sync replicas hold them, the segments before them are deleted (the followers follow
+    /// the leader's log start). A failure leaves harmless copies and is retried after the next commit.
+    async fn compact_if_due(&self, at: &Coordinating, timeout: std::time::Duration) {
+        let Some(cluster) = self.groups.cluster() else { return };
+        let Some(batches) = cluster.compaction(at.k, at.part.log().stats().size_bytes) else { return };
+        let start = at.part.log().log_end_offset();
+        for batch in batches {
+            let written = match at.part.produce(batch).await {
+                Ok(produced) => replica_serve::await_ack(&at.part, &produced, timeout).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::warn!(partition = at.k, error = %e, "compacting an offsets partition failed; retried later");
+                return;
+            }
+        }
+        let log = Arc::clone(at.part.log());
+        match tokio::task::spawn_blocking(move || {
+            log.delete_segments_before(start).map(|n| (n, log.stats().size_bytes))
+        })
+        .await
+        {
+            Ok(Ok((deleted, size))) => {
+                cluster.compacted(at.k, size);
+                tracing::info!(
+                    partition = at.k,
+                    rewritten_at = start,
+                    deleted_segments = deleted,
+                    "compacted an offsets partition"
+                );
+            }
+            Ok(Err(e)) => tracing::warn!(partition = at.k, error = %e, "deleting compacted segments failed"),
+            Err(e) => tracing::warn!(partition = at.k, error = %e, "the compaction task failed"),
+        }
     }
 
     /// A write to the offsets partition refused because this broker no longer leads it: NOT_COORDINATOR.
