@@ -11,6 +11,8 @@
 //!   ([`lane::core`]) and a thin driver that appends with offsets and owns the partition's flow control.
 //! - [`topics::TopicAndOffsetManager`]: discovery and target topics.
 //! - [`target_watch::TargetWatch`]: the target's health and log ends, probed whether or not data flows.
+//! - [`source_watch::SourceWatch`]: the source's log ends and starts, probed independently of the fetch stream
+//!   (the RPO clock, the stall watchdog, loss before mirroring).
 //! - [`events::EventBus`]: typed events with the seed's snake_case names.
 //! - [`egress::EgressHandle`]: source routes, probes, failover.
 //! - [`group_sync::GroupSync`]: consumer-group offsets copied to the target for failover.
@@ -37,8 +39,10 @@ pub mod metrics;
 pub mod monitor;
 pub mod ratelimit;
 pub mod reshape;
+pub mod rpo;
 pub mod run;
 pub mod sides;
+pub mod source_watch;
 pub mod state;
 pub mod sync;
 pub mod target_health;

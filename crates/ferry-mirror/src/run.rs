@@ -1,5 +1,5 @@
 //! Bootstrap: the components in order — metrics and events, the target, egress, alarms, the monitor, the target
-//! watch, topic discovery, the fetcher and the SyncManager with its lanes, group sync — and on shutdown the same
+//! and source watches, topic discovery, the fetcher and the SyncManager with its lanes, group sync — and on shutdown the same
 //! in reverse: stop fetching, drain in-flight appends, commit, leave, then the rest.
 //!
 //! Every task hangs off one tree of cancellation tokens and is owned by a `JoinSet` (or a handle that aborts on
@@ -27,6 +27,7 @@ use crate::lane::core::SourceKind;
 use crate::lane::{LaneCtx, LaneIo};
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimits;
+use crate::source_watch::SourceWatch;
 use crate::state::Shared;
 use crate::sync::{Links, SyncManager, SyncSettings};
 use crate::target_health::TargetHealth;
@@ -184,6 +185,15 @@ pub async fn run(
         probe,
     );
     tasks.spawn(watch.run(components.clone()));
+    let source_health = &config.source.health;
+    let source_watch = SourceWatch::new(
+        egress.clone(),
+        Arc::clone(&links),
+        Arc::clone(&shared),
+        source_health.check_interval,
+        source_health.timeout,
+    );
+    tasks.spawn(source_watch.run(components.clone()));
 
     let Some(limits) = until_ok("reading the target's limits", &shutdown, || target.limits()).await else {
         return Ok(());

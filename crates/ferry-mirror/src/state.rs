@@ -8,13 +8,18 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::rpo::RpoClock;
 use crate::tp::SourceTp;
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
 
 /// The life of one partition in this process, as the monitor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -75,6 +80,8 @@ pub struct Snapshot {
     pub target_log_end: Option<u64>,
     /// The last error, or the failure being retried.
     pub last_error: Option<String>,
+    /// The first timestamp of the batch at the cache offset, when the lane holds it (it may shorten the RPO).
+    pub oldest_timestamp_ms: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -83,6 +90,42 @@ struct StatusInner {
     last_error: Option<String>,
     stalled: bool,
     last_progress: Instant,
+    rpo: RpoClock,
+    oldest_timestamp_ms: Option<i64>,
+    verify: VerifyProgress,
+}
+
+/// The background verifier's progress on one partition (`[verify]`; the `verify` object of a partition document).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VerifyProgress {
+    /// Whether the verifier covers this partition (`[verify] bytes_per_sec` above 0, and both sides Ferry
+    /// clusters).
+    pub enabled: bool,
+    /// Where the current pass started: the later of the two log starts.
+    pub pass_start_offset: u64,
+    /// Where it ends: the cache offset when it started.
+    pub pass_end_offset: u64,
+    /// Every batch below this offset (from `pass_start_offset`) was verified in the current pass.
+    pub verified_to_offset: u64,
+    /// Passes completed since the partition came to this process.
+    pub passes_completed: u64,
+    /// When the last complete pass ended, ms since the Unix epoch; `None` before the first.
+    pub last_pass_completed_ms: Option<i64>,
+    /// The mismatch the last pass stopped at, until a pass completes without one.
+    pub mismatch: Option<Mismatch>,
+}
+
+/// Where a verified copy differs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Mismatch {
+    /// The first mismatching offset.
+    pub offset: u64,
+    /// `source` or `target`: the side at fault.
+    pub side: String,
+    /// What differs.
+    pub reason: String,
 }
 
 /// One mirrored partition as the Monitor sees it.
@@ -100,12 +143,14 @@ pub struct PartitionStatus {
     commit_offset: AtomicU64,
     target_offset: AtomicU64,
     latency_ms: AtomicU64,
+    probed_log_start: AtomicU64,
+    probed_log_end: AtomicU64,
     inner: Mutex<StatusInner>,
 }
 
 /// A serialisable snapshot of a partition (the `/api/v1/partitions` item). It deserializes too (missing fields
 /// default), so clients such as `ferryctl` read the documents through the same type.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PartitionView {
     /// Source topic.
@@ -132,6 +177,13 @@ pub struct PartitionView {
     pub last_error: Option<String>,
     /// Replication latency of the last appended batch, ms.
     pub latency_ms: u64,
+    /// The source log end as the independent probe (ListOffsets, every `source.health.check_interval`) read it
+    /// last; 0 before the first probe.
+    pub probed_source_offset: u64,
+    /// How long the oldest source record not yet on the target has been waiting, seconds (0 when caught up).
+    pub rpo_seconds: f64,
+    /// The background verifier's progress.
+    pub verify: VerifyProgress,
 }
 
 impl PartitionStatus {
@@ -147,11 +199,16 @@ impl PartitionStatus {
             commit_offset: AtomicU64::new(0),
             target_offset: AtomicU64::new(0),
             latency_ms: AtomicU64::new(0),
+            probed_log_start: AtomicU64::new(0),
+            probed_log_end: AtomicU64::new(0),
             inner: Mutex::new(StatusInner {
                 state: PartitionState::Starting,
                 last_error: None,
                 stalled: false,
                 last_progress: Instant::now(),
+                rpo: RpoClock::default(),
+                oldest_timestamp_ms: None,
+                verify: VerifyProgress::default(),
             }),
         }
     }
@@ -159,7 +216,15 @@ impl PartitionStatus {
     /// Publishes a lane's snapshot: offsets (the target's as last read from the target, never the cache offset),
     /// state and last error (or the failure being retried).
     pub fn publish(&self, snapshot: Snapshot) {
-        let Snapshot { state, cache, source_log_start, source_log_end, target_log_end, last_error } = snapshot;
+        let Snapshot {
+            state,
+            cache,
+            source_log_start,
+            source_log_end,
+            target_log_end,
+            last_error,
+            oldest_timestamp_ms,
+        } = snapshot;
         if source_log_end > 0 || source_log_start > 0 {
             self.set_source(source_log_start, source_log_end);
         }
@@ -173,20 +238,59 @@ impl PartitionStatus {
             i.last_progress = Instant::now();
         }
         i.last_error = last_error;
+        i.oldest_timestamp_ms = oldest_timestamp_ms;
     }
 
-    /// Records the source log start and end.
+    /// Records the source log start and end (a fetch stream position); a log end past the cache offset starts the
+    /// RPO clock of the records below it.
     pub fn set_source(&self, log_start: u64, log_end: u64) {
         self.source_log_start.store(log_start, Ordering::Relaxed);
         self.source_offset.store(log_end, Ordering::Relaxed);
+        self.inner.lock().rpo.saw_end(log_end, Instant::now());
+    }
+
+    /// Records what the independent probe (ListOffsets) read of the source: it feeds the RPO clock and the stall
+    /// watchdog, never the pipeline's own position (a probe may be older than the stream's last word).
+    pub fn set_probed_source(&self, log_start: u64, log_end: u64) {
+        self.probed_log_start.store(log_start, Ordering::Relaxed);
+        self.probed_log_end.store(log_end, Ordering::Relaxed);
+        self.inner.lock().rpo.saw_end(log_end, Instant::now());
+    }
+
+    /// The source log end the probe read last (0 before the first probe).
+    pub fn probed_source_offset(&self) -> u64 {
+        self.probed_log_end.load(Ordering::Relaxed)
+    }
+
+    /// Whether source records wait to be copied: the source log end, as the stream or the probe saw it last, is
+    /// past the cache offset. The stall watchdog reads this, so a stream whose positions stopped cannot hide a
+    /// stall.
+    pub fn behind(&self) -> bool {
+        self.source_offset().max(self.probed_source_offset()) > self.cache_offset()
     }
 
     /// Records a new cache offset (and counts it as progress when it moved).
     pub fn set_cache(&self, offset: u64) {
         if self.cache_offset.swap(offset, Ordering::Relaxed) != offset {
             let mut i = self.inner.lock();
-            i.last_progress = Instant::now();
+            let now = Instant::now();
+            i.last_progress = now;
+            i.rpo.mirrored_to(offset, now);
         }
+    }
+
+    /// How long the oldest source record not yet on the target has been waiting (see [`crate::rpo`]). Records below
+    /// the source's log start are gone, not waiting: they count from the later of the cache offset and that start.
+    pub fn rpo(&self) -> Duration {
+        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
+        let i = self.inner.lock();
+        let timestamp = (from == self.cache_offset()).then_some(i.oldest_timestamp_ms).flatten();
+        crate::rpo::rpo(i.rpo.waiting_since(from), Instant::now(), timestamp, now_ms())
+    }
+
+    /// Records the verifier's progress.
+    pub fn set_verify(&self, progress: VerifyProgress) {
+        self.inner.lock().verify = progress;
     }
 
     /// Records the target log end.
@@ -285,6 +389,7 @@ impl PartitionStatus {
 
     /// A snapshot.
     pub fn view(&self) -> PartitionView {
+        let rpo = self.rpo();
         let i = self.inner.lock();
         let state = if i.stalled && i.state == PartitionState::Mirroring { PartitionState::Stalled } else { i.state };
         PartitionView {
@@ -300,6 +405,9 @@ impl PartitionStatus {
             state,
             last_error: i.last_error.clone(),
             latency_ms: self.latency_ms(),
+            probed_source_offset: self.probed_source_offset(),
+            rpo_seconds: rpo.as_millis() as f64 / 1000.0,
+            verify: i.verify.clone(),
         }
     }
 }

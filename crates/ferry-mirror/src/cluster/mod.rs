@@ -125,6 +125,19 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
     /// A partition's (log start, log end).
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
+    /// (log start, log end) of many partitions, for the independent probe; a partition the source cannot answer
+    /// for is left out. One call per partition unless the source can do better.
+    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<(SourceTp, u64, u64)>> {
+        let mut out = Vec::with_capacity(tps.len());
+        for tp in tps {
+            match self.log_offsets(tp).await {
+                Ok((start, end)) => out.push((tp.clone(), start, end)),
+                Err(e) if e.is_transport() || e.is_timeout() => return Err(e),
+                Err(e) => tracing::debug!(%tp, error = %e, "the source cannot tell the partition's offsets"),
+            }
+        }
+        Ok(out)
+    }
     /// `EpochEnd(epoch)`.
     async fn epoch_end(&self, tp: &SourceTp, epoch: u32) -> Result<EpochAnswer>;
     /// Committed offsets of a group (all of them when `partitions` is empty).

@@ -361,6 +361,7 @@ mod tests {
             state: PartitionState::from_name(state).expect("a state name"),
             last_error: (state == "halted").then(|| "diverged at 4".to_owned()),
             latency_ms: 1,
+            ..Default::default()
         }
     }
 
