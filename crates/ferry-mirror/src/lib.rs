@@ -19,6 +19,7 @@
 //! - [`alarm::Alarmer`]: alarm rules, the lag and stall checks, email and webhook notifications.
 //! - [`kafka`] (feature `kafka`): Kafka-API clusters as source and target, through librdkafka.
 //! - [`monitor`]: health, readiness, metrics, the JSON API, manual operations and the dashboard over HTTP.
+//! - [`verify::Verifier`]: continuous verification of what was mirrored, on both sides, at a bounded byte rate.
 //!
 //! [`run::run`] boots them in order and stops them in reverse; the `ferry-mirror` binary and `ferryctl demo` call it.
 
@@ -49,6 +50,7 @@ pub mod target_health;
 pub mod target_watch;
 pub mod topics;
 pub mod tp;
+pub mod verify;
 
 pub use config::MirrorConfig;
 pub use handle::MirrorHandle;

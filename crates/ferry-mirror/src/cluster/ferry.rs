@@ -278,6 +278,10 @@ impl TargetCluster for FerryTarget {
         Ok(desc.partitions.iter().map(|p| (p.partition, p.log_end_offset)).collect())
     }
 
+    fn ferry_client(&self) -> Option<BrokerClient> {
+        Some(self.admin.client().clone())
+    }
+
     async fn group_state(&self, group: &str) -> Result<GroupState> {
         let d = self.admin.describe_group(group).await?;
         Ok(GroupState { active_members: d.members.len(), offsets: d.offsets })

@@ -257,6 +257,11 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
         let _ = topic;
         Ok(Vec::new())
     }
+    /// The client of a Ferry target, whose log holds the source's batches as they are (the verifier reads them);
+    /// `None` for a target that re-encodes what it stores.
+    fn ferry_client(&self) -> Option<ferry_client::BrokerClient> {
+        None
+    }
     /// A consumer group's members and offsets (source offsets).
     async fn group_state(&self, group: &str) -> Result<GroupState>;
     /// Commits a consumer group's offsets given in source offsets (without membership).
