@@ -288,6 +288,14 @@ impl PartitionStatus {
         crate::rpo::rpo(i.rpo.waiting_since(from), Instant::now(), timestamp, now_ms())
     }
 
+    /// How long the oldest waiting record has waited since the mirror first saw it (the RPO before any record
+    /// timestamp shortens it); `None` when none waits.
+    pub fn waiting(&self) -> Option<Duration> {
+        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
+        let since = self.inner.lock().rpo.waiting_since(from)?;
+        Some(since.elapsed())
+    }
+
     /// Records the verifier's progress.
     pub fn set_verify(&self, progress: VerifyProgress) {
         self.inner.lock().verify = progress;

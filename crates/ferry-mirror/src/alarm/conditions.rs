@@ -10,11 +10,12 @@
 //!   wait all the same.
 //! - `partition_stalled`: a partition in state `mirroring` with records waiting (its source log end, as the fetch
 //!   stream or the independent ListOffsets probe saw it last, past its cache offset) whose cache offset has not
-//!   moved for `stall_after`. The clock starts when the checker first sees records waiting at that cache offset,
-//!   so a partition that sat idle is not "stalled" the moment new data arrives; the probe's log end counts
-//!   whatever the stream's positions (and so the lag) say. The flag is kept in [`PartitionStatus::set_stalled`]
-//!   for the monitor; it clears when the offset moves, nothing waits any more or the partition stops mirroring
-//!   (paused, halted).
+//!   moved for `stall_after`. The clock starts at the later of the last move of the cache offset and the moment the
+//!   mirror first saw the oldest waiting record (the RPO clock's sighting, never a record timestamp), so a
+//!   partition that sat idle is not "stalled" the moment new data arrives, and a stall shows at the first check
+//!   after `stall_after`; the probe's log end counts whatever the stream's positions (and so the lag) say. The flag
+//!   is kept in [`PartitionStatus::set_stalled`] for the monitor; it clears when the offset moves, nothing waits
+//!   any more or the partition stops mirroring (paused, halted).
 //!
 //! A partition that leaves this process (topic removed, scale-out rebalance) gets a cleared event for each
 //! condition it had raised, so no alarm repeats for a partition nobody here watches.
@@ -65,8 +66,6 @@ impl Held {
 struct Track {
     lag: Held,
     rpo: Held,
-    /// The cache offset last seen with records waiting, and since when.
-    progress: Option<(u64, Instant)>,
     /// Whether partition_stalled is raised.
     stalled: bool,
 }
@@ -90,6 +89,10 @@ pub struct Sample {
     pub latency_ms: u64,
     /// The RPO.
     pub rpo: Duration,
+    /// How long the oldest waiting record has waited since the mirror first saw it (`None`: none waits).
+    pub waiting: Option<Duration>,
+    /// How long since the cache offset last moved (or the state changed).
+    pub since_progress: Duration,
 }
 
 impl Sample {
@@ -104,6 +107,8 @@ impl Sample {
             probed_source_offset: s.probed_source_offset(),
             latency_ms: s.latency_ms(),
             rpo: s.rpo(),
+            waiting: s.waiting(),
+            since_progress: s.since_progress(),
         }
     }
 
@@ -159,7 +164,7 @@ impl ConditionChecker {
             let t = self.tracks.entry((s.topic.clone(), s.partition)).or_default();
             lag(s, t, th, now, &mut out);
             rpo(s, t, th, now, &mut out);
-            flags.push(stall(s, t, th, now, &mut out));
+            flags.push(stall(s, t, th, &mut out));
         }
         // Partitions no longer here.
         self.tracks.retain(|(topic, partition), t| {
@@ -267,19 +272,13 @@ fn rpo(s: &Sample, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<E
 }
 
 /// The stall watchdog; returns the partition's stalled flag.
-fn stall(s: &Sample, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) -> bool {
+fn stall(s: &Sample, t: &mut Track, th: &Thresholds, out: &mut Vec<Event>) -> bool {
     let (lag, cache, state) = (s.lag(), s.cache, s.state);
     let (topic, p) = (&s.topic, s.partition);
     let source = s.source_offset.max(s.probed_source_offset);
-    let stalled_for = if state == PartitionState::Mirroring && s.behind() {
-        if t.progress.is_none_or(|(c, _)| c != cache) {
-            t.progress = Some((cache, now));
-        }
-        t.progress.map(|(_, since)| now.duration_since(since))
-    } else {
-        t.progress = None;
-        None
-    };
+    let stalled_for = (state == PartitionState::Mirroring && s.behind())
+        .then(|| s.waiting.map(|w| w.min(s.since_progress)))
+        .flatten();
     let stalled = stalled_for.is_some_and(|d| d >= th.stall_after);
     if stalled == t.stalled {
         return stalled;
@@ -347,6 +346,17 @@ mod tests {
             probed_source_offset: probed,
             latency_ms: 0,
             rpo: Duration::from_secs(rpo),
+            waiting: None,
+            since_progress: Duration::ZERO,
+        }
+    }
+
+    /// [`sample`] whose records have waited `waiting` seconds and whose cache offset last moved `progress` ago.
+    fn waiting(p: u32, stream: u64, probed: u64, waiting: Option<u64>, progress: u64) -> Sample {
+        Sample {
+            waiting: waiting.map(Duration::from_secs),
+            since_progress: Duration::from_secs(progress),
+            ..sample(p, stream, probed, 0)
         }
     }
 
@@ -424,56 +434,60 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_partition_without_progress_stalls_and_clears_when_it_moves() {
-        let (shared, s) = shared_with("orders", 2);
-        s.set_source(0, 10);
-        s.set_cache(5);
-        let mut c = ConditionChecker::new();
+    async fn a_stall_starts_at_the_later_of_the_last_move_and_the_first_sighting() {
         let t0 = Instant::now();
-        assert!(c.check(&shared, &th(), t0).is_empty());
-        assert!(c.check(&shared, &th(), t0 + 59 * SEC).is_empty());
-        assert!(!s.stalled());
-        let ev = c.check(&shared, &th(), t0 + 60 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::PartitionStalled, false)]);
-        assert_eq!((ev[0].details.value("lag"), ev[0].details.value("cache_offset")), (5.into(), 5.into()));
-        assert!(s.stalled());
-        assert_eq!(s.view().state, crate::state::PartitionState::Stalled);
-        assert!(c.check(&shared, &th(), t0 + 90 * SEC).is_empty(), "raised once");
-        s.set_cache(6);
-        let ev = c.check(&shared, &th(), t0 + 91 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::PartitionStalled, true)]);
-        assert!(ev[0].message.contains("making progress again"), "{}", ev[0].message);
-        assert!(!s.stalled());
+        // (stream end, probed end, waiting s, since progress s, state, stalled flag, events). Cache offset 10,
+        // stall_after 60 s; every row is one sample.
+        type Row = (u64, u64, Option<u64>, u64, PartitionState, bool, Kinds);
+        let m = PartitionState::Mirroring;
+        let table: &[Row] = &[
+            // Idle for ten minutes, then a record appears: waiting 0 s, not a stall.
+            (10, 10, None, 600, m, false, &[]),
+            (11, 11, Some(0), 600, m, false, &[]),
+            (11, 11, Some(59), 659, m, false, &[]),
+            (11, 11, Some(60), 660, m, true, &[(EventKind::PartitionStalled, false)]),
+            (11, 11, Some(90), 690, m, true, &[]),
+            // The cache offset moved 5 s ago and records still wait (older than that): the clock is the move.
+            (20, 20, Some(95), 5, m, false, &[(EventKind::PartitionStalled, true)]),
+            (20, 20, Some(150), 60, m, true, &[(EventKind::PartitionStalled, false)]),
+            // Paused: no stall, whatever waits; the flag clears.
+            (20, 20, Some(200), 100, PartitionState::Paused, false, &[(EventKind::PartitionStalled, true)]),
+            (20, 20, Some(900), 800, PartitionState::Paused, false, &[]),
+            // Resumed (a state change is progress) and stuck again; then caught up.
+            (20, 20, Some(960), 60, m, true, &[(EventKind::PartitionStalled, false)]),
+            (10, 10, None, 61, m, false, &[(EventKind::PartitionStalled, true)]),
+        ];
+        let mut c = ConditionChecker::new();
+        for (i, (stream, probed, wait, progress, state, flag, want)) in table.iter().enumerate() {
+            let s = Sample { state: *state, ..waiting(2, *stream, *probed, *wait, *progress) };
+            let (events, flags) = c.step(&[s], &th(), t0 + Duration::from_secs(i as u64));
+            let stalls: Vec<Event> = events.into_iter().filter(|e| e.kind == EventKind::PartitionStalled).collect();
+            assert_eq!((kinds(&stalls), flags), (want.to_vec(), vec![*flag]), "row {i}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn idle_paused_and_removed_partitions_do_not_stall() {
+    async fn a_stalled_partition_shows_stalled_and_a_removed_one_clears_its_conditions() {
         let (shared, s) = shared_with("orders", 3);
-        s.set_source(0, 10);
+        s.set_source(0, 1000);
         s.set_cache(10);
         let mut c = ConditionChecker::new();
         let t0 = Instant::now();
-        // Idle without lag for a long time ...
+        // Lag 990 for the duration: lag_above_threshold; the status's own clocks are seconds short of a stall.
         assert!(c.check(&shared, &th(), t0).is_empty());
-        assert!(c.check(&shared, &th(), t0 + 600 * SEC).is_empty());
-        // ... then new data: the stall clock starts now, not at the last progress.
-        s.set_source(0, 20);
-        assert!(c.check(&shared, &th(), t0 + 601 * SEC).is_empty());
-        assert_eq!(kinds(&c.check(&shared, &th(), t0 + 661 * SEC)), [(EventKind::PartitionStalled, false)]);
-        // Paused: the stall ends.
-        s.set_state(PartitionState::Paused);
-        let ev = c.check(&shared, &th(), t0 + 662 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::PartitionStalled, true)]);
-        assert!(ev[0].message.contains("no longer mirroring (state paused)"), "{}", ev[0].message);
-        assert!(c.check(&shared, &th(), t0 + 900 * SEC).is_empty(), "a paused partition never stalls");
-        // Resumed, lagging and stalled again, then removed: cleared events for both conditions.
-        s.set_state(PartitionState::Mirroring);
-        s.set_source(0, 1000);
-        assert!(c.check(&shared, &th(), t0 + 901 * SEC).is_empty());
-        let ev = c.check(&shared, &th(), t0 + 961 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false), (EventKind::PartitionStalled, false)]);
+        let ev = c.check(&shared, &th(), t0 + 30 * SEC);
+        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
+        assert!(!s.stalled());
+        // A stall as the checker decides it sets the monitor's flag.
+        let mut stuck = Sample::of(&s);
+        (stuck.waiting, stuck.since_progress) = (Some(61 * SEC), 61 * SEC);
+        let (ev, flags) = c.step(std::slice::from_ref(&stuck), &th(), t0 + 31 * SEC);
+        assert_eq!((kinds(&ev), flags), (vec![(EventKind::PartitionStalled, false)], vec![true]));
+        s.set_stalled(true);
+        assert_eq!(s.view().state, PartitionState::Stalled);
+        // The partition leaves this process: each raised condition gets its cleared event.
         shared.partitions.clear();
-        let ev = c.check(&shared, &th(), t0 + 962 * SEC);
+        let ev = c.check(&shared, &th(), t0 + 32 * SEC);
         assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, true), (EventKind::PartitionStalled, true)]);
         assert!(c.tracks.is_empty());
     }
@@ -523,7 +537,7 @@ mod tests {
         let mut c = ConditionChecker::new();
         let t0 = Instant::now();
         // (second, stream end, probed end, stalled flag, events): the stream's last word says caught up (lag 0),
-        // the probe sees 5 records past the cache offset from 3 s on.
+        // the probe sees 5 records past the cache offset from 3 s on (the cache offset last moved long before).
         let table: &[(u64, u64, u64, bool, Kinds)] = &[
             (0, 10, 10, false, &[]),
             (3, 10, 15, false, &[]),
@@ -534,7 +548,9 @@ mod tests {
             (65, 10, 10, false, &[(EventKind::PartitionStalled, true)]),
         ];
         for (at, stream, probed, flag, want) in table {
-            let (events, flags) = c.step(&[sample(1, *stream, *probed, 0)], &th(), t0 + Duration::from_secs(*at));
+            let wait = (*probed > 10).then(|| at - 3);
+            let s = waiting(1, *stream, *probed, wait, 1000);
+            let (events, flags) = c.step(&[s], &th(), t0 + Duration::from_secs(*at));
             assert_eq!((kinds(&events), flags), (want.to_vec(), vec![*flag]), "at {at}s");
             if let [e] = &events[..]
                 && !e.cleared
@@ -548,7 +564,7 @@ mod tests {
         for state in [PartitionState::Paused, PartitionState::Halted] {
             let mut c = ConditionChecker::new();
             for at in [0, 100, 200] {
-                let s = Sample { state, ..sample(2, 10, 99, 0) };
+                let s = Sample { state, ..waiting(2, 10, 99, Some(at), at) };
                 assert_eq!(c.step(&[s], &th(), t0 + Duration::from_secs(at)), (vec![], vec![false]), "{state:?}");
             }
         }
