@@ -10,7 +10,11 @@
 //!   retention deleted before it was mirrored (`data_lost_before_mirroring`).
 //!
 //! A route into another cluster is never probed. A failed round is logged and skipped: route health is the
-//! Egress's business.
+//! Egress's business. A source without a cheap call for many partitions' offsets (a Kafka source, see
+//! [`SourceCluster::log_offsets_many`]) answers nothing, and the fetch stream's positions alone feed the RPO clock
+//! and the watchdog.
+//!
+//! [`SourceCluster::log_offsets_many`]: crate::cluster::SourceCluster::log_offsets_many
 //!
 //! [`PartitionStatus::set_probed_source`]: crate::state::PartitionStatus::set_probed_source
 //! [`LaneLink::source_log_start`]: crate::lane::link::LaneLink::source_log_start

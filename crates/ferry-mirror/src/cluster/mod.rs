@@ -125,18 +125,14 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
     /// A partition's (log start, log end).
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
-    /// (log start, log end) of many partitions, for the independent probe; a partition the source cannot answer
-    /// for is left out. One call per partition unless the source can do better.
+    /// (log start, log end) of many partitions in one cheap call, for the independent probe
+    /// ([`crate::source_watch`]); a partition the source cannot answer for is left out. A source without such a
+    /// call answers nothing, and its fetch stream's positions alone feed the RPO clock and the stall watchdog (a
+    /// Kafka source: librdkafka reads watermarks one blocking call per partition, which a probe every check
+    /// interval must not queue up behind the lanes' own reads).
     async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<(SourceTp, u64, u64)>> {
-        let mut out = Vec::with_capacity(tps.len());
-        for tp in tps {
-            match self.log_offsets(tp).await {
-                Ok((start, end)) => out.push((tp.clone(), start, end)),
-                Err(e) if e.is_transport() || e.is_timeout() => return Err(e),
-                Err(e) => tracing::debug!(%tp, error = %e, "the source cannot tell the partition's offsets"),
-            }
-        }
-        Ok(out)
+        let _ = tps;
+        Ok(Vec::new())
     }
     /// `EpochEnd(epoch)`.
     async fn epoch_end(&self, tp: &SourceTp, epoch: u32) -> Result<EpochAnswer>;

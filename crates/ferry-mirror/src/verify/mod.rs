@@ -94,6 +94,10 @@ impl Verifier {
             tracing::info!("the target is not a Ferry cluster: continuous verification is off");
             return;
         };
+        if self.egress.active().client.is_none() {
+            tracing::info!("the source is not a Ferry cluster: continuous verification is off");
+            return;
+        }
         let target = Admin::new(target);
         let mut idle_steps = 0usize;
         loop {
@@ -138,10 +142,7 @@ impl Verifier {
     async fn step(&mut self, tp: &SourceTp, target: &Admin) -> u64 {
         let Some(status) = self.shared.partitions.get(tp).map(|e| Arc::clone(e.value())) else { return 0 };
         let route = self.egress.active();
-        let Some(source) = route.client.clone() else {
-            tracing::info!("the source is not a Ferry cluster: continuous verification is off");
-            return 0;
-        };
+        let Some(source) = route.client.clone() else { return 0 };
         if self.egress.leads_elsewhere(&route.name).is_some() {
             return 0;
         }
