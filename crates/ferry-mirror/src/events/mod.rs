@@ -3,7 +3,7 @@
 //! Rust names are CamelCase; the names in rules, webhooks, logs and metrics are the seed's snake_case
 //! ([`EventKind::name`]). Emitting an event logs it, counts it (`ferry_mirror_events_total{event}`), keeps it in a
 //! short history for the monitor, and publishes it on a tokio broadcast channel. The Alarmer and the Monitor
-//! subscribe; nothing parses logs. The facts each kind carries are in [`details`].
+//! subscribe; nothing parses logs. The facts each kind carries are in the `details` module ([`Details`]).
 
 mod details;
 
