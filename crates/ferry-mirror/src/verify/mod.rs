@@ -6,7 +6,8 @@
 //!   boundaries, epochs and CRCs must match (where the mirror split an oversized batch, the records are compared).
 //! - It cycles through every partition this process owns and is mirroring (or has paused), one step of about a
 //!   second's bytes at a time; a pass over a partition covers `[later log start, cache offset)` as of the pass's
-//!   start ([`plan`]). Progress shows per partition in `/api/v1/partitions` (`verify`).
+//!   start ([`plan`]). A round over the partitions that read less than a second's bytes is followed by a second's
+//!   rest. Progress shows per partition in `/api/v1/partitions` (`verify`).
 //! - Both sides are read at most `[verify] bytes_per_sec` each (a rate limiter per side), which bounds what it
 //!   costs: the source reads cross the WAN. 0 turns it off.
 //! - A mismatch, or a batch whose stored CRC does not match its bytes, raises `verify_mismatch` with the first
@@ -37,7 +38,8 @@ use crate::ratelimit::RateLimits;
 use crate::state::{PartitionState, PartitionStatus, Shared};
 use crate::tp::SourceTp;
 
-/// How long the verifier rests when a whole round over the partitions found nothing to read.
+/// How long the verifier rests after a round over the partitions that read less than a second's bytes (little or
+/// nothing mirrored): without it, small partitions would be passed over again and again, a few requests each.
 const IDLE: Duration = Duration::from_secs(1);
 
 fn now_ms() -> i64 {
@@ -99,7 +101,7 @@ impl Verifier {
             return;
         }
         let target = Admin::new(target);
-        let mut idle_steps = 0usize;
+        let (mut round_steps, mut round_bytes) = (0usize, 0u64);
         loop {
             let eligible = self.eligible();
             let Some(tp) = self.plan.next(&eligible) else {
@@ -112,10 +114,12 @@ impl Verifier {
                 _ = stop.cancelled() => return,
                 bytes = self.step(&tp, &target) => bytes,
             };
-            idle_steps = if bytes == 0 { idle_steps + 1 } else { 0 };
-            if idle_steps >= eligible.len() {
-                idle_steps = 0;
-                if sleep_or_stop(&stop, IDLE).await {
+            round_steps += 1;
+            round_bytes += bytes;
+            if round_steps >= eligible.len() {
+                let light = round_bytes < self.bytes_per_sec;
+                (round_steps, round_bytes) = (0, 0);
+                if light && sleep_or_stop(&stop, IDLE).await {
                     return;
                 }
             }
