@@ -11,7 +11,8 @@
 //!    window-limited line would be tens of times slower);
 //! 9. mirror throughput with continuous verification at its default rate (`[verify]` left out) / without it
 //!    (`bytes_per_sec = "0"`), on the same backlog size, alternating for `FERRY_BENCH_VERIFY_ROUNDS` rounds
-//!    (default 3): each round's pair is a side-by-side ratio, the median pair is the figure;
+//!    (default 3): each round's pair is a side-by-side ratio, the median pair is the figure; then the mirror's CPU
+//!    with the verifier alone at work (nothing to copy) against the CPU a full-speed copy takes;
 //! 8. mirror throughput of phase 1 / NATS JetStream's own mirror of the same backlog (the same count of 1 KiB
 //!    records, file storage on both ends): a stream on a "hub" server (JetStream domain `hub`) mirrored by a stream
 //!    on a "leaf" server (domain `leaf`) over a leafnode connection, timed with the same 10%..90% clock. It runs
@@ -157,6 +158,20 @@ async fn mirror_backlog_with(
     };
     mirror.terminate(Duration::from_secs(30)).await?;
     Ok(run)
+}
+
+/// The mirror's CPU seconds per second over `span` while it has nothing to copy (the target already holds `topic`),
+/// with `extra` in its config: with continuous verification on, what the verifier alone costs.
+async fn idle_cpu(source_addr: &str, target: &BrokerProcess, topic: &str, extra: &str, span: Duration) -> Result<f64> {
+    let config = mirror_config_with(source_addr, &target.addr().to_string(), &format!("^{topic}$"), extra);
+    let mut mirror = MirrorProcess::builder(config).program(bin_dir().join("ferry-mirror")).start().await?;
+    // Discovery, and every partition resuming at the target's log end.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cpu0 = cpu_seconds(mirror.pid());
+    tokio::time::sleep(span).await;
+    let cpu = cpu_seconds(mirror.pid()) - cpu0;
+    mirror.terminate(Duration::from_secs(30)).await?;
+    Ok(cpu / span.as_secs_f64())
 }
 
 /// Phase 8: a hub nats-server (JetStream domain `hub`) holding `records` 1 KiB messages in a file-storage stream,
@@ -505,32 +520,53 @@ async fn bench() -> Result<()> {
         );
     }
     // 9. Verification cost: the same backlog copied with continuous verification at its default rate and without
-    //    it, alternating, so neither always runs on a fuller disk or page cache.
+    //    it, alternating, so neither always runs on a fuller disk or page cache or right after its backlog's write.
     if phase("verify") {
         let rounds: usize = std::env::var("FERRY_BENCH_VERIFY_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
-        let mut ratios = Vec::new();
+        let (mut ratios, mut copy_cpu) = (Vec::new(), Vec::new());
         for round in 1..=rounds.max(1) {
-            let mut pair = [0.0f64; 2];
-            for (i, (name, extra)) in
-                [("off", "[verify]\nbytes_per_sec = \"0\""), ("default", "")].into_iter().enumerate()
-            {
+            let (mut pair, mut cpu) = ([0.0f64; 2], [0.0f64; 2]);
+            // Which goes first alternates, so neither always copies right after its own backlog was written.
+            let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let (name, extra) = [("off", "[verify]\nbytes_per_sec = \"0\""), ("default", "")][i];
                 let topic = format!("verify{round}-{name}");
                 a_admin.create_topic(&topic, PARTITIONS, Default::default(), None).await.context("create topic")?;
                 produce(&a_addr, &topic, bytes, Duration::from_millis(5)).await?;
                 let run = mirror_backlog_with(&a_addr, &b, &topic, records, extra).await?;
                 pair[i] = mb as f64 / run.seconds;
+                cpu[i] = run.cpu / mb as f64 * 100.0;
             }
             println!(
-                "verify round {round}: without verification {:8.1} MiB/s, with it at the default rate {:8.1} MiB/s",
-                pair[0], pair[1]
+                "verify round {round}: without verification {:8.1} MiB/s ({:.2} mirror CPU s per 100 MB), with it at the \
+                 default rate {:8.1} MiB/s ({:.2} CPU s per 100 MB)",
+                pair[0], cpu[0], pair[1], cpu[1]
             );
             ratios.push(pair[1] / pair[0]);
+            copy_cpu.push(cpu[0] * pair[0] / 100.0);
         }
         let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
         println!(
             "RATIO mirror with verification / without: {:.3} median of [{}]  (target >= 0.95)",
             median(&mut ratios),
             shown.join(", ")
+        );
+        // The verifier alone, over the first round's copy (the target holds it all): the mirror's CPU with it at the
+        // default rate and without, idle otherwise; against the CPU a copy at full speed takes.
+        let span = Duration::from_secs(20);
+        let off = idle_cpu(&a_addr, &b, "verify1-off", "[verify]\nbytes_per_sec = \"0\"", span).await?;
+        let on = idle_cpu(&a_addr, &b, "verify1-off", "", span).await?;
+        let copying = median(&mut copy_cpu);
+        println!(
+            "verification alone at the default rate: {:.1} ms of mirror CPU per second ({:.1} idle without it); a copy \
+             at full speed takes {:.0} ms per second",
+            on * 1000.0,
+            off * 1000.0,
+            copying * 1000.0
+        );
+        println!(
+            "RATIO verifier CPU / copy CPU: {:.3}  (its share of what a full-speed copy uses)",
+            (on - off) / copying
         );
     }
     drop((a, b));

@@ -32,7 +32,7 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.monitor.listen, "127.0.0.1:9300".parse().unwrap());
     assert_eq!(c.topics.exclude.len(), 1);
     assert!(c.sync.compression);
-    assert_eq!(c.verify.bytes_per_sec, 2 << 20);
+    assert_eq!(c.verify.bytes_per_sec, 512 << 10);
 }
 
 #[test]
