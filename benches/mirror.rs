@@ -9,6 +9,10 @@
 //! 6. rate-limit accuracy: the steady copy rate under `sync.max_bytes_per_sec` / that limit;
 //! 7. the fault proxy's delay line: a bulk echo through a 50 ms RTT / without the delay (it pipelines: a
 //!    window-limited line would be tens of times slower);
+//! 9. mirror throughput with continuous verification at its default rate (`[verify]` left out) / without it
+//!    (`bytes_per_sec = "0"`), on the same backlog size, alternating for `FERRY_BENCH_VERIFY_ROUNDS` rounds
+//!    (default 3): each round's pair is a side-by-side ratio, the median pair is the figure; then the mirror's CPU
+//!    with the verifier alone at work (nothing to copy) against the CPU a full-speed copy takes;
 //! 8. mirror throughput of phase 1 / NATS JetStream's own mirror of the same backlog (the same count of 1 KiB
 //!    records, file storage on both ends): a stream on a "hub" server (JetStream domain `hub`) mirrored by a stream
 //!    on a "leaf" server (domain `leaf`) over a leafnode connection, timed with the same 10%..90% clock. It runs
@@ -18,7 +22,8 @@
 //! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror`.
 //! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog size in MiB (default 1024,
 //! a 1 GiB backlog; phases 1, 2 and 8 keep about 17 copies of it on disk with 3 WAN rounds);
-//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,nats,wan,latency,many,ratelimit,proxy`; default all;
+//! `FERRY_BENCH_PHASES` picks phases (comma-separated from `lan,nats,wan,latency,many,ratelimit,verify,proxy`;
+//! default all;
 //! `wan` and `latency` need `lan`, which measures the rates they are compared with, and `nats` prints its ratio
 //! only with `lan`); `FERRY_BENCH_WAN_ROUNDS` the alternating rounds of the 50 ms RTT phase (default 3);
 //! `FERRY_BENCH_RATELIMIT_MB` the byte limit of phase 6 in MiB/s (default 16).
@@ -155,6 +160,20 @@ async fn mirror_backlog_with(
     Ok(run)
 }
 
+/// The mirror's CPU seconds per second over `span` while it has nothing to copy (the target already holds `topic`),
+/// with `extra` in its config: with continuous verification on, what the verifier alone costs.
+async fn idle_cpu(source_addr: &str, target: &BrokerProcess, topic: &str, extra: &str, span: Duration) -> Result<f64> {
+    let config = mirror_config_with(source_addr, &target.addr().to_string(), &format!("^{topic}$"), extra);
+    let mut mirror = MirrorProcess::builder(config).program(bin_dir().join("ferry-mirror")).start().await?;
+    // Discovery, and every partition resuming at the target's log end.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cpu0 = cpu_seconds(mirror.pid());
+    tokio::time::sleep(span).await;
+    let cpu = cpu_seconds(mirror.pid()) - cpu0;
+    mirror.terminate(Duration::from_secs(30)).await?;
+    Ok(cpu / span.as_secs_f64())
+}
+
 /// Phase 8: a hub nats-server (JetStream domain `hub`) holding `records` 1 KiB messages in a file-storage stream,
 /// and a leaf nats-server (domain `leaf`) linked to it by a leafnode connection, on which a file-storage stream
 /// mirrors the hub's across the domain. Timed like [`mirror_backlog`]: from the mirror stream's creation until it
@@ -246,6 +265,12 @@ async fn nats_mirror(program: &std::path::Path, records: u64) -> Result<MirrorRu
     })
 }
 
+/// The median of side-by-side ratios (the upper one of an even count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
@@ -335,8 +360,8 @@ async fn bench() -> Result<()> {
         }
     }
     let mb: usize = std::env::var("FERRY_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
-    let phases =
-        std::env::var("FERRY_BENCH_PHASES").unwrap_or_else(|_| "lan,nats,wan,latency,many,ratelimit,proxy".into());
+    let phases = std::env::var("FERRY_BENCH_PHASES")
+        .unwrap_or_else(|_| "lan,nats,wan,latency,many,ratelimit,verify,proxy".into());
     let phase = |name: &str| phases.split(',').any(|p| p.trim() == name);
     let bytes = mb * 1024 * 1024;
     let records = (bytes / RECORD) as u64;
@@ -434,10 +459,6 @@ async fn bench() -> Result<()> {
             ratios.push(pair[1] / pair[0]);
             wan_direct.push(pair[1] / lan_mbps);
         }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!(
             "RATIO 50 ms RTT / 0 ms RTT (same proxy): {:.2} median of [{}]  (target >= 0.8)",
@@ -496,6 +517,56 @@ async fn bench() -> Result<()> {
         println!(
             "RATIO rate-limited copy / limit: {:.3}  (target near 1: the limit, plus the 10%..90% clock's granularity)",
             rate / limit_mb as f64
+        );
+    }
+    // 9. Verification cost: the same backlog copied with continuous verification at its default rate and without
+    //    it, alternating, so neither always runs on a fuller disk or page cache or right after its backlog's write.
+    if phase("verify") {
+        let rounds: usize = std::env::var("FERRY_BENCH_VERIFY_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+        let (mut ratios, mut copy_cpu) = (Vec::new(), Vec::new());
+        for round in 1..=rounds.max(1) {
+            let (mut pair, mut cpu) = ([0.0f64; 2], [0.0f64; 2]);
+            // Which goes first alternates, so neither always copies right after its own backlog was written.
+            let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let (name, extra) = [("off", "[verify]\nbytes_per_sec = \"0\""), ("default", "")][i];
+                let topic = format!("verify{round}-{name}");
+                a_admin.create_topic(&topic, PARTITIONS, Default::default(), None).await.context("create topic")?;
+                produce(&a_addr, &topic, bytes, Duration::from_millis(5)).await?;
+                let run = mirror_backlog_with(&a_addr, &b, &topic, records, extra).await?;
+                pair[i] = mb as f64 / run.seconds;
+                cpu[i] = run.cpu / mb as f64 * 100.0;
+            }
+            println!(
+                "verify round {round}: without verification {:8.1} MiB/s ({:.2} mirror CPU s per 100 MB), with it at the \
+                 default rate {:8.1} MiB/s ({:.2} CPU s per 100 MB)",
+                pair[0], cpu[0], pair[1], cpu[1]
+            );
+            ratios.push(pair[1] / pair[0]);
+            copy_cpu.push(cpu[0] * pair[0] / 100.0);
+        }
+        let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        println!(
+            "RATIO mirror with verification / without: {:.3} median of [{}]  (target >= 0.95)",
+            median(&mut ratios),
+            shown.join(", ")
+        );
+        // The verifier alone, over the first round's copy (the target holds it all): the mirror's CPU with it at the
+        // default rate and without, idle otherwise; against the CPU a copy at full speed takes.
+        let span = Duration::from_secs(20);
+        let off = idle_cpu(&a_addr, &b, "verify1-off", "[verify]\nbytes_per_sec = \"0\"", span).await?;
+        let on = idle_cpu(&a_addr, &b, "verify1-off", "", span).await?;
+        let copying = median(&mut copy_cpu);
+        println!(
+            "verification alone at the default rate: {:.1} ms of mirror CPU per second ({:.1} idle without it); a copy \
+             at full speed takes {:.0} ms per second",
+            on * 1000.0,
+            off * 1000.0,
+            copying * 1000.0
+        );
+        println!(
+            "RATIO verifier CPU / copy CPU: {:.3}  (its share of what a full-speed copy uses)",
+            (on - off) / copying
         );
     }
     drop((a, b));

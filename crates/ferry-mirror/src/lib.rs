@@ -11,12 +11,15 @@
 //!   ([`lane::core`]) and a thin driver that appends with offsets and owns the partition's flow control.
 //! - [`topics::TopicAndOffsetManager`]: discovery and target topics.
 //! - [`target_watch::TargetWatch`]: the target's health and log ends, probed whether or not data flows.
+//! - [`source_watch::SourceWatch`]: the source's log ends and starts, probed independently of the fetch stream
+//!   (the RPO clock, the stall watchdog, loss before mirroring).
 //! - [`events::EventBus`]: typed events with the seed's snake_case names.
 //! - [`egress::EgressHandle`]: source routes, probes, failover.
 //! - [`group_sync::GroupSync`]: consumer-group offsets copied to the target for failover.
 //! - [`alarm::Alarmer`]: alarm rules, the lag and stall checks, email and webhook notifications.
 //! - [`kafka`] (feature `kafka`): Kafka-API clusters as source and target, through librdkafka.
 //! - [`monitor`]: health, readiness, metrics, the JSON API, manual operations and the dashboard over HTTP.
+//! - [`verify::Verifier`]: continuous verification of what was mirrored, on both sides, at a bounded byte rate.
 //!
 //! [`run::run`] boots them in order and stops them in reverse; the `ferry-mirror` binary and `ferryctl demo` call it.
 
@@ -37,14 +40,17 @@ pub mod metrics;
 pub mod monitor;
 pub mod ratelimit;
 pub mod reshape;
+pub mod rpo;
 pub mod run;
 pub mod sides;
+pub mod source_watch;
 pub mod state;
 pub mod sync;
 pub mod target_health;
 pub mod target_watch;
 pub mod topics;
 pub mod tp;
+pub mod verify;
 
 pub use config::MirrorConfig;
 pub use handle::MirrorHandle;

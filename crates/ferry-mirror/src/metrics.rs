@@ -14,6 +14,12 @@
 //! - `ferry_alarms_total{channel,outcome="sent|suppressed|failed|dropped"}`
 //! - `ferry_mirror_events_total{event}`
 //! - `ferry_mirror_partitions{state}`
+//! - `ferry_mirror_rpo_seconds{topic,partition}`, `ferry_mirror_rpo_max_seconds`: how long the oldest source record
+//!   not yet on the target has waited (see `crate::rpo`)
+//! - `ferry_mirror_records_lost_before_mirroring_total{topic,partition}`: offsets source retention deleted before
+//!   they were mirrored (each a gap the target records)
+//! - `ferry_mirror_verified_bytes_total`, `ferry_mirror_verify_mismatch_total`: the background verifier's source
+//!   batch bytes compared with their copies, and the mismatches it raised
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -45,6 +51,11 @@ struct Inner {
     alarms: Family<Labels, Counter>,
     events: Family<Labels, Counter>,
     partitions: Family<Labels, Gauge>,
+    rpo: Family<Labels, Gauge<f64, AtomicU64>>,
+    rpo_max: Gauge<f64, AtomicU64>,
+    lost: Family<Labels, Counter>,
+    verified_bytes: Counter,
+    verify_mismatches: Counter,
     process_rss: Gauge,
     process_cpu: Gauge<f64, AtomicU64>,
 }
@@ -111,6 +122,37 @@ impl Metrics {
         registry.register("ferry_mirror_events", "Events raised, by kind", events.clone());
         let partitions = Family::<Labels, Gauge>::default();
         registry.register("ferry_mirror_partitions", "Partitions owned by this process, by state", partitions.clone());
+        let rpo = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "ferry_mirror_rpo_seconds",
+            "How long the oldest source record not yet on the target has been waiting, per partition (0 when caught up)",
+            rpo.clone(),
+        );
+        let rpo_max = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "ferry_mirror_rpo_max_seconds",
+            "The largest ferry_mirror_rpo_seconds of the partitions this process owns",
+            rpo_max.clone(),
+        );
+        let lost = Family::<Labels, Counter>::default();
+        registry.register(
+            "ferry_mirror_records_lost_before_mirroring",
+            "Offsets source retention deleted before they were mirrored (gaps the target records), per partition",
+            lost.clone(),
+        );
+        let verified_bytes = Counter::default();
+        registry.register(
+            "ferry_mirror_verified_bytes",
+            "Source batch bytes the background verifier compared with their copies on the target (as many are read \
+             from each side)",
+            verified_bytes.clone(),
+        );
+        let verify_mismatches = Counter::default();
+        registry.register(
+            "ferry_mirror_verify_mismatch",
+            "Mismatches the background verifier raised (verify_mismatch events)",
+            verify_mismatches.clone(),
+        );
         let process_rss = Gauge::default();
         registry.register(
             "ferry_mirror_process_resident_memory_bytes",
@@ -136,6 +178,11 @@ impl Metrics {
                 alarms,
                 events,
                 partitions,
+                rpo,
+                rpo_max,
+                lost,
+                verified_bytes,
+                verify_mismatches,
                 process_rss,
                 process_cpu,
             }),
@@ -153,10 +200,43 @@ impl Metrics {
         }
     }
 
+    /// Sets every partition's RPO, in seconds, and their largest.
+    pub fn rpo<'a>(&self, partitions: impl IntoIterator<Item = (&'a str, u32, f64)>) {
+        let mut max = 0.0f64;
+        for (topic, partition, seconds) in partitions {
+            self.inner
+                .rpo
+                .get_or_create(&vec![("topic", topic.to_owned()), ("partition", partition.to_string())])
+                .set(seconds);
+            max = max.max(seconds);
+        }
+        self.inner.rpo_max.set(max);
+    }
+
+    /// Counts offsets lost before mirroring on a partition (0 exposes the series).
+    pub fn lost_before_mirroring(&self, topic: &str, partition: u32, records: u64) {
+        self.inner
+            .lost
+            .get_or_create(&vec![("topic", topic.to_owned()), ("partition", partition.to_string())])
+            .inc_by(records);
+    }
+
+    /// Counts source batch bytes the verifier compared with their copies.
+    pub fn verified(&self, bytes: u64) {
+        self.inner.verified_bytes.inc_by(bytes);
+    }
+
+    /// Counts a verify_mismatch.
+    pub fn verify_mismatch(&self) {
+        self.inner.verify_mismatches.inc();
+    }
+
     /// Forgets a partition's series (it moved to another process or its topic was removed).
     pub fn remove_partition(&self, topic: &str, partition: u32) {
         let tp = || vec![("topic", topic.to_owned()), ("partition", partition.to_string())];
         self.inner.lag.remove(&tp());
+        self.inner.rpo.remove(&tp());
+        self.inner.lost.remove(&tp());
         for kind in ["source", "cache", "commit", "target"] {
             let mut l = tp();
             l.push(("kind", kind.to_owned()));
@@ -253,6 +333,10 @@ mod tests {
         m.appended(5, 500, Some(0.01));
         m.route("primary", true, true);
         m.alarm("ops", "sent");
+        m.rpo([("orders", 3, 2.5), ("orders", 4, 7.25)]);
+        m.lost_before_mirroring("orders", 3, 40);
+        m.verified(4096);
+        m.verify_mismatch();
         let text = m.encode();
         for needle in [
             "ferry_mirror_partition_lag_records{topic=\"orders\",partition=\"3\"} 10",
@@ -262,6 +346,11 @@ mod tests {
             "ferry_mirror_route_active{route=\"primary\"} 1",
             "ferry_mirror_route_healthy{route=\"primary\"} 1",
             "ferry_alarms_total{channel=\"ops\",outcome=\"sent\"} 1",
+            "ferry_mirror_rpo_seconds{topic=\"orders\",partition=\"3\"} 2.5",
+            "ferry_mirror_rpo_max_seconds 7.25",
+            "ferry_mirror_records_lost_before_mirroring_total{topic=\"orders\",partition=\"3\"} 40",
+            "ferry_mirror_verified_bytes_total 4096",
+            "ferry_mirror_verify_mismatch_total 1",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -1,6 +1,6 @@
 //! Bootstrap: the components in order — metrics and events, the target, egress, alarms, the monitor, the target
-//! watch, topic discovery, the fetcher and the SyncManager with its lanes, group sync — and on shutdown the same
-//! in reverse: stop fetching, drain in-flight appends, commit, leave, then the rest.
+//! and source watches, topic discovery, the fetcher and the SyncManager with its lanes, the verifier, group sync —
+//! and on shutdown the same in reverse: stop fetching, drain in-flight appends, commit, leave, then the rest.
 //!
 //! Every task hangs off one tree of cancellation tokens and is owned by a `JoinSet` (or a handle that aborts on
 //! drop), so no task outlives `run()`: not on an early return, and not after the shutdown grace, when whatever is
@@ -27,11 +27,13 @@ use crate::lane::core::SourceKind;
 use crate::lane::{LaneCtx, LaneIo};
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimits;
+use crate::source_watch::SourceWatch;
 use crate::state::Shared;
 use crate::sync::{Links, SyncManager, SyncSettings};
 use crate::target_health::TargetHealth;
 use crate::target_watch::{TargetProbe, TargetWatch};
 use crate::topics::{Naming, TopicAndOffsetManager, TopicSet};
+use crate::verify::Verifier;
 
 /// Why the mirror could not run.
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +186,15 @@ pub async fn run(
         probe,
     );
     tasks.spawn(watch.run(components.clone()));
+    let source_health = &config.source.health;
+    let source_watch = SourceWatch::new(
+        egress.clone(),
+        Arc::clone(&links),
+        Arc::clone(&shared),
+        source_health.check_interval,
+        source_health.timeout,
+    );
+    tasks.spawn(source_watch.run(components.clone()));
 
     let Some(limits) = until_ok("reading the target's limits", &shutdown, || target.limits()).await else {
         return Ok(());
@@ -264,6 +275,15 @@ pub async fn run(
     );
     let sync_stop = pipeline.child_token();
     let sync_task = AbortOnDropHandle::new(tokio::spawn(sync.run(sync_stop.clone())));
+    let verifier = Verifier::new(
+        config.verify.bytes_per_sec,
+        egress.clone(),
+        Arc::clone(&target),
+        Arc::clone(&shared),
+        events.clone(),
+        metrics.clone(),
+    );
+    tasks.spawn(verifier.run(components.clone()));
     tasks.spawn(GroupSync::new(groups_rx, topics_rx, Arc::clone(&target), egress.clone()).run(components.clone()));
 
     tracing::info!(mirror = %config.name, source = %config.source.cluster, target = %config.target.cluster, "ferry-mirror running");

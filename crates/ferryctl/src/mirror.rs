@@ -247,7 +247,7 @@ pub fn partitions_text(parts: &[PartitionDoc]) -> String {
     if renamed {
         header.push("TARGET_TOPIC");
     }
-    header.extend(["SOURCE", "CACHE", "COMMIT", "TARGET", "LAG", "STATE", "LAST_ERROR"]);
+    header.extend(["SOURCE", "CACHE", "COMMIT", "TARGET", "LAG", "RPO_S", "STATE", "LAST_ERROR"]);
     let mut table = Table::new(&header);
     for p in parts {
         let mut row = vec![p.topic.clone(), p.partition.to_string()];
@@ -260,6 +260,7 @@ pub fn partitions_text(parts: &[PartitionDoc]) -> String {
             p.commit_offset.to_string(),
             p.target_offset.to_string(),
             p.lag.to_string(),
+            format!("{:.1}", p.rpo_seconds),
             p.state.name().to_owned(),
             or_dash(p.last_error.as_deref()),
         ]);
@@ -320,6 +321,10 @@ pub fn status_text(s: &StatusDoc, addr: &str) -> String {
     let states = if states.is_empty() { String::new() } else { format!(" ({})", states.join(", ")) };
     out.push_str(&format!("Partitions:    {}{states}\n", s.totals.partitions));
     out.push_str(&format!("Lag:           {} records\n", s.totals.lag));
+    out.push_str(&format!(
+        "RPO:           {:.1} s (the longest any record not yet on the target has waited)\n",
+        s.totals.rpo_max_seconds
+    ));
     let side = |r: &crate::monitor::SideRatesDoc| {
         format!("{:.0} records/s, {:.2} MB/s", r.records_per_sec.w10, r.bytes_per_sec.w10 / 1e6)
     };
@@ -352,6 +357,7 @@ mod tests {
             lag: 20,
             state: ferry_mirror::state::PartitionState::from_name(state).expect("a state name"),
             last_error: err.map(Into::into),
+            rpo_seconds: 2.25,
             ..Default::default()
         }
     }
@@ -364,9 +370,9 @@ mod tests {
         ]);
         assert_eq!(
             text,
-            "TOPIC   PARTITION  SOURCE  CACHE  COMMIT  TARGET  LAG  STATE      LAST_ERROR\n\
-             orders  0          120     100    90      100     20   mirroring  -\n\
-             orders  1          120     100    90      100     20   halted     diverged at 5\n"
+            "TOPIC   PARTITION  SOURCE  CACHE  COMMIT  TARGET  LAG  RPO_S  STATE      LAST_ERROR\n\
+             orders  0          120     100    90      100     20   2.2    mirroring  -\n\
+             orders  1          120     100    90      100     20   2.2    halted     diverged at 5\n"
         );
         let text = partitions_text(&[part("orders", "dc-a.orders", 0, "paused", None)]);
         assert!(text.starts_with("TOPIC   PARTITION  TARGET_TOPIC  SOURCE"), "{text}");
@@ -417,7 +423,8 @@ mod tests {
             "rates": {"source": {"records_per_sec": {"1s": 1.0, "10s": 2500.0, "60s": 3.0},
                                  "bytes_per_sec": {"1s": 0.0, "10s": 1500000.0, "60s": 0.0}}},
             "totals": {"records_in": 10, "records_out": 9, "bytes_in": 2000000, "bytes_out": 1000000, "topics": 2,
-                       "partitions": 5, "partitions_by_state": {"mirroring": 4, "paused": 1, "halted": 0}, "lag": 7},
+                       "partitions": 5, "partitions_by_state": {"mirroring": 4, "paused": 1, "halted": 0}, "lag": 7,
+                       "rpo_max_seconds": 12.345},
             "paused_topics": ["payments"]
         }))
         .unwrap();
@@ -426,6 +433,7 @@ mod tests {
         assert!(text.contains("Source route:  primary (automatic)\nTarget:        reachable\n"), "{text}");
         assert!(text.contains("Topics:        2 mirrored, paused: payments\n"), "{text}");
         assert!(text.contains("Partitions:    5 (4 mirroring, 1 paused)\nLag:           7 records\n"), "{text}");
+        assert!(text.contains("\nRPO:           12.3 s (the longest any record not yet on the target has waited)\n"));
         assert!(text.contains("Source rate:   2500 records/s, 1.50 MB/s (10s average)\n"), "{text}");
         assert!(text.ends_with("Since start:   10 records in, 9 out; 2.00 MB in, 1.00 MB out\n"), "{text}");
     }

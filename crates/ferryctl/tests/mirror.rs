@@ -95,6 +95,9 @@ async fn mirror_commands_against_a_running_mirror() {
     assert!(out.stdout.starts_with(&format!("Mirror:        a_to_b (dc-a -> dc-b) at {m}\n")), "{}", out.stdout);
     assert!(out.stdout.contains("Source route:  primary (automatic)\n"), "{}", out.stdout);
     assert!(out.stdout.contains("Partitions:    2 (2 mirroring)\nLag:           0 records\n"), "{}", out.stdout);
+    // Caught up: nothing waits, the RPO is 0.
+    assert_eq!(status["totals"]["rpo_max_seconds"], 0.0, "{status}");
+    assert!(out.stdout.contains("RPO:           0.0 s (the longest any record not yet on the target has waited)\n"));
 
     // partitions
     let out = ferryctl(&mon(&["mirror", "partitions", "--format", "json"])).await;
@@ -108,13 +111,22 @@ async fn mirror_commands_against_a_running_mirror() {
             assert_eq!(p[key], 30, "{key} of {p}");
         }
         assert_eq!((p["lag"].as_u64(), p["state"].as_str()), (Some(0), Some("mirroring")));
+        assert_eq!(p["rpo_seconds"], 0.0, "{p}");
         assert!(p.get("last_error").is_some(), "{p}");
     }
     let out = ferryctl(&mon(&["mirror", "partitions", "--topic", "orders"])).await;
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines[0], "TOPIC   PARTITION  SOURCE  CACHE  COMMIT  TARGET  LAG  STATE      LAST_ERROR");
-    assert_eq!(lines[1], "orders  0          30      30     30      30      0    mirroring  -", "{}", out.stdout);
-    assert_eq!(lines[2], "orders  1          30      30     30      30      0    mirroring  -", "{}", out.stdout);
+    assert_eq!(lines[0], "TOPIC   PARTITION  SOURCE  CACHE  COMMIT  TARGET  LAG  RPO_S  STATE      LAST_ERROR");
+    assert_eq!(
+        lines[1], "orders  0          30      30     30      30      0    0.0    mirroring  -",
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        lines[2], "orders  1          30      30     30      30      0    0.0    mirroring  -",
+        "{}",
+        out.stdout
+    );
     assert_eq!(lines.len(), 3, "{}", out.stdout);
     let out = ferryctl(&mon(&["mirror", "partitions", "--topic", "nope"])).await;
     assert_eq!((out.code, out.stderr), (1, format!("error: topic \"nope\" is not mirrored by the mirror at {m}\n")));

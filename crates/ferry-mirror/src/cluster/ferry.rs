@@ -89,6 +89,27 @@ impl SourceCluster for FerrySource {
         Ok((o.log_start_offset, o.log_end_offset))
     }
 
+    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<(SourceTp, u64, u64)>> {
+        // One ListOffsets for all of them; partitions the broker answers with an error are left out.
+        let request = pb::ListOffsetsRequest {
+            partitions: tps
+                .iter()
+                .map(|tp| pb::ListOffsetsPartition {
+                    topic: tp.topic().to_owned(),
+                    partition: tp.partition,
+                    spec: Some(pb::list_offsets_partition::Spec::Latest(true)),
+                })
+                .collect(),
+        };
+        let response = self.admin.client().list_offsets(request).await?;
+        Ok(response
+            .partitions
+            .into_iter()
+            .filter(|r| r.error == pb::ErrorCode::None as i32)
+            .map(|r| (SourceTp::new(r.topic, r.partition), r.log_start_offset, r.log_end_offset))
+            .collect())
+    }
+
     async fn epoch_end(&self, tp: &SourceTp, epoch: u32) -> Result<EpochAnswer> {
         let r = self.admin.epoch_end(tp.topic(), tp.partition, epoch).await?;
         Ok(if r.found {
@@ -255,6 +276,10 @@ impl TargetCluster for FerryTarget {
     async fn log_ends(&self, topic: &str) -> Result<Vec<(u32, u64)>> {
         let desc = self.admin.describe_topic(topic).await?;
         Ok(desc.partitions.iter().map(|p| (p.partition, p.log_end_offset)).collect())
+    }
+
+    fn ferry_client(&self) -> Option<BrokerClient> {
+        Some(self.admin.client().clone())
     }
 
     async fn group_state(&self, group: &str) -> Result<GroupState> {

@@ -125,6 +125,15 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
     /// A partition's (log start, log end).
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
+    /// (log start, log end) of many partitions in one cheap call, for the independent probe
+    /// ([`crate::source_watch`]); a partition the source cannot answer for is left out. A source without such a
+    /// call answers nothing, and its fetch stream's positions alone feed the RPO clock and the stall watchdog (a
+    /// Kafka source: librdkafka reads watermarks one blocking call per partition, which a probe every check
+    /// interval must not queue up behind the lanes' own reads).
+    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<(SourceTp, u64, u64)>> {
+        let _ = tps;
+        Ok(Vec::new())
+    }
     /// `EpochEnd(epoch)`.
     async fn epoch_end(&self, tp: &SourceTp, epoch: u32) -> Result<EpochAnswer>;
     /// Committed offsets of a group (all of them when `partitions` is empty).
@@ -243,6 +252,11 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     async fn log_ends(&self, topic: &str) -> Result<Vec<(u32, u64)>> {
         let _ = topic;
         Ok(Vec::new())
+    }
+    /// The client of a Ferry target, whose log holds the source's batches as they are (the verifier reads them);
+    /// `None` for a target that re-encodes what it stores.
+    fn ferry_client(&self) -> Option<ferry_client::BrokerClient> {
+        None
     }
     /// A consumer group's members and offsets (source offsets).
     async fn group_state(&self, group: &str) -> Result<GroupState>;

@@ -6,7 +6,7 @@
 //!
 //! The sections live in their own modules: [`source`] (`[source]`, routes, `[source.health]`, TLS, librdkafka
 //! properties), [`target`] (with `[target.health]`, which defaults to `[source.health]`), [`topics`] (`[topics]`,
-//! `[groups]`), [`sync`], [`monitor`], [`alarms`], and the alarm rules file and email templates ([`rules`],
+//! `[groups]`), [`sync`], [`monitor`], [`alarms`], [`verify`], and the alarm rules file and email templates ([`rules`],
 //! [`templates`]), which are config files too. The alarm component reads these types; nothing here depends on it.
 //!
 //! Secrets never live in the config tree: tokens, the SMTP password and webhook secrets come from their own files
@@ -24,6 +24,7 @@ pub mod templates;
 #[cfg(test)]
 mod tests;
 mod topics;
+mod verify;
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,7 @@ pub use source::{ClusterKind, HealthCheck, HealthConfig, Route, SourceConfig, Sw
 pub use sync::SyncConfig;
 pub use target::{TargetConfig, TargetHealth};
 pub use topics::{GroupsConfig, Rename, StartPosition, TopicsConfig};
+pub use verify::VerifyConfig;
 
 /// Every problem found in a configuration; `.0` lists them, each naming its key.
 pub type ConfigProblems = Problems;
@@ -82,6 +84,8 @@ struct MirrorFile {
     pub monitor: MonitorConfig,
     /// `[alarms]`.
     pub alarms: AlarmsConfig,
+    /// `[verify]`.
+    pub verify: VerifyConfig,
 }
 
 /// The whole validated configuration.
@@ -105,6 +109,8 @@ pub struct MirrorConfig {
     pub monitor: MonitorConfig,
     /// Alarm channels.
     pub alarms: AlarmsConfig,
+    /// Continuous verification.
+    pub verify: VerifyConfig,
     /// The file this was loaded from (for reloads).
     pub path: Option<PathBuf>,
 }
@@ -146,7 +152,7 @@ impl MirrorConfig {
 impl MirrorFile {
     /// Resolves the secrets and the defaults that depend on other sections, and checks every section.
     fn into_config(self, p: &mut Problems) -> MirrorConfig {
-        let MirrorFile { mirror, mut source, mut target, topics, groups, sync, mut monitor, mut alarms } = self;
+        let MirrorFile { mirror, mut source, mut target, topics, groups, sync, mut monitor, mut alarms, verify } = self;
         source.resolve(p);
         target.resolve(&source.health, p);
         monitor.resolve(p);
@@ -157,6 +163,7 @@ impl MirrorFile {
         groups.validate(p);
         sync.validate(p);
         alarms.validate(p);
+        verify.validate(p);
         let name = mirror.name.unwrap_or_else(|| format!("{}_to_{}", source.cluster, target.cluster));
         cross_section(&name, &source, &target, p);
         MirrorConfig {
@@ -169,6 +176,7 @@ impl MirrorFile {
             sync,
             monitor,
             alarms,
+            verify,
             path: None,
         }
     }

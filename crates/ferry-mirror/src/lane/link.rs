@@ -36,6 +36,7 @@ struct Inbox {
     data: VecDeque<Delivery>,
     error: Option<(SourceFault, String, SourcePos)>,
     position: Option<SourcePos>,
+    probed_log_start: Option<u64>,
     target_log_end: Option<(u64, u64)>,
     paused: Option<bool>,
     request_limit: Option<u64>,
@@ -104,6 +105,14 @@ impl LaneLink {
 
     // ---- the SyncManager side ----------------------------------------------------------------------------------
 
+    /// Delivers the source's log start as the independent probe read it (the highest unread one is kept).
+    pub fn source_log_start(&self, log_start: u64) {
+        let mut inbox = self.inbox.lock();
+        inbox.probed_log_start = Some(inbox.probed_log_start.map_or(log_start, |s| s.max(log_start)));
+        drop(inbox);
+        self.wake.notify_one();
+    }
+
     /// Delivers a target probe: the target's log end, read by a probe started when the cache offset was
     /// `cache_before`.
     pub fn target_log_end(&self, log_end: u64, cache_before: u64) {
@@ -131,7 +140,8 @@ impl LaneLink {
     }
 
     /// Everything delivered, as core inputs in the order they must be applied: data as it came, then the newest
-    /// error, the newest position, the newest probe and the operator's last word. Also the new request limit.
+    /// error, the newest position, the probed log start, the newest target probe and the operator's last word. Also
+    /// the new request limit.
     pub(crate) fn take(&self) -> (Vec<Input>, Option<u64>) {
         let inbox = std::mem::take(&mut *self.inbox.lock());
         let mut out: Vec<Input> = inbox
@@ -144,6 +154,9 @@ impl LaneLink {
         }
         if let Some(pos) = inbox.position {
             out.push(Input::Position(pos));
+        }
+        if let Some(log_start) = inbox.probed_log_start {
+            out.push(Input::SourceLogStart(log_start));
         }
         if let Some((log_end, cache_before)) = inbox.target_log_end {
             out.push(Input::TargetLogEnd { log_end, cache_before });
@@ -193,16 +206,18 @@ mod tests {
         let link = LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), Arc::new(Notify::new()));
         for i in 0..1000 {
             link.position(SourcePos { log_end: i, ..Default::default() });
+            link.source_log_start(1000 - i);
             link.target_log_end(i, i);
         }
         link.set_paused(true);
         link.set_paused(false);
         let (inputs, limit) = link.take();
         assert_eq!(limit, None);
-        assert_eq!(inputs.len(), 3, "one position, one probe, one control: {inputs:?}");
+        assert_eq!(inputs.len(), 4, "one position, one log start, one probe, one control: {inputs:?}");
         assert!(matches!(inputs[0], Input::Position(SourcePos { log_end: 999, .. })));
-        assert!(matches!(inputs[1], Input::TargetLogEnd { log_end: 999, cache_before: 999 }));
-        assert!(matches!(inputs[2], Input::Resume));
+        assert!(matches!(inputs[1], Input::SourceLogStart(1000)), "the highest log start");
+        assert!(matches!(inputs[2], Input::TargetLogEnd { log_end: 999, cache_before: 999 }));
+        assert!(matches!(inputs[3], Input::Resume));
         assert!(link.take().0.is_empty());
     }
 

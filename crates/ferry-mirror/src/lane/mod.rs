@@ -132,6 +132,7 @@ fn snapshot(view: &CoreView, retrying: Option<String>) -> Snapshot {
         source_log_end: view.source.log_end,
         target_log_end: view.target_log_end,
         last_error: view.last_error.clone().or(retrying),
+        oldest_timestamp_ms: view.oldest_timestamp_ms,
     }
 }
 
@@ -143,6 +144,8 @@ fn latency_ms(now_ms: i64, max_timestamp: i64) -> u64 {
 
 impl Driver {
     async fn run(mut self, stop: CancellationToken, kill: CancellationToken, drain: Duration) {
+        // Exposed at 0 from the start: a series that appears with its first increment is invisible to increase().
+        self.ctx.metrics.lost_before_mirroring(self.config.tp.topic(), self.config.tp.partition, 0);
         let mut in_flight: Option<InFlight> = None;
         let mut draining: Option<tokio::time::Instant> = None;
         loop {
@@ -205,7 +208,16 @@ impl Driver {
                     self.link.set_seat(wish);
                 }
             }
-            Action::Emit(event) => self.ctx.io.events.emit(self.event(event)),
+            Action::Emit(event) => {
+                if let CoreEvent::DataLost { start, end } = event {
+                    self.ctx.metrics.lost_before_mirroring(
+                        self.config.tp.topic(),
+                        self.config.tp.partition,
+                        end - start,
+                    );
+                }
+                self.ctx.io.events.emit(self.event(event))
+            }
             Action::Copied { records, bytes, max_timestamp } => {
                 let latency = latency_ms(now_ms(), max_timestamp);
                 self.status.set_latency_ms(latency);
@@ -253,7 +265,7 @@ impl Driver {
                     end - start
                 ),
             ))
-            .with(Details::Gap(GapFacts { gap_start: start, gap_end: end })),
+            .with(Details::Gap(GapFacts { gap_start: start, gap_end: end, records: end - start })),
         }
     }
 }

@@ -54,7 +54,7 @@ pub async fn readyz(State(s): State<AppState>) -> Response {
 
 /// `GET /metrics`: refreshes the gauges derived from shared state, then encodes every family.
 ///
-/// The per-partition lag and offset gauges, the per-state partition counts and the route gauges are set here, at
+/// The per-partition lag, offset and RPO gauges, the per-state partition counts and the route gauges are set here, at
 /// scrape time, from snapshots of the shared state and the Egress, so `/metrics` always agrees with
 /// `/api/v1/partitions` and `/api/v1/egress` (the probe loop also sets the route gauges, but only once per round: a
 /// manual switch would otherwise show the old route as active until the next probe).
@@ -67,6 +67,7 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
     for v in &views {
         h.metrics.partition(&v.topic, v.partition, v.source_offset, v.cache_offset, v.commit_offset, v.target_offset);
     }
+    h.metrics.rpo(views.iter().map(|v| (v.topic.as_str(), v.partition, v.rpo_seconds)));
     let counts = views::count_states(&views);
     let counts: Vec<(&str, i64)> = STATES.iter().map(|st| (*st, counts[*st] as i64)).collect();
     h.metrics.partition_states(&counts);

@@ -88,6 +88,9 @@ pub struct Totals {
     pub partitions_by_state: BTreeMap<String, u64>,
     /// Sum of the owned partitions' lag.
     pub lag: u64,
+    /// The largest RPO of the owned partitions, seconds: how long the oldest record not yet on the target has
+    /// waited.
+    pub rpo_max_seconds: f64,
 }
 
 /// `GET /api/v1/status`.
@@ -145,6 +148,7 @@ pub fn status(handle: &MirrorHandle) -> StatusView {
             partitions: views.len() as u64,
             partitions_by_state: count_states(&views),
             lag: views.iter().map(|v| v.lag).sum(),
+            rpo_max_seconds: views.iter().map(|v| v.rpo_seconds).fold(0.0, f64::max),
         },
         paused_topics: shared.paused.lock().iter().cloned().collect(),
     }
@@ -161,6 +165,8 @@ pub struct TopicView {
     pub partitions: u64,
     /// Sum of their lag.
     pub lag: u64,
+    /// The largest RPO of its partitions, seconds.
+    pub rpo_max_seconds: f64,
     /// Sum of their source log ends.
     pub source_offset: u64,
     /// Sum of their cache offsets.
@@ -189,6 +195,7 @@ pub fn topics(handle: &MirrorHandle) -> Vec<TopicView> {
             TopicView {
                 partitions: mine.len() as u64,
                 lag: sum(|v| v.lag),
+                rpo_max_seconds: mine.iter().map(|v| v.rpo_seconds).fold(0.0, f64::max),
                 source_offset: sum(|v| v.source_offset),
                 cache_offset: sum(|v| v.cache_offset),
                 commit_offset: sum(|v| v.commit_offset),
@@ -361,6 +368,7 @@ mod tests {
             state: PartitionState::from_name(state).expect("a state name"),
             last_error: (state == "halted").then(|| "diverged at 4".to_owned()),
             latency_ms: 1,
+            ..Default::default()
         }
     }
 

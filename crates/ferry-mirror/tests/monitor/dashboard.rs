@@ -74,6 +74,11 @@ async fn dashboard_shows_the_live_numbers_in_headless_chromium() {
     assert_eq!(element_text(&dom, "id=\"records-in\""), "600");
     assert_eq!(element_text(&dom, "class=\"num lag\" data-topic=\"orders\""), "600");
     assert_eq!(element_text(&dom, "class=\"num lag\" data-topic=\"payments\""), "30");
+    // The RPO runs on the real clock since `populate`: a number of seconds, with one decimal.
+    for marker in ["id=\"rpo-max\"", "class=\"num rpo\" data-topic=\"payments\""] {
+        let rpo = element_text(&dom, marker);
+        assert!(rpo.parse::<f64>().is_ok_and(|s| s >= 0.0) && rpo.contains('.'), "{marker}: {rpo:?}");
+    }
     assert!(element_text(&dom, "id=\"ready\"").starts_with("not ready: partition_halted"), "{dom}");
     assert!(dom.contains("data-topic=\"payments\" data-partition=\"0\""), "partition table row");
     assert!(dom.contains("data-kind=\"partition_diverged\""), "recent events");

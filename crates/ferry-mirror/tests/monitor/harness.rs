@@ -251,7 +251,38 @@ pub fn partition_json(
     json!({"topic": topic, "partition": p, "target_topic": topic, "source_offset": log.1,
            "source_log_start_offset": log.0, "cache_offset": offsets.0, "commit_offset": offsets.1,
            "target_offset": offsets.2, "lag": log.1 - offsets.0, "state": state, "last_error": error,
-           "latency_ms": latency})
+           "latency_ms": latency, "probed_source_offset": 0, "rpo_seconds": 0.0,
+           "verify": {"enabled": false, "pass_start_offset": 0, "pass_end_offset": 0, "verified_to_offset": 0,
+                      "passes_completed": 0, "last_pass_completed_ms": null, "mismatch": null}})
+}
+
+/// Checks the RPO figures of a document and sets them to 0, so the rest compares exactly: the RPO clock runs on
+/// the real monotonic clock from when `populate` set the offsets, so a partition with lag has waited a little (less
+/// than a minute in any test), one without lag not at all. Covers `partitions[].rpo_seconds`,
+/// `topics[].rpo_max_seconds` and `totals.rpo_max_seconds`.
+pub fn rpo_checked(mut doc: Value) -> Value {
+    fn check(v: &mut Value, key: &str, waiting: bool) {
+        let rpo = v[key].as_f64().unwrap_or_else(|| panic!("{key} is a number in {v}"));
+        if waiting {
+            assert!((0.0..60.0).contains(&rpo), "{key} {rpo} in {v}");
+        } else {
+            assert_eq!(rpo, 0.0, "{key} without lag in {v}");
+        }
+        v[key] = json!(0.0);
+    }
+    for p in doc.get_mut("partitions").and_then(Value::as_array_mut).into_iter().flatten() {
+        let waiting = p["lag"].as_u64() != Some(0);
+        check(p, "rpo_seconds", waiting);
+    }
+    for t in doc.get_mut("topics").and_then(Value::as_array_mut).into_iter().flatten() {
+        let waiting = t["lag"].as_u64() != Some(0);
+        check(t, "rpo_max_seconds", waiting);
+    }
+    if let Some(totals) = doc.get_mut("totals") {
+        let waiting = totals["lag"].as_u64() != Some(0);
+        check(totals, "rpo_max_seconds", waiting);
+    }
+    doc
 }
 
 pub fn expected_partitions() -> Vec<Value> {

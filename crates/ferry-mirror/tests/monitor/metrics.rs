@@ -84,8 +84,17 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
     let parts = parts["partitions"].as_array().unwrap();
     let lag_series = s.iter().filter(|(k, _)| k.starts_with("ferry_mirror_partition_lag_records{")).count();
     assert_eq!(lag_series, parts.len());
+    let mut rpo_max = 0.0f64;
     for p in parts {
         let labels = format!("topic=\"{}\",partition=\"{}\"", p["topic"].as_str().unwrap(), p["partition"]);
+        // The RPO runs on: the scrape came first, so the partitions document reads at least as much.
+        let rpo = value(&format!("ferry_mirror_rpo_seconds{{{labels}}}")).unwrap_or(f64::NAN);
+        let later = p["rpo_seconds"].as_f64().unwrap();
+        assert!((0.0..=later).contains(&rpo), "rpo of {labels}: {rpo} scraped, {later} after");
+        if p["lag"] == 0 {
+            assert_eq!(rpo, 0.0, "rpo of {labels} without lag");
+        }
+        rpo_max = rpo_max.max(rpo);
         assert_eq!(
             value(&format!("ferry_mirror_partition_lag_records{{{labels}}}")),
             p["lag"].as_f64(),
@@ -99,6 +108,10 @@ async fn metrics_use_the_contract_names_and_agree_with_partitions() {
             );
         }
     }
+
+    assert_eq!(value("ferry_mirror_rpo_max_seconds"), Some(rpo_max));
+    assert_eq!(value("ferry_mirror_verified_bytes_total"), Some(0.0));
+    assert_eq!(value("ferry_mirror_verify_mismatch_total"), Some(0.0));
 
     // The route gauges follow the Egress at scrape time: a manual switch shows at once, not a probe round later.
     m.handle.egress.switch("backup", true).unwrap();
@@ -220,12 +233,14 @@ async fn the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves(
     for outcome in ["sent", "failed", "suppressed", "dropped"] {
         h.metrics.alarm_by("ops", outcome, 0);
     }
+    // Each lane exposes its lost-before-mirroring counter at 0 when it starts.
+    h.metrics.lost_before_mirroring("orders", 0, 0);
     let m = Monitor::start(h, Some(TOKEN)).await;
     let served = served_series(&get(&m, "/metrics").await.text);
 
     let dashboard = dashboard_queries();
     let rules = rule_queries();
-    assert_eq!((dashboard.len(), rules.len()), (16, 8), "{dashboard:#?}\n{rules:#?}");
+    assert_eq!((dashboard.len(), rules.len()), (21, 11), "{dashboard:#?}\n{rules:#?}");
     let problems: Vec<String> = dashboard.iter().chain(&rules).flat_map(|q| check_query(q, &served)).collect();
     assert!(problems.is_empty(), "{problems:#?}\nserved: {:#?}", served.keys().collect::<Vec<_>>());
 
@@ -239,6 +254,11 @@ async fn the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves(
         "ferry_mirror_route_active",
         "ferry_mirror_route_healthy",
         "ferry_alarms_total",
+        "ferry_mirror_rpo_seconds",
+        "ferry_mirror_rpo_max_seconds",
+        "ferry_mirror_verified_bytes_total",
+        "ferry_mirror_verify_mismatch_total",
+        "ferry_mirror_records_lost_before_mirroring_total",
     ] {
         assert!(all.contains(name), "the dashboard does not show {name}");
     }
@@ -247,6 +267,7 @@ async fn the_dashboard_and_the_alert_rules_query_only_series_the_monitor_serves(
         ("ferry_mirror_events_total", "event", "partition_diverged"),
         ("ferry_alarms_total", "outcome", "failed"),
         ("ferry_alarms_total", "outcome", "dropped"),
+        ("ferry_mirror_records_lost_before_mirroring_total", "partition", "0"),
     ] {
         assert!(
             served[name].iter().any(|s| s.get(label).map(String::as_str) == Some(value)),

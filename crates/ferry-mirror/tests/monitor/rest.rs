@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::harness::{
-    API, Monitor, TOKEN, build_handle, call, expected_partitions, get, populate, post, set_meter_second, unused_routes,
+    API, Monitor, TOKEN, build_handle, call, expected_partitions, get, populate, post, rpo_checked, set_meter_second,
+    unused_routes,
 };
 
 #[tokio::test]
@@ -21,9 +22,9 @@ async fn read_endpoints_report_the_exact_state() {
     // Partitions: exact offsets, lag = source - cache, sorted by topic and partition.
     let a = get(&m, "/api/v1/partitions").await;
     assert_eq!(a.status, 200);
-    assert_eq!(a.checked("get", "/api/v1/partitions"), json!({"partitions": expected_partitions()}));
+    assert_eq!(rpo_checked(a.checked("get", "/api/v1/partitions")), json!({"partitions": expected_partitions()}));
     let a = get(&m, "/api/v1/partitions?topic=payments").await;
-    assert_eq!(a.checked("get", "/api/v1/partitions"), json!({"partitions": [expected_partitions()[3]]}));
+    assert_eq!(rpo_checked(a.checked("get", "/api/v1/partitions")), json!({"partitions": [expected_partitions()[3]]}));
     let a = get(&m, "/api/v1/partitions?topic=nope").await;
     a.checked("get", "/api/v1/partitions");
     assert!(a.error(404, "unknown_topic")["reason"].as_str().unwrap().contains("\"nope\""));
@@ -33,21 +34,21 @@ async fn read_endpoints_report_the_exact_state() {
     assert_eq!(a.status, 200);
     let states = |st: u64, mi: u64, sl: u64, pa: u64, ha: u64| json!({"starting": st, "mirroring": mi, "stalled": sl, "paused": pa, "halted": ha});
     assert_eq!(
-        a.checked("get", "/api/v1/topics"),
+        rpo_checked(a.checked("get", "/api/v1/topics")),
         json!({"topics": [
-            {"topic": "orders", "target_topic": "orders", "partitions": 3, "lag": 600, "source_offset": 3300,
-             "cache_offset": 2700, "commit_offset": 2550, "target_offset": 2700, "states": states(0, 2, 0, 1, 0),
-             "paused": false},
-            {"topic": "payments", "target_topic": "payments", "partitions": 1, "lag": 30, "source_offset": 50,
-             "cache_offset": 20, "commit_offset": 20, "target_offset": 20, "states": states(0, 0, 0, 0, 1),
-             "paused": false},
+            {"topic": "orders", "target_topic": "orders", "partitions": 3, "lag": 600, "rpo_max_seconds": 0.0,
+             "source_offset": 3300, "cache_offset": 2700, "commit_offset": 2550, "target_offset": 2700,
+             "states": states(0, 2, 0, 1, 0), "paused": false},
+            {"topic": "payments", "target_topic": "payments", "partitions": 1, "lag": 30, "rpo_max_seconds": 0.0,
+             "source_offset": 50, "cache_offset": 20, "commit_offset": 20, "target_offset": 20,
+             "states": states(0, 0, 0, 0, 1), "paused": false},
         ]})
     );
 
     // Status: identity, route, totals; rates once the second of the additions is complete.
     let a = get(&m, "/api/v1/status").await;
     assert_eq!(a.status, 200);
-    let s = a.checked("get", "/api/v1/status");
+    let s = rpo_checked(a.checked("get", "/api/v1/status"));
     assert_eq!(
         (&s["mirror"], &s["source_cluster"], &s["target_cluster"], &s["active_route"], &s["pinned"]),
         (&json!("dc-a_to_dc-b"), &json!("dc-a"), &json!("dc-b"), &json!("primary"), &json!(false))
@@ -56,7 +57,7 @@ async fn read_endpoints_report_the_exact_state() {
     assert_eq!(
         s["totals"],
         json!({"records_in": 600, "bytes_in": 60000, "records_out": 540, "bytes_out": 54000, "topics": 2,
-               "partitions": 4, "partitions_by_state": states(0, 2, 0, 1, 1), "lag": 630})
+               "partitions": 4, "partitions_by_state": states(0, 2, 0, 1, 1), "lag": 630, "rpo_max_seconds": 0.0})
     );
     assert_eq!(s["paused_topics"], json!([]));
     // The meters count complete seconds only; the second of the additions is complete (`populate`).

@@ -5,10 +5,8 @@
 //! The target's mirror topics name their source topic (`mirror.source_topic`); a source topic re-created since
 //! (another topic id), a missing partition, or a target that holds offsets the source does not is a difference
 //! too. A target behind its source (mirror lag) is not: the line says how far behind it is. The comparison itself
-//! is in [`compare`], the reading in [`reader`]. [`verify`] is also what `ferryctl demo` runs at its end.
-
-pub mod compare;
-mod reader;
+//! and the reading are the mirror's own ([`ferry_mirror::verify`]: its background verifier runs the same code).
+//! [`verify`] is also what `ferryctl demo` runs at its end.
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -19,10 +17,10 @@ use ferry_client::admin::{PartitionInfo, TopicInfo};
 use ferry_client::{Admin, BrokerClient};
 use serde::Serialize;
 
-use self::compare::Difference;
-use self::reader::FetchStream;
 use crate::common::GlobalOpts;
 use crate::output::Format;
+use ferry_mirror::verify::FetchStream;
+use ferry_mirror::verify::compare::{self, Difference, Side};
 
 /// The verdict on one partition.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -251,8 +249,11 @@ async fn verify_topic(
         tgt.partitions
             .iter()
             .map(|p| {
-                PartitionReport::new(topic, src_name, p.partition)
-                    .differs(Difference { offset: None, reason: reason.clone() })
+                PartitionReport::new(topic, src_name, p.partition).differs(Difference {
+                    offset: None,
+                    side: Side::Source,
+                    reason: reason.clone(),
+                })
             })
             .collect()
     };
@@ -275,15 +276,18 @@ async fn verify_topic(
         let t = tgt.partitions.iter().find(|i| i.partition == p);
         let s = src.partitions.iter().find(|i| i.partition == p);
         let report = PartitionReport::new(topic, src_name, p);
-        let missing =
-            |side: &str| Difference { offset: None, reason: format!("partition {p} does not exist on the {side}") };
+        let missing = |side: Side| Difference {
+            offset: None,
+            side,
+            reason: format!("partition {p} does not exist on the {}", side.name()),
+        };
         out.push(match (s, t) {
             (Some(s), Some(t)) => {
                 progress.partition(&topic.name, p);
                 verify_partition(source.client(), target.client(), report, s, t, progress).await?
             }
-            (None, _) => report.differs(missing("source")),
-            (_, None) => report.differs(missing("target")),
+            (None, _) => report.differs(missing(Side::Source)),
+            (_, None) => report.differs(missing(Side::Target)),
         });
     }
     Ok(out)
@@ -309,11 +313,11 @@ async fn verify_partition(
         report.note = Some(format!("the target is {} records behind the source", s.log_end_offset - t.log_end_offset));
     }
     let outcome = if start < end {
-        let src = FetchStream::new(source.clone(), "source", &report.source_topic, s.partition, start, end);
-        let tgt = FetchStream::new(target.clone(), "target", &report.topic, t.partition, start, end);
-        compare::compare(src, tgt, start, end, &mut |n| progress.records(n)).await?
+        let src = FetchStream::new(source.clone(), Side::Source, &report.source_topic, s.partition, start, end);
+        let tgt = FetchStream::new(target.clone(), Side::Target, &report.topic, t.partition, start, end);
+        compare::compare(src, tgt, start, end, u64::MAX, &mut |n| progress.records(n)).await?
     } else {
-        compare::Outcome { records: 0, difference: None }
+        compare::Outcome { records: 0, bytes: 0, verified_to: start, difference: None }
     };
     progress.partition_done(outcome.records);
     report.records_compared = outcome.records;
@@ -409,7 +413,7 @@ mod tests {
         r.records_compared = 1200;
         r.note = note.map(Into::into);
         match reason {
-            Some((offset, why)) => r.differs(Difference { offset, reason: why.into() }),
+            Some((offset, why)) => r.differs(Difference { offset, side: Side::Target, reason: why.into() }),
             None => r,
         }
     }

@@ -25,6 +25,8 @@ pub(super) struct ThresholdsTable {
     pub(super) for_duration: Option<Duration>,
     #[serde(deserialize_with = "de::opt_duration")]
     pub(super) stall_after: Option<Duration>,
+    #[serde(deserialize_with = "de::opt_duration")]
+    pub(super) rpo_threshold: Option<Duration>,
 }
 
 /// `throttle = { max = N, window = "10m" }` as one file writes it.

@@ -1,5 +1,5 @@
 //! The alarm rules file (`alerts/rules.toml`, `[alarms] rules`): per event kind a severity, channels, a throttle,
-//! a repeat interval and a recovery notice, plus the thresholds of the lag and stall conditions. Read like the
+//! a repeat interval and a recovery notice, plus the thresholds of the lag, RPO and stall conditions. Read like the
 //! daemons' config files: typed serde tables with `deny_unknown_fields`, every problem collected
 //! ([`ferry_config::deserialize`]), then each table's own checks.
 //!
@@ -97,6 +97,7 @@ fn resolve(user: &Layer, shipped: &Layer) -> Result<Rules, Problems> {
         need(&mut problems, ut.latency_threshold.or(st.latency_threshold), "thresholds.latency_threshold");
     let for_duration = need(&mut problems, ut.for_duration.or(st.for_duration), "thresholds.for_duration");
     let stall_after = need(&mut problems, ut.stall_after.or(st.stall_after), "thresholds.stall_after");
+    let rpo_threshold = need(&mut problems, ut.rpo_threshold.or(st.rpo_threshold), "thresholds.rpo_threshold");
     let none = PartialRule::default();
     let mut rules = BTreeMap::new();
     for kind in EventKind::ALL {
@@ -120,11 +121,12 @@ fn resolve(user: &Layer, shipped: &Layer) -> Result<Rules, Problems> {
         let severity = u.severity.or(s.severity).unwrap_or(kind.default_severity());
         rules.insert(kind, Rule { severity, channels, throttle, repeat, recovery });
     }
-    match (lag_threshold, latency_threshold, for_duration, stall_after) {
-        (Some(lag_threshold), Some(latency_threshold), Some(for_duration), Some(stall_after))
+    match (lag_threshold, latency_threshold, for_duration, stall_after, rpo_threshold) {
+        (Some(lag_threshold), Some(latency_threshold), Some(for_duration), Some(stall_after), Some(rpo_threshold))
             if problems.is_empty() =>
         {
-            Ok(Rules { thresholds: Thresholds { lag_threshold, latency_threshold, for_duration, stall_after }, rules })
+            let thresholds = Thresholds { lag_threshold, latency_threshold, for_duration, stall_after, rpo_threshold };
+            Ok(Rules { thresholds, rules })
         }
         _ => Err(problems),
     }

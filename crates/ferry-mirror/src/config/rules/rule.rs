@@ -45,8 +45,11 @@ pub struct Thresholds {
     pub lag_threshold: u64,
     /// Replication latency above which a partition with lag is lagging; zero disables the latency test.
     pub latency_threshold: Duration,
-    /// How long either must hold before `lag_above_threshold` is raised.
+    /// How long a condition must hold before `lag_above_threshold` or `rpo_above_threshold` is raised.
     pub for_duration: Duration,
+    /// RPO (how long the oldest source record not yet on the target has waited) above which a partition raises
+    /// `rpo_above_threshold`; zero turns the condition off.
+    pub rpo_threshold: Duration,
     /// How long a partition with lag may go without progress before `partition_stalled` is raised.
     pub stall_after: Duration,
 }
@@ -54,6 +57,6 @@ pub struct Thresholds {
 /// Whether `kind` is a condition: an alarm that lasts until a clearing event ends it. Only conditions repeat
 /// and have recovery notices; every other kind is a one-shot notice.
 pub fn is_condition(kind: EventKind) -> bool {
-    matches!(kind, EventKind::LagAboveThreshold | EventKind::PartitionStalled)
+    matches!(kind, EventKind::LagAboveThreshold | EventKind::PartitionStalled | EventKind::RpoAboveThreshold)
         || EventKind::ALL.iter().any(|k| k.clears() == Some(kind))
 }

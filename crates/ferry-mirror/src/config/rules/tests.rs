@@ -20,6 +20,7 @@ fn shipped_rules_parse_and_match_the_contract() {
             latency_threshold: Duration::from_secs(60),
             for_duration: Duration::from_secs(30),
             stall_after: Duration::from_secs(60),
+            rpo_threshold: Duration::from_secs(60),
         }
     );
     for kind in EventKind::ALL {
@@ -33,6 +34,7 @@ fn shipped_rules_parse_and_match_the_contract() {
         assert_eq!(rule.repeat.is_some(), is_condition(kind) && rule.severity != Severity::Info, "{kind}");
     }
     assert_eq!(r.rule(EventKind::LagAboveThreshold).repeat, Some(Duration::from_secs(3600)));
+    assert_eq!(r.rule(EventKind::RpoAboveThreshold).repeat, Some(Duration::from_secs(3600)));
     assert_eq!(r.rule(EventKind::SourceNetNotAvailable).repeat, Some(Duration::from_secs(1800)));
 }
 
@@ -41,6 +43,7 @@ fn a_user_file_is_laid_over_the_shipped_rules_key_by_key() {
     let text = r#"
 [thresholds]
 lag_threshold = 50
+rpo_threshold = "5m"
 [defaults]
 channels = ["ops"]
 throttle = { max = 2, window = "1m" }
@@ -53,6 +56,7 @@ recovery = false
     let r = Rules::parse(Some(text), &channels(&["ops", "oncall"])).unwrap();
     assert_eq!(r.thresholds.lag_threshold, 50);
     assert_eq!(r.thresholds.stall_after, Duration::from_secs(60));
+    assert_eq!(r.thresholds.rpo_threshold, Duration::from_secs(300));
     let lag = r.rule(EventKind::LagAboveThreshold);
     assert_eq!(lag.severity, Severity::Critical);
     assert_eq!(lag.repeat, None);
@@ -140,7 +144,8 @@ fn conditions_are_the_kinds_with_a_clearing_event() {
             EventKind::SourceNetNotAvailable,
             EventKind::TargetNetNotAvailable,
             EventKind::LagAboveThreshold,
-            EventKind::PartitionStalled
+            EventKind::PartitionStalled,
+            EventKind::RpoAboveThreshold
         ]
     );
 }

@@ -32,6 +32,18 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.monitor.listen, "127.0.0.1:9300".parse().unwrap());
     assert_eq!(c.topics.exclude.len(), 1);
     assert!(c.sync.compression);
+    assert_eq!(c.verify.bytes_per_sec, 512 << 10);
+}
+
+#[test]
+fn verify_bytes_per_sec_is_off_or_at_least_4kib_and_unknown_keys_are_named() {
+    let with = |section: &str| MirrorConfig::from_toml(&format!("{MINIMAL}\n[verify]\n{section}\n"), false);
+    assert_eq!(with("bytes_per_sec = \"0\"").unwrap().verify.bytes_per_sec, 0);
+    assert_eq!(with("bytes_per_sec = \"64MiB\"").unwrap().verify.bytes_per_sec, 64 << 20);
+    let err = with("bytes_per_sec = \"1KiB\"").unwrap_err();
+    assert_eq!(err.0, ["verify.bytes_per_sec: must be 0 (off) or at least 4KiB"]);
+    let err = with("rate = \"1MiB\"").unwrap_err();
+    assert!(err.0.len() == 1 && err.0[0].contains("verify.rate"), "{:?}", err.0);
 }
 
 #[test]

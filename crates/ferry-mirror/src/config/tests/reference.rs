@@ -93,6 +93,7 @@ fn every_documented_default_in_conf_mirror_toml_is_the_compiled_default() {
         "sync.max_request_bytes",
         "sync.stall_check_interval",
         "sync.position_heartbeat",
+        "verify.bytes_per_sec",
         "monitor.listen",
         "alarms.queue_size",
         "alarms.webhook.timeout",

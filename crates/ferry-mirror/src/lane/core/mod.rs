@@ -17,9 +17,12 @@
 //!   the target or larger than the target's `max_batch_bytes` is re-encoded (split) keeping every offset; the cache
 //!   offset moves only when the target acknowledged.
 //! - **Present / DIVERGED**: the target decides what is already there; `DIVERGED` diverges at its offset.
-//! - **Gaps**: source retention that passed the cache offset (`OFFSET_OUT_OF_RANGE` above it) is carried over as a
-//!   gap (`data_lost_before_mirroring`); a batch that starts above the cache offset is a gap inside the source log
-//!   only if the source confirms it, and stale data otherwise.
+//! - **Gaps**: source retention whose log start passed what the partition holds (seen in a fetch's
+//!   `OFFSET_OUT_OF_RANGE`, a stream position, or the independent probe) raises `data_lost_before_mirroring` for
+//!   exactly the offsets deleted, once, at once (also while paused or while the target is down); fetching stops so
+//!   nothing of that range still in flight is taken in, and the target records the same range as a gap after the
+//!   pending batches; a batch that starts above the cache offset is a gap inside the source log only if the source
+//!   confirms it, and stale data otherwise.
 //! - **Epochs**: a batch of a newer source epoch than the target's last is appended only after the source says
 //!   where the last copied epoch ended; an end below the cache offset diverges, and so does a Ferry source that
 //!   no longer knows that epoch.
@@ -86,6 +89,8 @@ pub struct CoreView {
     pub last_error: Option<String>,
     /// Bytes of batches waiting.
     pub pending_bytes: u64,
+    /// The first record timestamp of the batch at the cache offset, when it is pending here.
+    pub oldest_timestamp_ms: Option<i64>,
 }
 
 /// Why the outstanding request was sent, where the answer alone does not say.
@@ -147,6 +152,8 @@ pub struct PartitionCore {
     /// Where the source's retention moved its log start past the cache offset: jump there when the pending
     /// batches are appended.
     jump_to: Option<u64>,
+    /// The end of the offsets already reported lost before mirroring.
+    lost_to: u64,
     /// The seat data must carry; bumped on every re-seat.
     seat: u64,
     outstanding: Option<(u64, Purpose)>,
@@ -178,6 +185,7 @@ impl PartitionCore {
             source: SourcePos::default(),
             target_log_end: None,
             jump_to: None,
+            lost_to: 0,
             seat: 0,
             outstanding: None,
             next_id: 1,
@@ -206,6 +214,11 @@ impl PartitionCore {
             source: self.source.clone(),
             last_error: self.last_error.clone(),
             pending_bytes: self.pending_bytes,
+            oldest_timestamp_ms: self
+                .pending
+                .front()
+                .filter(|p| p.batch.base_offset() == self.cache)
+                .map(|p| p.batch.header().first_timestamp),
         }
     }
 
@@ -246,6 +259,7 @@ impl PartitionCore {
                 }
             }
             Input::Position(pos) => self.on_position(pos),
+            Input::SourceLogStart(log_start) => self.retention_passed(log_start),
             Input::SourceError { fault, message, pos } => self.on_source_error(fault, message, pos),
             Input::Answer { id, answer } => {
                 match self.outstanding {
@@ -310,6 +324,28 @@ impl PartitionCore {
         if pos.epoch > self.checked_epoch {
             self.epoch_due = Some(self.epoch_due.map_or(pos.epoch, |d| d.max(pos.epoch)));
         }
+        self.retention_passed(pos.log_start);
+    }
+
+    /// The source's log start is `log_start`. Past what the partition holds (the cache offset and the pending
+    /// batches), the records in between were deleted before they were mirrored: report them now, once, and stop
+    /// fetching, so data of that range still in flight is dropped and the target's gap is exactly what was
+    /// reported. The target records it (a jump) once the pending batches are appended.
+    fn retention_passed(&mut self, log_start: u64) {
+        let held = self.expected.max(self.cache);
+        if self.phase != Phase::Mirroring || log_start <= held {
+            return;
+        }
+        if self.jump_to.is_none() {
+            self.seat += 1;
+            self.actions.push(Action::Seat(None));
+        }
+        self.jump_to = Some(self.jump_to.map_or(log_start, |j| j.max(log_start)));
+        let from = held.max(self.lost_to);
+        if log_start > from {
+            self.lost_to = log_start;
+            self.emit(CoreEvent::DataLost { start: from, end: log_start });
+        }
     }
 
     /// Queues fetched batches, dropping what is already below the expected offset.
@@ -342,10 +378,8 @@ impl PartitionCore {
             return;
         }
         match fault {
-            SourceFault::OutOfRange if pos.log_start > self.expected => {
-                // Source retention deleted records before they were mirrored: carry the gap over.
-                self.jump_to = Some(self.jump_to.map_or(pos.log_start, |j| j.max(pos.log_start)));
-            }
+            // Source retention deleted records before they were mirrored: carry the gap over.
+            SourceFault::OutOfRange if pos.log_start > self.expected => self.retention_passed(pos.log_start),
             SourceFault::OutOfRange if pos.log_end < self.expected => {
                 let reason = format!(
                     "the source log end offset {} is below the fetch position {}: the source lost records",
@@ -414,8 +448,11 @@ impl PartitionCore {
                     let from = self.cache;
                     self.target_log_end = Some(log_end);
                     self.cache = log_end.max(to).max(self.cache);
-                    if lost && self.cache > from {
-                        self.emit(CoreEvent::DataLost { start: from, end: self.cache });
+                    // Reported when it was seen; only a remainder it did not name is reported now.
+                    let start = from.max(self.lost_to);
+                    if lost && self.cache > start {
+                        self.lost_to = self.cache;
+                        self.emit(CoreEvent::DataLost { start, end: self.cache });
                     }
                     if self.pending.front().is_none_or(|p| p.batch.base_offset() < self.cache) || lost {
                         self.clear_pending();

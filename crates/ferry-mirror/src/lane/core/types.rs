@@ -197,6 +197,9 @@ pub enum Input {
     },
     /// A position heartbeat.
     Position(SourcePos),
+    /// The source's log start, as the independent probe (ListOffsets) read it. Only what retention deleted is
+    /// taken from it: a probe may be older than the stream's last word, so its log end decides nothing here.
+    SourceLogStart(u64),
     /// A source error.
     SourceError {
         /// What kind.

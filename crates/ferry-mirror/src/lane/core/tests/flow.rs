@@ -109,11 +109,99 @@ fn retention_that_passed_the_cache_offset_is_carried_over_as_a_gap() {
     let mut h = H::mirroring_at(config(OnDivergence::Halt, SourceKind::Ferry, false), 100, 0);
     // A pending batch is appended first, then the jump.
     assert_eq!(h.data(vec![batch(100, 10, 0)], pos(0, 110, 0)), vec![Out::Append(100, 109, 1)]);
+    // Reported at once, for what the partition does not hold; fetching stops.
     let gone = Input::SourceError { fault: SourceFault::OutOfRange, message: "below".into(), pos: pos(300, 400, 0) };
-    assert_eq!(h.step(gone), vec![]);
+    assert_eq!(h.step(gone), vec![Out::Seat(None), Out::DataLost(110, 300)]);
     assert_eq!(h.answer(appended(110)), vec![Out::Copied(10), Out::Jump(300)]);
-    assert_eq!(h.answer(appended(300)), vec![Out::DataLost(110, 300), Out::Seat(Some(300))]);
+    assert_eq!(h.answer(appended(300)), vec![Out::Seat(Some(300))]);
     assert_eq!(h.core.cache(), 300);
+}
+
+#[test]
+fn a_log_start_past_what_the_partition_holds_is_reported_once_per_range_from_any_sighting() {
+    struct Case {
+        name: &'static str,
+        paused: bool,
+        /// Log starts seen in turn, each with the outputs expected.
+        sightings: Vec<(Input, Vec<Out>)>,
+        /// After resuming (when paused) and the pending append's answer.
+        then: Vec<Out>,
+        jump_answer: Vec<Out>,
+    }
+    let probe = Input::SourceLogStart;
+    let stream = |start: u64| Input::Position(pos(start, 500, 0));
+    let cases = vec![
+        Case {
+            name: "the probe, retention moving on in two steps",
+            paused: false,
+            sightings: vec![
+                (probe(105), vec![]),
+                (probe(200), vec![Out::Seat(None), Out::DataLost(110, 200)]),
+                (probe(200), vec![]),
+                (probe(250), vec![Out::DataLost(200, 250)]),
+            ],
+            then: vec![Out::Copied(10), Out::Jump(250)],
+            jump_answer: vec![Out::Seat(Some(250))],
+        },
+        Case {
+            name: "a stream position, then a fetch error naming the same start",
+            paused: false,
+            sightings: vec![
+                (stream(300), vec![Out::Seat(None), Out::DataLost(110, 300)]),
+                (
+                    Input::SourceError {
+                        fault: SourceFault::OutOfRange,
+                        message: "below".into(),
+                        pos: pos(300, 500, 0),
+                    },
+                    vec![],
+                ),
+            ],
+            then: vec![Out::Copied(10), Out::Jump(300)],
+            jump_answer: vec![Out::Seat(Some(300))],
+        },
+        Case {
+            name: "while paused: reported at once, recorded after the resume",
+            paused: true,
+            sightings: vec![(probe(300), vec![Out::Seat(None), Out::DataLost(110, 300)])],
+            then: vec![Out::Copied(10), Out::Jump(300)],
+            jump_answer: vec![Out::Seat(Some(300))],
+        },
+    ];
+    for c in cases {
+        let mut h = H::mirroring_at(config(OnDivergence::Halt, SourceKind::Ferry, false), 100, 0);
+        if c.paused {
+            assert_eq!(h.step(Input::Pause), vec![], "{}", c.name);
+            assert_eq!(h.data(vec![batch(100, 10, 0)], pos(0, 110, 0)), vec![], "{}", c.name);
+        } else {
+            assert_eq!(h.data(vec![batch(100, 10, 0)], pos(0, 110, 0)), vec![Out::Append(100, 109, 1)], "{}", c.name);
+        }
+        let seat = h.core.seat();
+        for (i, (input, want)) in c.sightings.into_iter().enumerate() {
+            assert_eq!(h.step(input), want, "{} sighting {i}", c.name);
+        }
+        // Data of the lost range still in flight (fetched under the old seat) is dropped.
+        let late = Input::Data { seat, batches: vec![batch(110, 10, 0)], held: Held::none(), pos: pos(0, 500, 0) };
+        assert_eq!(h.step(late), vec![], "{}", c.name);
+        if c.paused {
+            assert_eq!(h.step(Input::Resume), vec![Out::Append(100, 109, 1)], "{}", c.name);
+        }
+        assert_eq!(h.answer(appended(110)), c.then, "{}", c.name);
+        assert_eq!(
+            h.answer(appended(
+                c.then
+                    .iter()
+                    .find_map(|o| match o {
+                        Out::Jump(to) => Some(*to),
+                        _ => None,
+                    })
+                    .unwrap()
+            )),
+            c.jump_answer,
+            "{}",
+            c.name
+        );
+    }
 }
 
 #[test]

@@ -5,24 +5,28 @@
 //! batch's base offset in `error_offset`) when one is bad. Such a read may hold good batches before the bad one, so
 //! the stream then reads one batch at a time up to that offset, hands those batches on, and ends with
 //! [`Item::Corrupt`] at the bad batch: the comparison sees everything before it.
+//!
+//! With a limit ([`FetchStream::limited`]) each read asks for at most a chunk and the bytes received are paid to a
+//! rate limiter before the next read, so a background verifier reads at a bounded byte rate.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
 use ferry_batch::BatchIter;
 use ferry_client::BrokerClient;
 use ferry_client::proto::{self as pb, ErrorCode};
 
-use super::compare::{BatchStream, Item};
+use super::compare::{BatchStream, Item, ReadError, Side};
+use crate::ratelimit::RateLimits;
 
-/// Bytes asked for per read.
+/// Bytes asked for per read without a limit.
 const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Reads `[pos, end)` of one partition.
 pub struct FetchStream {
     client: BrokerClient,
-    /// "source" or "target", for messages.
-    side: &'static str,
+    /// Which side, for messages.
+    side: Side,
     topic: String,
     partition: u32,
     pos: u64,
@@ -31,11 +35,13 @@ pub struct FetchStream {
     careful_until: Option<u64>,
     queue: VecDeque<Item>,
     done: bool,
+    chunk: u64,
+    limits: Option<Arc<RateLimits>>,
 }
 
 impl FetchStream {
     /// A stream of `topic`/`partition` from `start` up to (not including) `end`.
-    pub fn new(client: BrokerClient, side: &'static str, topic: &str, partition: u32, start: u64, end: u64) -> Self {
+    pub fn new(client: BrokerClient, side: Side, topic: &str, partition: u32, start: u64, end: u64) -> Self {
         FetchStream {
             client,
             side,
@@ -46,13 +52,22 @@ impl FetchStream {
             careful_until: None,
             queue: VecDeque::new(),
             done: false,
+            chunk: CHUNK_BYTES,
+            limits: None,
         }
     }
 
-    async fn fetch_more(&mut self) -> anyhow::Result<()> {
+    /// Reads at most `chunk` bytes at a time and pays every read's bytes to `limits` before the next one.
+    pub fn limited(mut self, chunk: u64, limits: Arc<RateLimits>) -> Self {
+        self.chunk = chunk.max(1);
+        self.limits = Some(limits);
+        self
+    }
+
+    async fn fetch_more(&mut self) -> Result<(), ReadError> {
         let careful = self.careful_until.is_some_and(|x| self.pos < x);
         // One byte asks for exactly one batch: the broker always returns at least one whole batch.
-        let max_bytes = if careful { 1 } else { CHUNK_BYTES };
+        let max_bytes = if careful { 1 } else { self.chunk };
         let request = pb::FetchRequest {
             partitions: vec![pb::PartitionFetch {
                 topic: self.topic.clone(),
@@ -68,15 +83,18 @@ impl FetchStream {
             self.topic,
             self.partition,
             self.pos,
-            self.side,
+            self.side.name(),
             self.client.address()
         );
-        let response = self.client.fetch(request).await.with_context(|| format!("cannot read {at}"))?;
+        let response = self.client.fetch(request).await.map_err(|e| ReadError(format!("cannot read {at}: {e}")))?;
         let data = response
             .partitions
             .into_iter()
             .find(|d| d.topic == self.topic && d.partition == self.partition)
-            .ok_or_else(|| anyhow!("the answer to reading {at} does not mention the partition"))?;
+            .ok_or_else(|| ReadError(format!("the answer to reading {at} does not mention the partition")))?;
+        if let Some(limits) = &self.limits {
+            limits.acquire(data.batches.len() as u64, 0).await;
+        }
         match ErrorCode::try_from(data.error).unwrap_or(ErrorCode::StorageError) {
             ErrorCode::None => {}
             ErrorCode::CorruptBatch => {
@@ -90,14 +108,13 @@ impl FetchStream {
                 return Ok(());
             }
             ErrorCode::OffsetOutOfRange => {
-                return Err(anyhow!(
-                    "cannot read {at}: the log now spans [{}, {}) (retention or truncation while verifying); run \
-                     verify again",
-                    data.log_start_offset,
-                    data.log_end_offset
-                ));
+                return Err(ReadError(format!(
+                    "cannot read {at}: the log now spans [{}, {}) (retention or truncation while verifying); verify \
+                     again",
+                    data.log_start_offset, data.log_end_offset
+                )));
             }
-            code => return Err(anyhow!("cannot read {at}: {}: {}", code.as_str_name(), data.message)),
+            code => return Err(ReadError(format!("cannot read {at}: {}: {}", code.as_str_name(), data.message))),
         }
         let before = self.pos;
         for batch in BatchIter::new(&data.batches) {
@@ -131,7 +148,7 @@ impl FetchStream {
 }
 
 impl BatchStream for FetchStream {
-    async fn next(&mut self) -> anyhow::Result<Option<Item>> {
+    async fn next(&mut self) -> Result<Option<Item>, ReadError> {
         loop {
             if let Some(item) = self.queue.pop_front() {
                 return Ok(Some(item));

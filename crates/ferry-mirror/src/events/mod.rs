@@ -3,7 +3,9 @@
 //! Rust names are CamelCase; the names in rules, webhooks, logs and metrics are the seed's snake_case
 //! ([`EventKind::name`]). Emitting an event logs it, counts it (`ferry_mirror_events_total{event}`), keeps it in a
 //! short history for the monitor, and publishes it on a tokio broadcast channel. The Alarmer and the Monitor
-//! subscribe; nothing parses logs.
+//! subscribe; nothing parses logs. The facts each kind carries are in the `details` module ([`Details`]).
+
+mod details;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+pub use self::details::*;
 use crate::metrics::Metrics;
 
 /// Every kind of event, with its snake_case name.
@@ -45,11 +48,15 @@ pub enum EventKind {
     SyncError,
     /// Source records were removed (by source retention) before they were mirrored; the target records the gap.
     DataLostBeforeMirroring,
+    /// A partition's RPO (how long the oldest record not yet on the target has waited) stayed above its threshold.
+    RpoAboveThreshold,
+    /// The background verifier found a mirrored batch that differs from the source's, or fails its own CRC.
+    VerifyMismatch,
 }
 
 impl EventKind {
     /// All kinds, in declaration order.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::AddTopic,
         EventKind::RemoveTopic,
         EventKind::ModifyPartitionNum,
@@ -63,6 +70,8 @@ impl EventKind {
         EventKind::PartitionDiverged,
         EventKind::SyncError,
         EventKind::DataLostBeforeMirroring,
+        EventKind::RpoAboveThreshold,
+        EventKind::VerifyMismatch,
     ];
 
     /// The snake_case name used in rules, webhooks, logs and metrics.
@@ -81,6 +90,8 @@ impl EventKind {
             EventKind::PartitionDiverged => "partition_diverged",
             EventKind::SyncError => "sync_error",
             EventKind::DataLostBeforeMirroring => "data_lost_before_mirroring",
+            EventKind::RpoAboveThreshold => "rpo_above_threshold",
+            EventKind::VerifyMismatch => "verify_mismatch",
         }
     }
 
@@ -94,14 +105,16 @@ impl EventKind {
         match self {
             EventKind::AddTopic | EventKind::RemoveTopic | EventKind::ModifyPartitionNum => Severity::Info,
             EventKind::SourceNetRecovered | EventKind::TargetNetRecovered => Severity::Info,
-            EventKind::SourceNetBeSwitched | EventKind::LagAboveThreshold | EventKind::PartitionStalled => {
-                Severity::Warning
-            }
+            EventKind::SourceNetBeSwitched
+            | EventKind::LagAboveThreshold
+            | EventKind::PartitionStalled
+            | EventKind::RpoAboveThreshold => Severity::Warning,
             EventKind::SourceNetNotAvailable
             | EventKind::TargetNetNotAvailable
             | EventKind::PartitionDiverged
             | EventKind::SyncError
-            | EventKind::DataLostBeforeMirroring => Severity::Critical,
+            | EventKind::DataLostBeforeMirroring
+            | EventKind::VerifyMismatch => Severity::Critical,
         }
     }
 
@@ -151,201 +164,6 @@ impl Severity {
             Severity::Warning => "warning",
             Severity::Critical => "critical",
         }
-    }
-}
-
-/// The facts of an event, typed per shape. Serialized as the event's `details` object (webhooks, the API, the
-/// alarm templates), with absent facts left out.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum Details {
-    /// No facts beyond the message.
-    #[default]
-    None,
-    /// A topic and its target topic (`add_topic`, `remove_topic`, a refused target topic).
-    Topic(TopicFacts),
-    /// A partition count change (`modify_partition_num`).
-    Resized(ResizeFacts),
-    /// A route's failure or state (`source_net_*`).
-    Route(RouteFacts),
-    /// A route switch (`source_net_be_switched`).
-    Switch(SwitchFacts),
-    /// Lag and latency against the thresholds (`lag_above_threshold`).
-    Lag(LagFacts),
-    /// A partition without progress (`partition_stalled`).
-    Stall(StallFacts),
-    /// Where and why source and target disagree (`partition_diverged`).
-    Diverged(DivergedFacts),
-    /// Why something failed (`sync_error`, `target_net_not_available`).
-    Failure(FailureFacts),
-    /// A range the target records as a gap (`data_lost_before_mirroring`).
-    Gap(GapFacts),
-}
-
-/// Facts of a topic event.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct TopicFacts {
-    /// The target topic.
-    pub target_topic: String,
-    /// Its partition count, when the event concerns it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub partitions: Option<u32>,
-}
-
-/// Facts of a partition count change.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct ResizeFacts {
-    /// The count before.
-    pub from: u32,
-    /// The count after.
-    pub to: u32,
-}
-
-/// Facts of a route event.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct RouteFacts {
-    /// Why the route failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The route's brokers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub brokers: Option<String>,
-    /// The route in use (for "no healthy route").
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub active: Option<String>,
-}
-
-/// Facts of a route switch.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct SwitchFacts {
-    /// The route left.
-    pub from: String,
-    /// The route taken.
-    pub to: String,
-    /// Why.
-    pub reason: String,
-}
-
-/// Facts of a lag event.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct LagFacts {
-    /// Why it fired (`lag`, `latency`, `lag and latency`); absent on the recovery notice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Lag, records.
-    pub lag: u64,
-    /// Replication latency, ms.
-    pub latency_ms: u64,
-    /// The lag threshold.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lag_threshold: Option<u64>,
-    /// The latency threshold, ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_threshold_ms: Option<u64>,
-    /// How long it lasted before firing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub for_duration: Option<String>,
-    /// The source log end.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source_offset: Option<u64>,
-    /// The cache offset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_offset: Option<u64>,
-}
-
-/// Facts of a stall event.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct StallFacts {
-    /// How long without progress makes a stall.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stall_after: Option<String>,
-    /// The source log end.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source_offset: Option<u64>,
-    /// Lag, records.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lag: Option<u64>,
-    /// The cache offset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_offset: Option<u64>,
-    /// Why (tests and custom checks).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// Facts of a divergence.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct DivergedFacts {
-    /// The first differing offset.
-    pub offset: u64,
-    /// The cache offset then.
-    pub cache_offset: u64,
-    /// Why.
-    pub reason: String,
-    /// `halt` or `truncate`.
-    pub policy: String,
-}
-
-/// Facts of a failure.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct FailureFacts {
-    /// Why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The source's error code, when one caused it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// The target's log end, when the target lost records.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target_offset: Option<u64>,
-    /// The cache offset, when the target lost records.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_offset: Option<u64>,
-}
-
-/// Facts of a gap.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct GapFacts {
-    /// First offset lost.
-    pub gap_start: u64,
-    /// One past the last.
-    pub gap_end: u64,
-}
-
-impl Details {
-    /// The facts as a JSON object (empty for none).
-    pub fn to_map(&self) -> serde_json::Map<String, serde_json::Value> {
-        let value = match self {
-            Details::None => return serde_json::Map::new(),
-            Details::Topic(f) => serde_json::to_value(f),
-            Details::Resized(f) => serde_json::to_value(f),
-            Details::Route(f) => serde_json::to_value(f),
-            Details::Switch(f) => serde_json::to_value(f),
-            Details::Lag(f) => serde_json::to_value(f),
-            Details::Stall(f) => serde_json::to_value(f),
-            Details::Diverged(f) => serde_json::to_value(f),
-            Details::Failure(f) => serde_json::to_value(f),
-            Details::Gap(f) => serde_json::to_value(f),
-        };
-        match value {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => serde_json::Map::new(),
-        }
-    }
-
-    /// Whether there are no facts.
-    pub fn is_empty(&self) -> bool {
-        self.to_map().is_empty()
-    }
-
-    /// A fact by name, `null` when absent.
-    pub fn value(&self, key: &str) -> serde_json::Value {
-        self.to_map().remove(key).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-impl Serialize for Details {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.to_map().serialize(serializer)
     }
 }
 
@@ -530,7 +348,9 @@ mod tests {
                 "partition_stalled",
                 "partition_diverged",
                 "sync_error",
-                "data_lost_before_mirroring"
+                "data_lost_before_mirroring",
+                "rpo_above_threshold",
+                "verify_mismatch"
             ]
         );
         for k in EventKind::ALL {

@@ -1,5 +1,5 @@
-//! Shared, lock-light state that the pipeline writes and the Monitor reads: per-partition offsets and state,
-//! paused topics, and the source and target rate meters.
+//! Shared, lock-light state that the pipeline writes and the Monitor reads: per-partition offsets, state, RPO clock
+//! and verification progress, paused topics, and the source and target rate meters ([`rates`]).
 //!
 //! All offsets are "next offset" positions (design §4): `source_offset` is the source log end, `cache_offset` the
 //! next offset to copy (one past the last record the target acknowledged), `commit_offset` the next offset
@@ -8,13 +8,21 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+mod rates;
+
+pub use self::rates::{MeterClock, RateMeter, SideRates};
+use crate::rpo::RpoClock;
 use crate::tp::SourceTp;
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
 
 /// The life of one partition in this process, as the monitor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -75,6 +83,8 @@ pub struct Snapshot {
     pub target_log_end: Option<u64>,
     /// The last error, or the failure being retried.
     pub last_error: Option<String>,
+    /// The first timestamp of the batch at the cache offset, when the lane holds it (it may shorten the RPO).
+    pub oldest_timestamp_ms: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -83,6 +93,42 @@ struct StatusInner {
     last_error: Option<String>,
     stalled: bool,
     last_progress: Instant,
+    rpo: RpoClock,
+    oldest_timestamp_ms: Option<i64>,
+    verify: VerifyProgress,
+}
+
+/// The background verifier's progress on one partition (`[verify]`; the `verify` object of a partition document).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VerifyProgress {
+    /// Whether the verifier covers this partition (`[verify] bytes_per_sec` above 0, and both sides Ferry
+    /// clusters).
+    pub enabled: bool,
+    /// Where the current pass started: the later of the two log starts.
+    pub pass_start_offset: u64,
+    /// Where it ends: the cache offset when it started.
+    pub pass_end_offset: u64,
+    /// Every batch below this offset (from `pass_start_offset`) was verified in the current pass.
+    pub verified_to_offset: u64,
+    /// Passes completed since the partition came to this process.
+    pub passes_completed: u64,
+    /// When the last complete pass ended, ms since the Unix epoch; `None` before the first.
+    pub last_pass_completed_ms: Option<i64>,
+    /// The mismatch the last pass stopped at, until a pass completes without one.
+    pub mismatch: Option<Mismatch>,
+}
+
+/// Where a verified copy differs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Mismatch {
+    /// The first mismatching offset.
+    pub offset: u64,
+    /// `source` or `target`: the side at fault.
+    pub side: String,
+    /// What differs.
+    pub reason: String,
 }
 
 /// One mirrored partition as the Monitor sees it.
@@ -100,12 +146,14 @@ pub struct PartitionStatus {
     commit_offset: AtomicU64,
     target_offset: AtomicU64,
     latency_ms: AtomicU64,
+    probed_log_start: AtomicU64,
+    probed_log_end: AtomicU64,
     inner: Mutex<StatusInner>,
 }
 
 /// A serialisable snapshot of a partition (the `/api/v1/partitions` item). It deserializes too (missing fields
 /// default), so clients such as `ferryctl` read the documents through the same type.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PartitionView {
     /// Source topic.
@@ -132,6 +180,13 @@ pub struct PartitionView {
     pub last_error: Option<String>,
     /// Replication latency of the last appended batch, ms.
     pub latency_ms: u64,
+    /// The source log end as the independent probe (ListOffsets, every `source.health.check_interval`) read it
+    /// last; 0 before the first probe.
+    pub probed_source_offset: u64,
+    /// How long the oldest source record not yet on the target has been waiting, seconds (0 when caught up).
+    pub rpo_seconds: f64,
+    /// The background verifier's progress.
+    pub verify: VerifyProgress,
 }
 
 impl PartitionStatus {
@@ -147,11 +202,16 @@ impl PartitionStatus {
             commit_offset: AtomicU64::new(0),
             target_offset: AtomicU64::new(0),
             latency_ms: AtomicU64::new(0),
+            probed_log_start: AtomicU64::new(0),
+            probed_log_end: AtomicU64::new(0),
             inner: Mutex::new(StatusInner {
                 state: PartitionState::Starting,
                 last_error: None,
                 stalled: false,
                 last_progress: Instant::now(),
+                rpo: RpoClock::default(),
+                oldest_timestamp_ms: None,
+                verify: VerifyProgress::default(),
             }),
         }
     }
@@ -159,7 +219,15 @@ impl PartitionStatus {
     /// Publishes a lane's snapshot: offsets (the target's as last read from the target, never the cache offset),
     /// state and last error (or the failure being retried).
     pub fn publish(&self, snapshot: Snapshot) {
-        let Snapshot { state, cache, source_log_start, source_log_end, target_log_end, last_error } = snapshot;
+        let Snapshot {
+            state,
+            cache,
+            source_log_start,
+            source_log_end,
+            target_log_end,
+            last_error,
+            oldest_timestamp_ms,
+        } = snapshot;
         if source_log_end > 0 || source_log_start > 0 {
             self.set_source(source_log_start, source_log_end);
         }
@@ -173,20 +241,67 @@ impl PartitionStatus {
             i.last_progress = Instant::now();
         }
         i.last_error = last_error;
+        i.oldest_timestamp_ms = oldest_timestamp_ms;
     }
 
-    /// Records the source log start and end.
+    /// Records the source log start and end (a fetch stream position); a log end past the cache offset starts the
+    /// RPO clock of the records below it.
     pub fn set_source(&self, log_start: u64, log_end: u64) {
         self.source_log_start.store(log_start, Ordering::Relaxed);
         self.source_offset.store(log_end, Ordering::Relaxed);
+        self.inner.lock().rpo.saw_end(log_end, Instant::now());
+    }
+
+    /// Records what the independent probe (ListOffsets) read of the source: it feeds the RPO clock and the stall
+    /// watchdog, never the pipeline's own position (a probe may be older than the stream's last word).
+    pub fn set_probed_source(&self, log_start: u64, log_end: u64) {
+        self.probed_log_start.store(log_start, Ordering::Relaxed);
+        self.probed_log_end.store(log_end, Ordering::Relaxed);
+        self.inner.lock().rpo.saw_end(log_end, Instant::now());
+    }
+
+    /// The source log end the probe read last (0 before the first probe).
+    pub fn probed_source_offset(&self) -> u64 {
+        self.probed_log_end.load(Ordering::Relaxed)
+    }
+
+    /// Whether source records wait to be copied: the source log end, as the stream or the probe saw it last, is
+    /// past the cache offset. The stall watchdog reads this, so a stream whose positions stopped cannot hide a
+    /// stall.
+    pub fn behind(&self) -> bool {
+        self.source_offset().max(self.probed_source_offset()) > self.cache_offset()
     }
 
     /// Records a new cache offset (and counts it as progress when it moved).
     pub fn set_cache(&self, offset: u64) {
         if self.cache_offset.swap(offset, Ordering::Relaxed) != offset {
             let mut i = self.inner.lock();
-            i.last_progress = Instant::now();
+            let now = Instant::now();
+            i.last_progress = now;
+            i.rpo.mirrored_to(offset, now);
         }
+    }
+
+    /// How long the oldest source record not yet on the target has been waiting (see [`crate::rpo`]). Records below
+    /// the source's log start are gone, not waiting: they count from the later of the cache offset and that start.
+    pub fn rpo(&self) -> Duration {
+        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
+        let i = self.inner.lock();
+        let timestamp = (from == self.cache_offset()).then_some(i.oldest_timestamp_ms).flatten();
+        crate::rpo::rpo(i.rpo.waiting_since(from), Instant::now(), timestamp, now_ms())
+    }
+
+    /// How long the oldest waiting record has waited since the mirror first saw it (the RPO before any record
+    /// timestamp shortens it); `None` when none waits.
+    pub fn waiting(&self) -> Option<Duration> {
+        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
+        let since = self.inner.lock().rpo.waiting_since(from)?;
+        Some(since.elapsed())
+    }
+
+    /// Records the verifier's progress.
+    pub fn set_verify(&self, progress: VerifyProgress) {
+        self.inner.lock().verify = progress;
     }
 
     /// Records the target log end.
@@ -285,6 +400,7 @@ impl PartitionStatus {
 
     /// A snapshot.
     pub fn view(&self) -> PartitionView {
+        let rpo = self.rpo();
         let i = self.inner.lock();
         let state = if i.stalled && i.state == PartitionState::Mirroring { PartitionState::Stalled } else { i.state };
         PartitionView {
@@ -300,120 +416,10 @@ impl PartitionStatus {
             state,
             last_error: i.last_error.clone(),
             latency_ms: self.latency_ms(),
+            probed_source_offset: self.probed_source_offset(),
+            rpo_seconds: rpo.as_millis() as f64 / 1000.0,
+            verify: i.verify.clone(),
         }
-    }
-}
-
-/// Where a [`RateMeter`] reads the current second.
-#[derive(Debug, Clone)]
-pub enum MeterClock {
-    /// Whole seconds elapsed since this instant: the process's own meters.
-    Since(Instant),
-    /// The second held here, moved by hand: tests that need exact rates whatever the wall clock does.
-    Manual(Arc<AtomicU64>),
-}
-
-impl MeterClock {
-    fn second(&self) -> u64 {
-        match self {
-            MeterClock::Since(start) => start.elapsed().as_secs(),
-            MeterClock::Manual(second) => second.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// Counts per second over the last minute, for rates over 1 s, 10 s and 60 s windows.
-#[derive(Debug)]
-pub struct RateMeter {
-    clock: MeterClock,
-    inner: Mutex<RateInner>,
-}
-
-#[derive(Debug)]
-struct RateInner {
-    /// buckets[s % 61] counts second s since start; 61 so the current (incomplete) second never overlaps.
-    buckets: [u64; 61],
-    second: u64,
-}
-
-impl Default for RateMeter {
-    fn default() -> Self {
-        RateMeter::with_clock(MeterClock::Since(Instant::now()))
-    }
-}
-
-impl RateMeter {
-    /// A meter on `clock`, starting empty.
-    pub fn with_clock(clock: MeterClock) -> RateMeter {
-        let second = clock.second();
-        RateMeter { clock, inner: Mutex::new(RateInner { buckets: [0; 61], second }) }
-    }
-
-    /// The clock this meter reads.
-    pub fn clock(&self) -> &MeterClock {
-        &self.clock
-    }
-
-    fn roll(&self, i: &mut RateInner) {
-        let now = self.clock.second();
-        if now > i.second {
-            let gap = (now - i.second).min(61);
-            for k in 1..=gap {
-                i.buckets[((i.second + k) % 61) as usize] = 0;
-            }
-            i.second = now;
-        }
-    }
-
-    /// Adds `n` to the current second.
-    pub fn add(&self, n: u64) {
-        let mut i = self.inner.lock();
-        self.roll(&mut i);
-        let s = i.second;
-        i.buckets[(s % 61) as usize] += n;
-    }
-
-    /// Average per second over the last `window` complete seconds (1..=60).
-    pub fn rate(&self, window: u64) -> f64 {
-        let window = window.clamp(1, 60);
-        let mut i = self.inner.lock();
-        self.roll(&mut i);
-        let s = i.second;
-        let sum: u64 = (1..=window).filter(|k| *k <= s).map(|k| i.buckets[((s - k) % 61) as usize]).sum();
-        sum as f64 / window as f64
-    }
-}
-
-/// Rates of one side of the mirror.
-#[derive(Debug, Default)]
-pub struct SideRates {
-    /// Records per second.
-    pub records: RateMeter,
-    /// Bytes per second.
-    pub bytes: RateMeter,
-    /// Records since start.
-    pub records_total: AtomicU64,
-    /// Bytes since start.
-    pub bytes_total: AtomicU64,
-}
-
-impl SideRates {
-    /// Meters on `clock`, starting at zero.
-    pub fn with_clock(clock: MeterClock) -> SideRates {
-        SideRates {
-            records: RateMeter::with_clock(clock.clone()),
-            bytes: RateMeter::with_clock(clock),
-            records_total: AtomicU64::new(0),
-            bytes_total: AtomicU64::new(0),
-        }
-    }
-
-    /// Counts records and bytes.
-    pub fn add(&self, records: u64, bytes: u64) {
-        self.records.add(records);
-        self.bytes.add(bytes);
-        self.records_total.fetch_add(records, Ordering::Relaxed);
-        self.bytes_total.fetch_add(bytes, Ordering::Relaxed);
     }
 }
 
@@ -482,29 +488,22 @@ mod tests {
     }
 
     #[test]
-    fn rate_meter_averages_complete_seconds() {
-        let m = RateMeter::default();
-        m.add(10);
-        // The current second is incomplete and never counted.
-        assert_eq!(m.rate(1), 0.0);
-    }
-
-    #[test]
-    fn rate_meter_windows_hold_exactly_what_their_complete_seconds_counted() {
-        let second = Arc::new(AtomicU64::new(0));
-        let m = RateMeter::with_clock(MeterClock::Manual(Arc::clone(&second)));
-        m.add(600);
-        assert_eq!((m.rate(1), m.rate(10), m.rate(60)), (0.0, 0.0, 0.0), "second 0 is not complete");
-        second.store(1, Ordering::Relaxed);
-        m.add(50);
-        assert_eq!((m.rate(1), m.rate(10), m.rate(60)), (600.0, 60.0, 10.0));
-        second.store(2, Ordering::Relaxed);
-        assert_eq!((m.rate(1), m.rate(10), m.rate(60)), (50.0, 65.0, 650.0 / 60.0));
-        second.store(11, Ordering::Relaxed);
-        assert_eq!((m.rate(1), m.rate(10), m.rate(60)), (0.0, 5.0, 650.0 / 60.0), "second 0 left the 10 s window");
-        second.store(61, Ordering::Relaxed);
-        assert_eq!((m.rate(1), m.rate(10), m.rate(60)), (0.0, 0.0, 50.0 / 60.0), "second 0 left the 60 s window");
-        second.store(200, Ordering::Relaxed);
-        assert_eq!(m.rate(60), 0.0, "a long idle gap clears every bucket");
+    fn the_probe_reveals_waiting_records_the_stream_has_not_shown() {
+        let s = PartitionStatus::new("t", "t", 0);
+        s.set_source(0, 10);
+        s.set_cache(10);
+        assert_eq!((s.behind(), s.waiting(), s.rpo()), (false, None, Duration::ZERO), "caught up");
+        // The stream's last word is still 10; the probe reads 12.
+        s.set_probed_source(0, 12);
+        assert!(s.behind() && s.waiting().is_some());
+        assert_eq!((s.view().lag, s.view().probed_source_offset), (0, 12));
+        // Copied: nothing waits, whatever the stale readings say.
+        s.set_cache(12);
+        assert_eq!((s.behind(), s.waiting(), s.rpo()), (false, None, Duration::ZERO));
+        // Records below the source's log start are gone, not waiting: a stale stream end past the cache offset
+        // with a log start at the end waits for nothing.
+        s.set_source(15, 15);
+        s.set_probed_source(15, 15);
+        assert_eq!(s.waiting(), None, "offsets 12..15 were deleted, none waits");
     }
 }

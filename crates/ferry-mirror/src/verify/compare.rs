@@ -11,8 +11,11 @@
 //! - a side that reports a corrupt batch (the broker's CORRUPT_BATCH) differs at that offset;
 //! - an offset below `end` present on one side only is a difference.
 //!
-//! The first difference ends the comparison of the partition. Decoded records are kept for the head batch only, so
-//! memory stays at about two batches per side.
+//! The first difference ends the comparison of the partition, and names the side at fault: the source only when its
+//! own batch fails its CRC (or its broker reports one corrupt), the target for everything else (its copy differs
+//! from the source, which is the truth, or is corrupt). Decoded records are kept for the head batch only, so memory
+//! stays at about two batches per side. A byte budget lets a caller compare a long range in steps: the comparison
+//! stops at the first batch boundary past the budget and says where it got to.
 
 use std::collections::VecDeque;
 
@@ -33,11 +36,16 @@ pub enum Item {
     },
 }
 
-/// A source of batches for one side. Implemented over Fetch (`FetchStream` of the reader module) and, in tests, over
-/// a list.
-pub(crate) trait BatchStream {
+/// A side could not be read (a failed call, a log that moved under the reader): not a difference, the comparison of
+/// the range is abandoned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReadError(pub String);
+
+/// A source of batches for one side. Implemented over Fetch ([`super::FetchStream`]) and, in tests, over a list.
+pub trait BatchStream {
     /// The next item, or `None` at the end of the range.
-    async fn next(&mut self) -> anyhow::Result<Option<Item>>;
+    fn next(&mut self) -> impl Future<Output = Result<Option<Item>, ReadError>> + Send;
 }
 
 /// Which side of the mirror.
@@ -50,7 +58,8 @@ pub enum Side {
 }
 
 impl Side {
-    fn name(self) -> &'static str {
+    /// `source` or `target`.
+    pub fn name(self) -> &'static str {
         match self {
             Side::Source => "source",
             Side::Target => "target",
@@ -70,22 +79,33 @@ impl Side {
 pub struct Difference {
     /// The first differing offset, when there is one.
     pub offset: Option<u64>,
+    /// The side at fault.
+    pub side: Side,
     /// One sentence.
     pub reason: String,
 }
 
 impl Difference {
-    /// A difference at an offset.
+    /// A difference at an offset, the target at fault (its copy differs from the source).
     pub fn at(offset: u64, reason: impl Into<String>) -> Difference {
-        Difference { offset: Some(offset), reason: reason.into() }
+        Difference { offset: Some(offset), side: Side::Target, reason: reason.into() }
+    }
+
+    /// A difference at an offset, `side` at fault.
+    pub fn on(side: Side, offset: u64, reason: impl Into<String>) -> Difference {
+        Difference { offset: Some(offset), side, reason: reason.into() }
     }
 }
 
-/// The result of comparing one partition.
+/// The result of comparing one partition (or one step of it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// Records found equal on both sides.
     pub records: u64,
+    /// Bytes of the source batches compared whole.
+    pub bytes: u64,
+    /// Every offset from the start below this was compared (past `end` when the last batch straddles it).
+    pub verified_to: u64,
     /// The first difference, if any.
     pub difference: Option<Difference>,
 }
@@ -110,7 +130,7 @@ impl<S: BatchStream> Cursor<S> {
     }
 
     /// Drops batches that end before `pos` and makes sure a head batch is loaded if the stream has one.
-    async fn head(&mut self, pos: u64) -> anyhow::Result<Option<&mut Head>> {
+    async fn head(&mut self, pos: u64) -> Result<Option<&mut Head>, ReadError> {
         loop {
             while self.queue.front().is_some_and(|h| h.header.next_offset() <= pos) {
                 self.queue.pop_front();
@@ -146,30 +166,38 @@ fn bad_batch(side: Side, h: &BatchHeader, e: &batch::BatchError) -> Difference {
         batch::BatchError::CrcMismatch { .. } => "fails its CRC check",
         _ => "cannot be read",
     };
-    Difference::at(
+    Difference::on(
+        side,
         h.base_offset,
         format!("the {} batch at offsets {}-{} {what} ({e})", side.name(), h.base_offset, h.last_offset()),
     )
 }
 
-/// Compares the two sides over `[start, end)`, calling `progress` with the records compared so far.
-pub(crate) async fn compare<S: BatchStream, T: BatchStream>(
+/// Compares the two sides over `[start, end)`, calling `progress` with the records compared so far. It stops early,
+/// at a batch boundary, once the source batches compared reach `budget` bytes (`u64::MAX`: no budget).
+pub async fn compare<S: BatchStream, T: BatchStream>(
     source: S,
     target: T,
     start: u64,
     end: u64,
+    budget: u64,
     progress: &mut impl FnMut(u64),
-) -> anyhow::Result<Outcome> {
+) -> Result<Outcome, ReadError> {
     let mut src = Cursor::new(source);
     let mut tgt = Cursor::new(target);
     let mut pos = start;
     let mut records = 0u64;
-    while pos < end {
+    let mut bytes = 0u64;
+    let done = |records, bytes, verified_to, difference| Ok(Outcome { records, bytes, verified_to, difference });
+    while pos < end && bytes < budget {
         let a = src.head(pos).await?.map(|h| (h.header, h.bytes.clone()));
         let b = tgt.head(pos).await?.map(|h| (h.header, h.bytes.clone()));
         let step = match (a, b) {
             // Both logs end here (a shared trailing gap): nothing more to compare.
-            (None, None) => return Ok(Outcome { records, difference: first_corruption(&src, &tgt) }),
+            (None, None) => {
+                let difference = first_corruption(&src, &tgt);
+                return done(records, bytes, if difference.is_some() { pos } else { end }, difference);
+            }
             (None, Some((h, _))) | (Some((h, _)), None) => {
                 let (missing, present) =
                     if src.queue.is_empty() { (&src.corrupt, Side::Target) } else { (&tgt.corrupt, Side::Source) };
@@ -179,29 +207,33 @@ pub(crate) async fn compare<S: BatchStream, T: BatchStream>(
                     None if first >= end => None,
                     None => Some(one_sided(present, first)),
                 };
-                return Ok(Outcome { records, difference });
+                return done(records, bytes, if difference.is_some() { pos } else { end }, difference);
             }
             (Some((ha, _)), Some((hb, _))) if ha.base_offset >= end && hb.base_offset >= end => break,
             (Some((ha, ba)), Some((hb, bb)))
                 if ha.base_offset == hb.base_offset && ha.last_offset() == hb.last_offset() =>
             {
-                compare_batches(&ha, &ba, &hb, &bb).map(|()| (u64::from(ha.record_count), ha.next_offset()))
+                compare_batches(&ha, &ba, &hb, &bb)
+                    .map(|()| (u64::from(ha.record_count), ha.next_offset(), ba.len() as u64))
             }
-            (Some((ha, _)), Some((hb, _))) => {
+            (Some((ha, ba)), Some((hb, _))) => {
                 let limit = ha.next_offset().min(hb.next_offset()).min(end);
-                by_records(&mut src, &mut tgt, (ha.epoch, hb.epoch), pos, limit).map(|n| (n, limit))
+                // The source batch counts once it is compared to its end.
+                let whole = if limit == ha.next_offset() { ba.len() as u64 } else { 0 };
+                by_records(&mut src, &mut tgt, (ha.epoch, hb.epoch), pos, limit).map(|n| (n, limit, whole))
             }
         };
         match step {
-            Ok((n, next)) => {
+            Ok((n, next, b)) => {
                 records += n;
+                bytes += b;
                 pos = next;
             }
-            Err(d) => return Ok(Outcome { records, difference: Some(d) }),
+            Err(d) => return done(records, bytes, pos, Some(d)),
         }
         progress(records);
     }
-    Ok(Outcome { records, difference: None })
+    done(records, bytes, if bytes < budget { pos.max(end) } else { pos }, None)
 }
 
 /// Compares the records of both head batches in `[from, to)` (boundaries differ).
@@ -233,7 +265,7 @@ fn first_corruption<S, T>(src: &Cursor<S>, tgt: &Cursor<T>) -> Option<Difference
 }
 
 fn corrupt(side: Side, offset: u64, message: &str) -> Difference {
-    Difference::at(offset, format!("the {} broker reports a corrupt batch: {message}", side.name()))
+    Difference::on(side, offset, format!("the {} broker reports a corrupt batch: {message}", side.name()))
 }
 
 fn one_sided(present: Side, offset: u64) -> Difference {
@@ -272,8 +304,8 @@ fn compare_batches(ha: &BatchHeader, a: &Bytes, hb: &BatchHeader, b: &Bytes) -> 
     let rb = batch::decode_records(b).unwrap_or_default();
     if let Err(d) = compare_records(&ra, ha.epoch, &rb, hb.epoch, ha.base_offset, ha.next_offset()) {
         return Err(Difference {
-            offset: d.offset,
             reason: format!("{} (batch CRC {:#010x} on the source, {:#010x} on the target)", d.reason, ha.crc, hb.crc),
+            ..d
         });
     }
     Err(Difference::at(
@@ -343,7 +375,7 @@ mod tests {
     struct List(VecDeque<Item>);
 
     impl BatchStream for List {
-        async fn next(&mut self) -> anyhow::Result<Option<Item>> {
+        async fn next(&mut self) -> Result<Option<Item>, ReadError> {
             Ok(self.0.pop_front())
         }
     }
@@ -372,25 +404,30 @@ mod tests {
     }
 
     async fn run(src: Vec<Bytes>, tgt: Vec<Bytes>, start: u64, end: u64) -> Outcome {
-        compare(list(src), list(tgt), start, end, &mut |_| {}).await.unwrap()
+        compare(list(src), list(tgt), start, end, u64::MAX, &mut |_| {}).await.unwrap()
     }
 
-    fn identical(records: u64) -> Outcome {
-        Outcome { records, difference: None }
+    /// Records and the range compared, ignoring the byte count.
+    fn identical(records: u64) -> (u64, Option<Difference>) {
+        (records, None)
+    }
+
+    fn found(o: Outcome) -> (u64, Option<Difference>) {
+        (o.records, o.difference)
     }
 
     #[tokio::test]
     async fn equal_batches_are_identical_and_counted() {
         let src = vec![batch(0..10, 0), batch(10..25, 0), batch(25..30, 1)];
-        assert_eq!(run(src.clone(), src, 0, 30).await, identical(30));
+        assert_eq!(found(run(src.clone(), src, 0, 30).await), identical(30));
     }
 
     #[tokio::test]
     async fn split_batches_fall_back_to_records() {
         let src = vec![batch(0..10, 0), batch(10..30, 0)];
         let tgt = vec![batch(0..10, 0), batch(10..17, 0), batch(17..24, 0), batch(24..30, 0)];
-        assert_eq!(run(src.clone(), tgt.clone(), 0, 30).await, identical(30));
-        assert_eq!(run(tgt, src, 0, 30).await, identical(30));
+        assert_eq!(found(run(src.clone(), tgt.clone(), 0, 30).await), identical(30));
+        assert_eq!(found(run(tgt, src, 0, 30).await), identical(30));
     }
 
     #[tokio::test]
@@ -445,9 +482,9 @@ mod tests {
         // Batches below start and at or past end are not compared; a batch straddling start is compared whole.
         let src = vec![batch(0..5, 0), batch(5..10, 0), batch(10..15, 0)];
         let tgt = vec![batch(5..10, 0)];
-        assert_eq!(run(src.clone(), tgt, 5, 10).await, identical(5));
+        assert_eq!(found(run(src.clone(), tgt, 5, 10).await), identical(5));
         // The source is ahead (lag): only the common range counts.
-        assert_eq!(run(src, vec![batch(0..5, 0), batch(5..8, 0)], 0, 8).await, identical(8));
+        assert_eq!(found(run(src, vec![batch(0..5, 0), batch(5..8, 0)], 0, 8).await), identical(8));
     }
 
     #[tokio::test]
@@ -455,11 +492,44 @@ mod tests {
         let src = list(vec![batch(0..5, 0), batch(5..10, 0)]);
         let mut tgt = list(vec![batch(0..5, 0)]);
         tgt.0.push_back(Item::Corrupt { offset: 5, message: "CRC mismatch".into() });
-        let out = compare(src, tgt, 0, 10, &mut |_| {}).await.unwrap();
+        let out = compare(src, tgt, 0, 10, u64::MAX, &mut |_| {}).await.unwrap();
         assert_eq!(out.records, 5);
         assert_eq!(
             out.difference.unwrap(),
-            Difference::at(5, "the target broker reports a corrupt batch: CRC mismatch")
+            Difference::on(Side::Target, 5, "the target broker reports a corrupt batch: CRC mismatch")
         );
+    }
+
+    #[tokio::test]
+    async fn a_byte_budget_stops_at_a_batch_boundary_and_says_where() {
+        let src = vec![batch(0..10, 0), batch(10..20, 0), batch(20..30, 0)];
+        let one = src[0].len() as u64;
+        // A budget of one batch: the first batch is compared whole, then the step ends.
+        let out = compare(list(src.clone()), list(src.clone()), 0, 30, one, &mut |_| {}).await.unwrap();
+        assert_eq!((out.records, out.bytes, out.verified_to, out.difference), (10, one, 10, None));
+        // The next step goes on from there to the end.
+        let out = compare(list(src.clone()), list(src.clone()), 10, 30, u64::MAX, &mut |_| {}).await.unwrap();
+        assert_eq!((out.records, out.verified_to), (20, 30));
+        // A last batch that straddles the end is compared whole; the range verified reaches past the end.
+        let out = compare(list(src.clone()), list(src), 0, 25, u64::MAX, &mut |_| {}).await.unwrap();
+        assert_eq!((out.records, out.verified_to), (30, 30));
+    }
+
+    #[tokio::test]
+    async fn the_side_at_fault_is_the_source_only_for_its_own_bad_batch() {
+        let good = batch(0..10, 0);
+        let mut bad = good.to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x01;
+        let bad = Bytes::from(bad);
+        let d = run(vec![bad.clone()], vec![good.clone()], 0, 10).await.difference.unwrap();
+        assert_eq!((d.offset, d.side), (Some(0), Side::Source));
+        let d = run(vec![good.clone()], vec![bad], 0, 10).await.difference.unwrap();
+        assert_eq!((d.offset, d.side), (Some(0), Side::Target));
+        // Offsets on one side only: the target's copy is at fault either way.
+        let d = run(vec![good.clone(), batch(10..20, 0)], vec![good.clone()], 0, 20).await.difference.unwrap();
+        assert_eq!((d.offset, d.side), (Some(10), Side::Target));
+        let d = run(vec![good.clone()], vec![good, batch(10..20, 0)], 0, 20).await.difference.unwrap();
+        assert_eq!((d.offset, d.side), (Some(10), Side::Target));
     }
 }

@@ -1,0 +1,185 @@
+//! The RPO clock of one partition: how long the oldest source record that is not yet on the target has been
+//! waiting, measured on the mirror's own monotonic clock.
+//!
+//! A record starts waiting when the mirror first sees the source's log end pass it (a fetch stream position, a data
+//! delivery, or the independent ListOffsets probe, whichever comes first). Each sighting of a higher log end leaves
+//! a mark (log end, when seen); the marks at or below the cache offset are dropped as the target acknowledges, so
+//! the first mark past the cache offset says since when the oldest waiting record has been waiting. With nothing
+//! past the cache offset the RPO is 0.
+//!
+//! Memory is bounded: at most [`MARKS`] marks; when full, the two neighbouring marks whose sightings are closest in
+//! time merge (the earlier sighting with the later log end), so the figure can only read high, by at most the
+//! time the merged marks span (about twice the waiting time over [`MARKS`]), never low. Record
+//! timestamps are chosen by producers, so they may shorten the figure (a record cannot have waited longer than its
+//! own age) but never lengthen it. Everything here is pure: the caller passes the clock readings.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Most marks one partition keeps.
+pub const MARKS: usize = 64;
+
+/// A source log end and the instant the mirror first saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    end: u64,
+    seen: Instant,
+    /// The latest first sighting merged into this mark (`seen` until it is merged): its error is `last - seen`.
+    last: Instant,
+}
+
+/// One partition's marks.
+#[derive(Debug, Clone, Default)]
+pub struct RpoClock {
+    marks: VecDeque<Mark>,
+    /// The offset everything below of which is on the target, as last told.
+    mirrored: u64,
+}
+
+impl RpoClock {
+    /// The source's log end was `end` at `now`: every record below it exists by `now` at the latest.
+    pub fn saw_end(&mut self, end: u64, now: Instant) {
+        if end <= self.mirrored || self.marks.back().is_some_and(|m| m.end >= end) {
+            return;
+        }
+        if self.marks.len() >= MARKS {
+            self.merge();
+        }
+        self.marks.push_back(Mark { end, seen: now, last: now });
+    }
+
+    /// Everything below `offset` is on the target (the cache offset moved), at `now`. A cache offset that moved
+    /// back (the target lost an acknowledged tail, or was truncated) makes the records above it wait again, from
+    /// `now`.
+    pub fn mirrored_to(&mut self, offset: u64, now: Instant) {
+        if offset < self.mirrored {
+            let end = self.marks.front().map_or(self.mirrored, |m| m.end.min(self.mirrored));
+            if end > offset {
+                self.marks.push_front(Mark { end, seen: now, last: now });
+            }
+        }
+        self.mirrored = offset;
+        while self.marks.front().is_some_and(|m| m.end <= offset) {
+            self.marks.pop_front();
+        }
+    }
+
+    /// Since when the longest-waiting record at or after `offset` has waited; `None` when none waits.
+    pub fn waiting_since(&self, offset: u64) -> Option<Instant> {
+        self.marks.iter().filter(|m| m.end > offset).map(|m| m.seen).min()
+    }
+
+    /// Merges the two neighbouring marks whose merge reads the least high: the earlier sighting with the later
+    /// log end.
+    fn merge(&mut self) {
+        let error = |i: usize| self.marks[i + 1].last.saturating_duration_since(self.marks[i].seen);
+        let Some(i) = (0..self.marks.len().saturating_sub(1)).min_by_key(|&i| error(i)) else { return };
+        let (a, b) = (self.marks[i], self.marks[i + 1]);
+        self.marks[i] = Mark { end: b.end, seen: a.seen.min(b.seen), last: a.last.max(b.last) };
+        self.marks.remove(i + 1);
+    }
+}
+
+/// The RPO at `now`: the time since `waiting_since`, shortened (never lengthened) by the age the oldest waiting
+/// record's own timestamp gives (`now_ms` less it; a timestamp in the future makes it 0).
+pub fn rpo(waiting_since: Option<Instant>, now: Instant, oldest_timestamp_ms: Option<i64>, now_ms: i64) -> Duration {
+    let Some(since) = waiting_since else { return Duration::ZERO };
+    let clock = now.saturating_duration_since(since);
+    match oldest_timestamp_ms {
+        Some(ts) => clock.min(Duration::from_millis(u64::try_from(now_ms.saturating_sub(ts)).unwrap_or(0))),
+        None => clock,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// One step of a table: what happens at second `at`, and the RPO expected right after, in seconds.
+    enum Step {
+        Saw(u64),
+        Mirrored(u64),
+    }
+
+    fn run(steps: &[(u64, Step, u64)]) {
+        let t0 = Instant::now();
+        let mut c = RpoClock::default();
+        for (i, (at, step, want)) in steps.iter().enumerate() {
+            let now = t0 + Duration::from_secs(*at);
+            match step {
+                Step::Saw(end) => c.saw_end(*end, now),
+                Step::Mirrored(offset) => c.mirrored_to(*offset, now),
+            }
+            let got = rpo(c.waiting_since(c.mirrored), now, None, 0);
+            assert_eq!(got, Duration::from_secs(*want), "step {i} at {at}s");
+        }
+    }
+
+    #[test]
+    fn the_clock_follows_the_oldest_waiting_record() {
+        use Step::*;
+        run(&[
+            // Caught up at 10: nothing waits, however often the same end is seen.
+            (0, Mirrored(10), 0),
+            (1, Saw(10), 0),
+            (5, Saw(10), 0),
+            // Record 10 appears at 6 s; records 11 and 12 at 8 s and 9 s.
+            (6, Saw(11), 0),
+            (8, Saw(12), 2),
+            (9, Saw(13), 3),
+            // A lower or equal end seen later (a stale reading) changes nothing.
+            (10, Saw(12), 4),
+            // Record 10 is copied: record 11 is the oldest, waiting since 8 s.
+            (11, Mirrored(11), 3),
+            (12, Mirrored(13), 0),
+            (20, Saw(13), 0),
+        ]);
+    }
+
+    #[test]
+    fn a_cache_offset_that_moves_back_makes_records_wait_again_from_now() {
+        use Step::*;
+        run(&[
+            (0, Saw(10), 0),
+            (4, Mirrored(10), 0),
+            (5, Saw(12), 0),
+            // The target lost offsets 6..10 (a lost async tail): they wait again from 7 s; 10 and 11 since 5 s.
+            (7, Mirrored(6), 2),
+            (8, Mirrored(10), 3),
+            (9, Mirrored(12), 0),
+        ]);
+    }
+
+    #[test]
+    fn marks_are_bounded_and_merging_only_reads_high() {
+        let t0 = Instant::now();
+        let mut c = RpoClock::default();
+        for i in 1..=1000u64 {
+            c.saw_end(i, t0 + Duration::from_secs(i));
+            assert!(c.marks.len() <= MARKS);
+        }
+        // Record 500 (first seen at 501 s) is the oldest after 500 are copied: a merged mark may say earlier, by at
+        // most about twice the waiting time over MARKS.
+        c.mirrored_to(500, t0 + Duration::from_secs(1000));
+        let since = c.waiting_since(500).unwrap();
+        assert!(since <= t0 + 501 * S, "never low");
+        assert!(since >= t0 + 501 * S - 2 * 1000 / MARKS as u32 * S, "high by {:?}", t0 + 501 * S - since);
+    }
+
+    #[test]
+    fn timestamps_only_shorten_the_figure() {
+        let t0 = Instant::now();
+        let now = t0 + 30 * S;
+        let now_ms = 1_000_000;
+        // The clock says 30 s; a record stamped 10 s ago waited at most 10 s.
+        assert_eq!(rpo(Some(t0), now, Some(now_ms - 10_000), now_ms), 10 * S);
+        // A record stamped an hour ago cannot lengthen it.
+        assert_eq!(rpo(Some(t0), now, Some(now_ms - 3_600_000), now_ms), 30 * S);
+        // A timestamp in the future (a producer's clock ahead) makes it 0; a hostile one neither overflows.
+        assert_eq!(rpo(Some(t0), now, Some(now_ms + 5_000), now_ms), Duration::ZERO);
+        assert_eq!(rpo(Some(t0), now, Some(i64::MIN), now_ms), 30 * S);
+        assert_eq!(rpo(None, now, Some(0), now_ms), Duration::ZERO);
+    }
+}

@@ -1,0 +1,94 @@
+//! SourceWatch: an independent probe of the source's log ends and starts, whether or not data flows.
+//!
+//! Every `source.health.check_interval` it asks the active route's source cluster for the (log start, log end) of
+//! every partition this process owns, in one ListOffsets call bounded by `source.health.timeout`. Nothing of the
+//! fetch stream is involved, so a stream that stopped delivering positions, a lane stuck on a refusing target or a
+//! paused partition are all still measured:
+//! - the log end feeds the partition's RPO clock and the stall watchdog ([`PartitionStatus::set_probed_source`]);
+//!   it never moves the pipeline's own position (a probe may be older than the stream's last word);
+//! - the log start goes to the partition's lane ([`LaneLink::source_log_start`]), which reports what source
+//!   retention deleted before it was mirrored (`data_lost_before_mirroring`).
+//!
+//! A route into another cluster is never probed. A failed round is logged and skipped: route health is the
+//! Egress's business. A source without a cheap call for many partitions' offsets (a Kafka source, see
+//! [`SourceCluster::log_offsets_many`]) answers nothing, and the fetch stream's positions alone feed the RPO clock
+//! and the watchdog.
+//!
+//! [`SourceCluster::log_offsets_many`]: crate::cluster::SourceCluster::log_offsets_many
+//!
+//! [`PartitionStatus::set_probed_source`]: crate::state::PartitionStatus::set_probed_source
+//! [`LaneLink::source_log_start`]: crate::lane::link::LaneLink::source_log_start
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::egress::EgressHandle;
+use crate::state::Shared;
+use crate::sync::Links;
+use crate::tp::SourceTp;
+
+/// The SourceWatch component.
+pub struct SourceWatch {
+    egress: EgressHandle,
+    links: Links,
+    shared: Arc<Shared>,
+    check_interval: Duration,
+    timeout: Duration,
+}
+
+impl SourceWatch {
+    /// A watch over the partitions in `links`, probing every `check_interval` with calls bounded by `timeout`.
+    pub fn new(
+        egress: EgressHandle,
+        links: Links,
+        shared: Arc<Shared>,
+        check_interval: Duration,
+        timeout: Duration,
+    ) -> SourceWatch {
+        SourceWatch { egress, links, shared, check_interval, timeout }
+    }
+
+    /// Probes until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.check_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => self.round().await,
+            }
+        }
+    }
+
+    async fn round(&self) {
+        let tps: Vec<SourceTp> = self.links.iter().map(|e| e.key().clone()).collect();
+        if tps.is_empty() {
+            return;
+        }
+        let route = self.egress.active();
+        if self.egress.leads_elsewhere(&route.name).is_some() {
+            return;
+        }
+        let offsets = match tokio::time::timeout(self.timeout, route.cluster.log_offsets_many(&tps)).await {
+            Ok(Ok(offsets)) => offsets,
+            Ok(Err(e)) => {
+                tracing::debug!(route = %route.name, error = %e, "cannot probe the source's log ends");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(route = %route.name, timeout = ?self.timeout, "the source's log ends probe timed out");
+                return;
+            }
+        };
+        for (tp, log_start, log_end) in offsets {
+            if let Some(status) = self.shared.partitions.get(&tp) {
+                status.set_probed_source(log_start, log_end);
+            }
+            if let Some(link) = self.links.get(&tp) {
+                link.source_log_start(log_start);
+            }
+        }
+    }
+}

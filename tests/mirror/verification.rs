@@ -1,0 +1,123 @@
+//! Issue 18, continuous verification: the mirror re-reads what it mirrored on both sides, at `[verify]
+//! bytes_per_sec`, and compares batch by batch.
+//!
+//! A clean copy completes a pass over every partition: each partition's `verify` shows the pass completed up to its
+//! cache offset, no mismatch. Then one byte inside a record of a mirrored batch changes in the target's segment file
+//! on disk: within one verification cycle (every partition's bytes at the configured rate, plus the verifier's rest
+//! between idle rounds) `verify_mismatch` names that batch's base offset and the target side, the partition's
+//! `verify.mismatch` says the same, `ferry_mirror_verify_mismatch_total` is 1, and the other partition stays clean.
+
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::path::Path;
+use std::time::Duration;
+
+use ferry_batch::BatchIter;
+use ferry_testkit::{deadline, wait_until};
+
+use crate::common::*;
+use crate::watch::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: u32 = 2;
+/// The partition whose target copy is damaged.
+const VICTIM: u32 = 1;
+/// Records per partition, produced in rounds (so each partition holds several batches).
+const ROUNDS: u64 = 5;
+const PER_ROUND: u64 = 40;
+/// `[verify] bytes_per_sec` of this test.
+const BYTES_PER_SEC: u64 = 1 << 20;
+/// How long the verifier rests after a round over the partitions found nothing new to read
+/// (`ferry_mirror::verify`'s `IDLE`).
+const VERIFIER_REST: Duration = Duration::from_secs(1);
+
+/// Flips one byte inside the value of the second record of the `nth` batch of a segment file; returns that batch's
+/// base offset.
+fn damage_record_in_batch(file: &Path, nth: usize) -> anyhow::Result<u64> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)?.read_to_end(&mut bytes)?;
+    let mut position = 0usize;
+    let mut chosen = None;
+    for (i, item) in BatchIter::new(&bytes).enumerate() {
+        let (header, batch) = item?;
+        if i == nth {
+            chosen = Some((header.base_offset, header.record_count, position, batch.len()));
+            break;
+        }
+        position += batch.len();
+    }
+    let (base, count, start, len) = chosen.ok_or_else(|| anyhow::anyhow!("the segment has no batch {nth}"))?;
+    anyhow::ensure!(count >= 2, "batch {nth} holds {count} record(s)");
+    let marker = format!("v-value-{}-", base + 1);
+    let within = bytes[start..start + len]
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .ok_or_else(|| anyhow::anyhow!("the record value is not stored uncompressed"))?;
+    let at = start + within + marker.len() - 2;
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file)?;
+    f.seek(SeekFrom::Start(at as u64))?;
+    f.write_all(&[bytes[at] ^ 0x20])?;
+    f.sync_all()?;
+    Ok(base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byte_changed_on_the_target_disk_is_named_by_offset_and_side_within_one_cycle() -> anyhow::Result<()> {
+    let (a, b) = two_dcs().await?;
+    a.create_topic(TOPIC, PARTITIONS).await?;
+    let p = producer(&a).await?;
+    for round in 0..ROUNDS {
+        let (from, to) = (round * PER_ROUND, (round + 1) * PER_ROUND);
+        send_all(
+            &p,
+            (0..PARTITIONS).flat_map(|q| (from..to).map(move |i| record(TOPIC, "v", i, 64).with_partition(q))),
+        )
+        .await?;
+    }
+    p.close().await;
+    let extra = format!("[verify]\nbytes_per_sec = \"{BYTES_PER_SEC}\"\n");
+    let mirror = start_mirror(&MirrorConf::new(&a, &b), "", &extra).await?;
+    let m = &mirror.process;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    assert_identical(&a, TOPIC, &b, TOPIC).await?;
+
+    // One cycle: every partition's bytes at the configured rate, and the rest between idle rounds.
+    let bytes: u64 = b.admin.describe_topic(TOPIC).await?.partitions.iter().map(|p| p.size_bytes).sum();
+    let cycle = Duration::from_secs_f64(bytes as f64 / BYTES_PER_SEC as f64) + VERIFIER_REST;
+    let end = ROUNDS * PER_ROUND;
+    wait_until("a clean pass over every partition", deadline(&[cycle, CHECK]), async || -> anyhow::Result<bool> {
+        let mut clean = true;
+        for q in 0..PARTITIONS {
+            let v = partition_doc(m, TOPIC, q).await?["verify"].clone();
+            clean &= v["enabled"] == true
+                && v["passes_completed"].as_u64() >= Some(1)
+                && v["pass_end_offset"] == end
+                && v["mismatch"].is_null();
+        }
+        Ok(clean)
+    })
+    .await?;
+    assert!(metric(m, "ferry_mirror_verified_bytes_total").await?.unwrap_or(0.0) > 0.0);
+    assert_eq!(metric(m, "ferry_mirror_verify_mismatch_total").await?, Some(0.0));
+
+    // One byte of a record value in the victim's third batch changes on the target's disk.
+    let file = b.broker.data_dir().join(TOPIC).join(VICTIM.to_string()).join(format!("{:020}.log", 0));
+    let base = damage_record_in_batch(&file, 2)?;
+    assert!(base > 0 && base < end, "a batch in the middle: {base}");
+    let found = wait_event(m, "verify_mismatch", TOPIC, VICTIM, false, deadline(&[cycle, CHECK])).await?;
+    let d = &found["details"];
+    assert_eq!(
+        (d["offset"].as_u64(), d["side"].as_str(), d["target_topic"].as_str()),
+        (Some(base), Some("target"), Some(TOPIC)),
+        "{found}"
+    );
+    assert!(d["reason"].as_str().is_some_and(|r| r.starts_with("the target ")), "{found}");
+    assert_eq!(found["severity"], "critical");
+    let v = partition_doc(m, TOPIC, VICTIM).await?["verify"].clone();
+    assert_eq!((v["mismatch"]["offset"].as_u64(), v["mismatch"]["side"].as_str()), (Some(base), Some("target")), "{v}");
+    assert_eq!(metric(m, "ferry_mirror_verify_mismatch_total").await?, Some(1.0));
+    let other = partition_doc(m, TOPIC, 1 - VICTIM).await?["verify"].clone();
+    assert!(other["mismatch"].is_null(), "the other partition is clean: {other}");
+    let events = monitor_events(m, Some("verify_mismatch")).await?;
+    assert_eq!(events.len(), 1, "one mismatch, one event: {events:?}");
+    Ok(())
+}
