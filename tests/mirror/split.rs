@@ -21,7 +21,10 @@ async fn oversized_batches_are_split_keeping_every_offset() -> anyhow::Result<()
     let (a, b) = tokio::join!(Dc::start_with("dc-a", &source_config), Dc::start_with("dc-b", &target_config));
     let (a, b) = (a?, b?);
     a.create_topic(TOPIC, 2).await?;
-    let p = Producer::new(a.client.clone(), ProducerConfig { batch_bytes: 4 << 20, ..Default::default() }).await?;
+    // Lingering, so that every batch fills up to its 4 MiB (a pipelining producer sends what it has otherwise).
+    let config =
+        ProducerConfig { batch_bytes: 4 << 20, linger: std::time::Duration::from_secs(1), ..Default::default() };
+    let p = Producer::new(a.client.clone(), config).await?;
     produce_range(&p, TOPIC, "big", 0, COUNT, 2_048).await?;
     p.close().await;
     let source = read_topic(&a, TOPIC).await?;
@@ -64,7 +67,10 @@ async fn a_record_over_the_target_limit_halts_the_partition() -> anyhow::Result<
     let (a, b) = tokio::join!(Dc::start_with("dc-a", &source_config), Dc::start_with("dc-b", &target_config));
     let (a, b) = (a?, b?);
     a.create_topic(TOPIC, 1).await?;
-    let p = Producer::new(a.client.clone(), ProducerConfig { batch_bytes: 4 << 20, ..Default::default() }).await?;
+    // Lingering, so that every batch fills up to its 4 MiB (a pipelining producer sends what it has otherwise).
+    let config =
+        ProducerConfig { batch_bytes: 4 << 20, linger: std::time::Duration::from_secs(1), ..Default::default() };
+    let p = Producer::new(a.client.clone(), config).await?;
     // Three batches: small records, one record of 100 KiB alone, small records again.
     produce_range(&p, TOPIC, "small", 0, 10, 100).await?;
     produce_range(&p, TOPIC, "huge", 0, 1, 100 * 1024).await?;

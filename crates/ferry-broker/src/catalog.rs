@@ -9,6 +9,7 @@
 //! | `/ferry/controller` | the controller's broker id, under the controller's lease |
 //! | `/ferry/deleted/{topic_id}` | the name of a deleted topic: every member deletes its replicas of that id |
 //! | `/ferry/drain/{id}` | present while broker `id` is being drained |
+//! | `/ferry/listeners/{id}` | broker `id`'s named listeners (name -> address), under its lease |
 
 use std::collections::BTreeMap;
 
@@ -109,6 +110,11 @@ pub fn controller_key() -> String {
     format!("{ROOT}/controller")
 }
 
+/// The key of broker `id`'s named listeners (JSON: name -> advertised address), under its membership lease.
+pub fn listeners_key(id: u32) -> String {
+    format!("{ROOT}/listeners/{id}")
+}
+
 /// The key marking broker `id` as being drained.
 pub fn drain_key(id: u32) -> String {
     format!("{ROOT}/drain/{id}")
@@ -132,6 +138,8 @@ pub struct Snapshot {
     pub deleted: std::collections::BTreeSet<String>,
     /// Brokers being drained.
     pub draining: std::collections::BTreeSet<u32>,
+    /// Each live broker's named listeners: name -> advertised address.
+    pub listeners: BTreeMap<u32, BTreeMap<String, String>>,
     /// Partition states by (topic, partition).
     pub partitions: BTreeMap<(String, u32), Versioned>,
     /// The controller's broker id, 0 when none.
@@ -139,6 +147,13 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Broker `id`'s address on `listener` (its named listener of that name, else its registered address); the
+    /// registered one for `None`.
+    pub fn address(&self, id: u32, listener: Option<&str>) -> Option<String> {
+        let named = listener.and_then(|l| self.listeners.get(&id).and_then(|m| m.get(l)));
+        named.or_else(|| self.brokers.get(&id)).cloned()
+    }
+
     /// How many replicas each live broker that is not being drained holds (the brokers that may take more).
     pub fn replica_counts(&self) -> BTreeMap<u32, usize> {
         let mut counts: BTreeMap<u32, usize> =
@@ -164,6 +179,7 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
         TxnOp::get(controller_key(), None),
         prefix("deleted"),
         prefix("drain"),
+        prefix("listeners"),
     ]);
     let response = client.txn(txn).await?;
     let mut snap = Snapshot::default();
@@ -196,6 +212,12 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
                 (Some("deleted"), Some(id), None) => {
                     snap.deleted.insert(id.to_owned());
                 }
+                (Some("listeners"), Some(id), None) => match (id.parse(), serde_json::from_slice(value)) {
+                    (Ok(id), Ok(map)) => {
+                        snap.listeners.insert(id, map);
+                    }
+                    _ => tracing::warn!(%key, "unreadable listeners in etcd; ignored"),
+                },
                 (Some("drain"), Some(id), None) => {
                     if let Ok(id) = id.parse() {
                         snap.draining.insert(id);

@@ -93,15 +93,20 @@ struct Registration {
     key: String,
     id: u32,
     advertised: String,
+    /// The named listeners' advertised addresses (JSON, name -> address), written beside the registration; empty
+    /// when there are none.
+    listeners: String,
     ttl: Duration,
 }
 
 impl Membership {
-    /// Joins the cluster: checks or claims the cluster id, then registers `advertised` under this broker's id.
+    /// Joins the cluster: checks or claims the cluster id, then registers `advertised` (and the named listeners'
+    /// addresses, `listeners`) under this broker's id.
     pub async fn join(
         section: &ClusterSection,
         cluster_id: &str,
         advertised: &str,
+        listeners: &std::collections::BTreeMap<String, String>,
     ) -> Result<Membership, ClusterError> {
         let endpoints = section.etcd.join(",");
         let unreachable =
@@ -121,7 +126,9 @@ impl Membership {
             tracing::info!(cluster_id, "registered the cluster id in etcd");
         }
 
-        let registration = Registration { key: broker_key(id), id, advertised: advertised.to_owned(), ttl };
+        let listeners =
+            if listeners.is_empty() { String::new() } else { serde_json::to_string(listeners).unwrap_or_default() };
+        let registration = Registration { key: broker_key(id), id, advertised: advertised.to_owned(), listeners, ttl };
         // A previous incarnation killed moments ago still holds the key until its lease runs out: wait that long.
         let waited_from = Instant::now();
         let lease = loop {
@@ -184,9 +191,14 @@ fn stored_value(response: &etcd_client::TxnResponse) -> Option<String> {
 async fn register(client: &mut Client, r: &Registration) -> Result<Result<i64, String>, etcd_client::Error> {
     let ttl = i64::try_from(r.ttl.as_secs()).unwrap_or(i64::MAX).max(1);
     let lease = client.lease_grant(ttl, None).await?.id();
+    let mut puts = vec![TxnOp::put(r.key.as_str(), r.advertised.as_str(), Some(PutOptions::new().with_lease(lease)))];
+    if !r.listeners.is_empty() {
+        let key = crate::catalog::listeners_key(r.id);
+        puts.push(TxnOp::put(key, r.listeners.as_str(), Some(PutOptions::new().with_lease(lease))));
+    }
     let txn = Txn::new()
         .when([Compare::version(r.key.as_str(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(r.key.as_str(), r.advertised.as_str(), Some(PutOptions::new().with_lease(lease)))])
+        .and_then(puts)
         .or_else([TxnOp::get(r.key.as_str(), None)]);
     let response = client.txn(txn).await?;
     if response.succeeded() {

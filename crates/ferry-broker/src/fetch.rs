@@ -83,6 +83,28 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
 }
 
 /// Reads one partition for a fetch-style response.
+/// Where a cluster member points a client for a partition it cannot answer for: the partition's leader as the
+/// catalog names it (see `Replication::leader_hint`). `None` on a single broker.
+pub type LeaderHints = Option<Arc<dyn Fn(&str, u32) -> Option<pb::LeaderHint> + Send + Sync>>;
+
+/// `d`, pointed at the partition's leader when this broker could not answer for it (an unknown partition: it holds
+/// no replica; not_leader without a leader: its replica does not know who leads) and the catalog names one.
+fn redirect(hints: &LeaderHints, mut d: pb::PartitionData) -> pb::PartitionData {
+    let unknown = d.error == pb::ErrorCode::UnknownTopicOrPartition as i32;
+    let leaderless = d.error == pb::ErrorCode::NotLeader as i32 && d.leader.as_ref().is_none_or(|l| l.leader_id == 0);
+    if !unknown && !leaderless {
+        return d;
+    }
+    let Some(hint) = hints.as_ref().and_then(|h| h(&d.topic, d.partition)) else { return d };
+    d.error = pb::ErrorCode::NotLeader as i32;
+    d.message = format!(
+        "this broker does not lead {}/{}: broker {} at {} does (leader epoch {})",
+        d.topic, d.partition, hint.leader_id, hint.leader_address, hint.leader_epoch
+    );
+    d.leader = Some(hint);
+    d
+}
+
 fn read_one(core: &BrokerCore, topic: &str, partition: u32, offset: u64, max_bytes: u64) -> pb::PartitionData {
     let t = match core.topic(topic) {
         Ok(t) => t,
@@ -139,6 +161,7 @@ pub async fn fetch(
     limit: u64,
     turn: usize,
     shutdown: &CancellationToken,
+    hints: &LeaderHints,
 ) -> pb::FetchResponse {
     let mut arrivals = core.arrivals();
     let deadline = tokio::time::Instant::now() + max_wait.min(Duration::from_millis(u64::from(req.max_wait_ms)));
@@ -172,7 +195,7 @@ pub async fn fetch(
                 budget = budget.saturating_sub(n);
             }
             any |= !data.batches.is_empty() || data.error != pb::ErrorCode::None as i32;
-            out[i] = Some(data);
+            out[i] = Some(redirect(hints, data));
         }
         let out: Vec<pb::PartitionData> = out.into_iter().flatten().collect();
         if any || tokio::time::Instant::now() >= deadline {
@@ -210,6 +233,7 @@ pub async fn subscribe(
     tx: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
     limit: u64,
     shutdown: CancellationToken,
+    hints: LeaderHints,
 ) {
     let mut subs: BTreeMap<(String, u32), Sub> = BTreeMap::new();
     let max_subs = core.limits().max_subscribe_partitions as usize;
@@ -229,7 +253,7 @@ pub async fn subscribe(
                 .iter()
                 .map(|((topic, partition), sub)| pb::PartitionData {
                     seat: sub.seat,
-                    ..position(&core, topic, *partition, sub.offset)
+                    ..redirect(&hints, position(&core, topic, *partition, sub.offset))
                 })
                 .collect();
             if !positions.is_empty() && tx.send(Ok(pb::SubscribeResponse { partitions: positions })).await.is_err() {
@@ -258,7 +282,7 @@ pub async fn subscribe(
                     sub.errored = true;
                     batch_out.push(pb::PartitionData {
                         seat: sub.seat,
-                        ..read_one(&core, topic, *partition, sub.offset, 1)
+                        ..redirect(&hints, read_one(&core, topic, *partition, sub.offset, 1))
                     });
                 }
                 continue;
@@ -268,7 +292,7 @@ pub async fn subscribe(
             }
             let data = pb::PartitionData {
                 seat: sub.seat,
-                ..read_partition(&p, sub.offset, sub.credit.min(max_response - size), topic_id)
+                ..redirect(&hints, read_partition(&p, sub.offset, sub.credit.min(max_response - size), topic_id))
             };
             if data.error != pb::ErrorCode::None as i32 {
                 if !sub.errored {
@@ -375,10 +399,14 @@ fn unread(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::Pa
     data
 }
 
-/// A data-less entry telling the client where a partition stands.
+/// A data-less entry telling the client where a partition stands; a replicated partition's only at its leader
+/// (elsewhere: not_leader with the hint), since only the leader knows the high watermark clients may read to.
 fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::PartitionData {
     match core.topic(topic).and_then(|t| Ok((t.id(), t.partition(partition)?))) {
         Ok((topic_id, p)) => {
+            if let Err(e) = p.check_leading() {
+                return error_data(topic, partition, &e, topic_id);
+            }
             let log = p.log();
             pb::PartitionData {
                 topic: topic.to_owned(),

@@ -157,6 +157,17 @@ pub async fn run(
         .map_err(|source| ServerError::Bind { addr: config.broker.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.broker.listen, source })?;
     let advertised = config.broker.advertised_address.clone().unwrap_or_else(|| addr.to_string());
+    // Named listeners: bound now, so that their addresses are registered with the membership.
+    let mut named = Vec::new();
+    let mut named_addrs = std::collections::BTreeMap::new();
+    for l in &config.cluster.listeners {
+        let bound =
+            tokio::net::TcpListener::bind(l.addr).await.map_err(|source| ServerError::Bind { addr: l.addr, source })?;
+        let local = bound.local_addr().map_err(|source| ServerError::Bind { addr: l.addr, source })?;
+        named_addrs.insert(l.name.clone(), l.advertised.clone().unwrap_or_else(|| local.to_string()));
+        tracing::info!(listener = %l.name, addr = %local, "named listener bound");
+        named.push(bound);
+    }
     let metrics = if config.metrics.enabled {
         let at = config.metrics.listen;
         let bound = match tokio::net::TcpListener::bind(at).await {
@@ -178,7 +189,8 @@ pub async fn run(
     let membership = if config.cluster.enabled() {
         let member_addr = config.cluster.advertised_addr.clone().unwrap_or_else(|| advertised.clone());
         // Boxed: the etcd client's futures are large, and this one would otherwise live in every caller's.
-        match Box::pin(crate::cluster::Membership::join(&config.cluster, core.cluster_id(), &member_addr)).await {
+        let joining = crate::cluster::Membership::join(&config.cluster, core.cluster_id(), &member_addr, &named_addrs);
+        match Box::pin(joining).await {
             Ok(m) => Some(m),
             Err(e) => {
                 let closing = Arc::clone(&core);
@@ -224,17 +236,35 @@ pub async fn run(
 
     spawn_duties(&tasks, &core, &groups, &config, shutdown.clone());
 
-    let mut builder = Server::builder()
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_frame_size(MAX_FRAME)
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        // Without it tonic sets no limit at all, overriding hyper's default.
-        .max_concurrent_streams(Some(config.limits.max_concurrent_streams))
-        .tcp_nodelay(true);
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).map_err(|e| ServerError::Tls(e.to_string()))?;
+    let make_builder = || -> Result<Server, ServerError> {
+        let mut builder = Server::builder()
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            // Without it tonic sets no limit at all, overriding hyper's default.
+            .max_concurrent_streams(Some(config.limits.max_concurrent_streams))
+            .tcp_nodelay(true);
+        if let Some(tls) = &tls {
+            builder = builder.tls_config(tls.clone()).map_err(|e| ServerError::Tls(e.to_string()))?;
+        }
+        Ok(builder)
+    };
+    let mut builder = make_builder()?;
+    // Every named listener serves the same service, and stops with the main one.
+    for bound in named {
+        let stop = shutdown.clone();
+        let incoming = TcpIncoming::from(bound).with_nodelay(Some(true));
+        let serving = make_builder()?
+            .add_service(health_service.clone())
+            .add_service(grpc.clone())
+            .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await });
+        tasks.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!(error = %e, "a named listener stopped serving");
+            }
+        });
     }
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tracing::info!(%addr, cluster_id = core.cluster_id(), "ferry-broker listening");

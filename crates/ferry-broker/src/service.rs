@@ -2,6 +2,7 @@
 //! and scopes", checked before anything else), request validation, and translation between protobuf messages and
 //! the broker core. No broker logic lives here beyond picking a partition for produce.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -145,7 +146,8 @@ impl Broker for BrokerService {
     async fn metadata(&self, req: Request<pb::MetadataRequest>) -> Rpc<pb::MetadataResponse> {
         // Every token may ask what the broker is: clients read its limits before anything else.
         caller(&req)?;
-        let topics = req.into_inner().topics;
+        let req = req.into_inner();
+        let (topics, listener) = (req.topics, Some(req.listener.as_str()).filter(|l| !l.is_empty()));
         let r = self.replication.as_ref();
         ok(pb::MetadataResponse {
             cluster_id: self.core.cluster_id().to_owned(),
@@ -154,9 +156,9 @@ impl Broker for BrokerService {
             max_message_bytes: ferry_proto::max_message_bytes(self.max_batch_bytes as usize) as u64,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             broker_id: r.map_or(0, |r| r.broker_id()),
-            brokers: r.map(|r| r.brokers()).unwrap_or_default(),
+            brokers: r.map(|r| r.brokers(listener)).unwrap_or_default(),
             partitions: match r {
-                Some(r) if !topics.is_empty() => r.placements(&topics),
+                Some(r) if !topics.is_empty() => r.placements(&topics, listener),
                 _ => Vec::new(),
             },
         })
@@ -173,11 +175,16 @@ impl Broker for BrokerService {
     async fn list_topics(&self, req: Request<pb::ListTopicsRequest>) -> Rpc<pb::ListTopicsResponse> {
         let who = caller(&req)?;
         who.allow("ListTopics", DESCRIBE)?;
-        let topics = self
-            .core
-            .topics()
-            .iter()
-            .map(|t| self.core.topic_info(t))
+        let mut topics: BTreeMap<String, pb::TopicInfo> =
+            self.core.topics().iter().map(|t| self.core.topic_info(t)).map(|i| (i.name.clone(), i)).collect();
+        // A cluster member lists the catalog's replicated topics, also those it holds no replica of.
+        if let Some(r) = &self.replication {
+            for info in r.catalog_topics() {
+                topics.entry(info.name.clone()).or_insert(info);
+            }
+        }
+        let topics = topics
+            .into_values()
             .filter(|info| who.sees_topic(&info.name) && !info.name.starts_with(crate::topic::RESERVED_PREFIX))
             .collect();
         ok(pb::ListTopicsResponse { topics })
@@ -282,7 +289,9 @@ impl Broker for BrokerService {
         }
         let limit = crate::fetch::response_limit(self.max_batch_bytes);
         let turn = self.fetch_turns.fetch_add(1, Ordering::Relaxed) as usize;
-        ok(crate::fetch::fetch(&self.core, req.into_inner(), self.max_fetch_wait, limit, turn, &self.shutdown).await)
+        let hints = self.leader_hints();
+        let req = req.into_inner();
+        ok(crate::fetch::fetch(&self.core, req, self.max_fetch_wait, limit, turn, &self.shutdown, &hints).await)
     }
 
     type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
@@ -294,7 +303,7 @@ impl Broker for BrokerService {
         let core = Arc::clone(&self.core);
         let shutdown = self.shutdown.clone();
         let limit = crate::fetch::response_limit(self.max_batch_bytes);
-        tokio::spawn(crate::fetch::subscribe(core, who, req.into_inner(), tx, limit, shutdown));
+        tokio::spawn(crate::fetch::subscribe(core, who, req.into_inner(), tx, limit, shutdown, self.leader_hints()));
         ok(ReceiverStream::new(rx))
     }
 

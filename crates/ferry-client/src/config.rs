@@ -60,6 +60,10 @@ pub struct ClientConfig {
     pub keepalive_timeout: Duration,
     /// Retry policy of idempotent calls after a transport failure or a timeout.
     pub retry: RetryPolicy,
+    /// The cluster's named listener this client reaches brokers on (`[[cluster.listeners]]` of the brokers): asked
+    /// for in Metadata, so that the brokers and partition leaders it learns are at that listener's addresses.
+    /// `None`: the brokers' registered addresses.
+    pub listener: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -85,6 +89,7 @@ impl Default for ClientConfig {
             keepalive_interval: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(20),
             retry: RetryPolicy::default(),
+            listener: None,
         }
     }
 }
@@ -105,6 +110,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("keepalive_interval", &self.keepalive_interval)
             .field("keepalive_timeout", &self.keepalive_timeout)
             .field("retry", &self.retry)
+            .field("listener", &self.listener)
             .finish()
     }
 }

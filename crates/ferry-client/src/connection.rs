@@ -77,6 +77,10 @@ const LEADER_ADDRESS_KEY: &str = "ferry-leader-address";
 const LEADER_EPOCH_KEY: &str = "ferry-leader-epoch";
 const LEADER_PARTITION_KEY: &str = "ferry-leader-partition";
 const COORDINATOR_GROUP_KEY: &str = "ferry-coordinator-group";
+const LEADER_ID_KEY: &str = "ferry-leader-id";
+/// How many times one call follows a NOT_LEADER or NOT_COORDINATOR answer to the broker it names, on top of its
+/// retry policy's attempts.
+const MAX_REDIRECTS: u32 = 3;
 
 /// Where a call's attempts go.
 #[derive(Debug, Clone, Copy)]
@@ -392,7 +396,7 @@ impl BrokerClient {
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let policy = self.inner.config.retry;
-        let mut attempt = 0u32;
+        let (mut attempt, mut redirects) = (0u32, 0u32);
         loop {
             let at = match route {
                 Route::Any => self.clone(),
@@ -402,6 +406,13 @@ impl BrokerClient {
             match at.attempt(rpc, timeout, &mut f).await {
                 Ok(v) => return Ok(v),
                 Err(Failure { error, never_sent, redirected }) => {
+                    // A redirect to the leader or coordinator an answer named wrote nothing: it is followed even by
+                    // a client that makes one attempt, a few times (leadership may move again meanwhile).
+                    if redirected && error.nothing_written() && redirects < MAX_REDIRECTS {
+                        redirects += 1;
+                        tracing::debug!(rpc, %error, redirects, "retrying where the answer pointed");
+                        continue;
+                    }
                     attempt += 1;
                     let may_retry = error.nothing_written()
                         || match retry {
@@ -460,12 +471,16 @@ impl BrokerClient {
                     reason: None,
                 });
             }
-            self.attempt("Metadata", timeout, |conn| {
-                let mut c = conn.raw();
-                async move { c.metadata(ferry_proto::MetadataRequest::default()).await }
-            })
-            .await
-            .map_err(|f| f.error)
+            let listener = self.inner.config.listener.clone().unwrap_or_default();
+            let answer = self
+                .attempt("Metadata", timeout, |conn| {
+                    let mut c = conn.raw();
+                    async move { c.metadata(ferry_proto::MetadataRequest { topics: Vec::new(), listener }).await }
+                })
+                .await
+                .map_err(|f| f.error)?;
+            self.learn_brokers(answer.brokers.iter().map(|b| (b.broker_id, b.address.clone())));
+            Ok(answer)
         };
         match tokio::time::timeout(timeout, probe).await {
             Ok(result) => result,

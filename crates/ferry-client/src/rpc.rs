@@ -65,22 +65,20 @@ const fn once<T>(_: &T) -> Retry {
 impl BrokerClient {
     /// Cluster id, advertised address and limits.
     pub async fn metadata(&self) -> Result<pb::MetadataResponse> {
-        self.call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
-            let mut c = conn.raw();
-            async move { c.metadata(pb::MetadataRequest::default()).await }
-        })
-        .await
+        self.metadata_for(Vec::new()).await
     }
 
-    /// Metadata with the placement of `topics`' replicated partitions (leader, leader epoch, replicas, ISR).
+    /// [`Self::metadata`] with the placement of `topics`' replicated partitions (a cluster member's), on this
+    /// client's listener; the brokers and leaders it names are where this client's calls go from then on.
     pub async fn metadata_for(&self, topics: Vec<String>) -> Result<pb::MetadataResponse> {
+        let listener = self.config().listener.clone().unwrap_or_default();
         let response = self
             .call("Metadata", Retry::Idempotent, self.request_timeout(), |conn| {
-                let (mut c, topics) = (conn.raw(), topics.clone());
-                async move { c.metadata(pb::MetadataRequest { topics }).await }
+                let (mut c, topics, listener) = (conn.raw(), topics.clone(), listener.clone());
+                async move { c.metadata(pb::MetadataRequest { topics, listener }).await }
             })
             .await?;
-        // The leaders it names are where this client's calls about those partitions go.
+        self.learn_brokers(response.brokers.iter().map(|b| (b.broker_id, b.address.clone())));
         for p in response.partitions.iter().filter(|p| p.leader_id != 0) {
             self.learn_leader(&p.topic, p.partition, p.leader_epoch, &p.leader_address);
         }

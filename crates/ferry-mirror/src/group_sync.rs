@@ -264,6 +264,7 @@ mod tests {
             source_id: format!("id-{source}"),
             partitions: 2,
             target: target.into(),
+            replicated_source: false,
         };
         let set = TopicSet {
             topics: [

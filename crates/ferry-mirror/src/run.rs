@@ -220,7 +220,11 @@ pub async fn run(
     let (rules_tx, rules_rx) = watch::channel(config.topics.clone());
     let (groups_tx, groups_rx) = watch::channel(config.groups.clone());
     let manager = TopicAndOffsetManager::new(
-        Naming { source_cluster: config.source.cluster.clone(), target_cluster: config.target.cluster.clone() },
+        Naming {
+            source_cluster: config.source.cluster.clone(),
+            target_cluster: config.target.cluster.clone(),
+            target_replication: config.target.replication.clone(),
+        },
         rules_rx,
         Arc::clone(&target),
         egress.clone(),

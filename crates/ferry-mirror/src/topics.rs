@@ -39,6 +39,9 @@ pub struct MirroredTopic {
     pub partitions: u32,
     /// Target topic name.
     pub target: String,
+    /// Whether the source topic is replicated (double_write, raft3): its log end may briefly read below what was
+    /// copied while a new leader's high watermark catches up, which is no divergence.
+    pub replicated_source: bool,
 }
 
 /// The set of mirrored topics, by source name.
@@ -126,6 +129,21 @@ pub struct Naming {
     pub source_cluster: String,
     /// `target.cluster`.
     pub target_cluster: String,
+    /// `target.replication`: "source", or the mode of every mirror topic created.
+    pub target_replication: String,
+}
+
+impl Naming {
+    /// How the mirror topic of source topic `t` is kept on the target: its own mode and risk phase under
+    /// `target.replication = "source"`, else the configured mode.
+    pub fn replication_of(&self, t: &pb::TopicInfo) -> (String, bool) {
+        if self.target_replication == "source" {
+            let mode = if t.replication.is_empty() { "single".to_owned() } else { t.replication.clone() };
+            (mode, t.risk_phase)
+        } else {
+            (self.target_replication.clone(), false)
+        }
+    }
 }
 
 /// The TopicAndOffsetManager.
@@ -284,8 +302,9 @@ impl TopicAndOffsetManager {
             source_topic: t.name.clone(),
             source_cluster: self.naming.source_cluster.clone(),
         };
-        let created =
-            self.target.create_topic(target, t.partitions, t.config.clone().unwrap_or_default(), mirror).await;
+        let (replication, risk_phase) = self.naming.replication_of(t);
+        let config = t.config.clone().unwrap_or_default();
+        let created = self.target.create_topic(target, t.partitions, config, mirror, &replication, risk_phase).await;
         match created {
             Ok(_) => {
                 self.copied_config.insert(target.to_owned(), t.config.clone().unwrap_or_default());
@@ -294,12 +313,13 @@ impl TopicAndOffsetManager {
             Err(e) if e.is_already_exists() => {}
             Err(e) => return Err(e),
         }
-        tracing::info!(topic = %t.name, target, partitions = t.partitions, "created target mirror topic");
+        tracing::info!(topic = %t.name, target, partitions = t.partitions, replication, "created target mirror topic");
         Ok(MirroredTopic {
             source: t.name.clone(),
             source_id: t.topic_id.clone(),
             partitions: t.partitions,
             target: target.to_owned(),
+            replicated_source: !matches!(t.replication.as_str(), "" | "single"),
         })
     }
 
@@ -361,6 +381,7 @@ impl TopicAndOffsetManager {
             source_id: if mark.source_topic_id.is_empty() { t.topic_id.clone() } else { mark.source_topic_id.clone() },
             partitions,
             target: existing.name.clone(),
+            replicated_source: !matches!(t.replication.as_str(), "" | "single"),
         })
     }
 }
@@ -407,7 +428,11 @@ mod tests {
 
     #[test]
     fn a_mirror_topic_whose_source_topic_is_gone_is_found_and_nothing_else() {
-        let naming = Naming { source_cluster: "dc-a".into(), target_cluster: "dc-b".into() };
+        let naming = Naming {
+            source_cluster: "dc-a".into(),
+            target_cluster: "dc-b".into(),
+            target_replication: "source".into(),
+        };
         let topic = |name: &str, source: Option<(&str, &str)>| pb::TopicInfo {
             name: name.into(),
             mirror: source.map(|(cluster, topic)| pb::MirrorSource {

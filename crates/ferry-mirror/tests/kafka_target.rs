@@ -100,8 +100,8 @@ async fn appends_carry_provenance_and_a_restarted_adapter_resumes_without_duplic
     let k = Tansu::start("kafka-b").await;
     let t = target(&k, Rename::Identity);
     let config = pb::TopicConfig { retention_ms: Some(0), ..Default::default() };
-    t.create_topic("orders", 2, config.clone(), mirror_source("orders")).await.unwrap();
-    let again = t.create_topic("orders", 2, config, mirror_source("orders")).await.unwrap_err();
+    t.create_topic("orders", 2, config.clone(), mirror_source("orders"), "single", false).await.unwrap();
+    let again = t.create_topic("orders", 2, config, mirror_source("orders"), "single", false).await.unwrap_err();
     assert!(again.is_already_exists(), "{again:?}");
     let listed = t.list_topics().await.unwrap();
     let orders = listed.iter().find(|t| t.name == "orders").unwrap();
@@ -170,7 +170,7 @@ async fn appends_carry_provenance_and_a_restarted_adapter_resumes_without_duplic
 async fn a_writer_killed_mid_transaction_is_fenced_and_nothing_is_duplicated_and_on_tansu_its_aborted_records_stay() {
     let k = Tansu::start("kafka-b").await;
     let t1 = target(&k, Rename::Identity);
-    t1.create_topic("orders", 1, pb::TopicConfig::default(), mirror_source("orders")).await.unwrap();
+    t1.create_topic("orders", 1, pb::TopicConfig::default(), mirror_source("orders"), "single", false).await.unwrap();
     let source = source_records(0..100);
     assert_eq!(append(&t1, "orders", 0, &source[..50], 0).await, appended(50, 5, 0));
 
@@ -217,7 +217,9 @@ async fn a_writer_killed_mid_transaction_is_fenced_and_nothing_is_duplicated_and
 async fn group_offsets_translate_exactly_both_ways() {
     let k = Tansu::start("kafka-b").await;
     let t = target(&k, Rename::Prefix);
-    t.create_topic("dc-a.orders", 1, pb::TopicConfig::default(), mirror_source("orders")).await.unwrap();
+    t.create_topic("dc-a.orders", 1, pb::TopicConfig::default(), mirror_source("orders"), "single", false)
+        .await
+        .unwrap();
     let source = source_records((0..50).chain(60..110));
     let tp = TargetTp::new("dc-a.orders", 0);
     let mut from = 0;
@@ -268,7 +270,7 @@ async fn scale_out_members_split_the_partitions_and_take_over_on_leave() {
     let k = Tansu::start("kafka-b").await;
     let a = target(&k, Rename::Identity);
     let b = target(&k, Rename::Identity);
-    a.create_topic("orders", 4, pb::TopicConfig::default(), mirror_source("orders")).await.unwrap();
+    a.create_topic("orders", 4, pb::TopicConfig::default(), mirror_source("orders"), "single", false).await.unwrap();
     let group = "ferry-mirror.m";
     let session = Duration::from_secs(6);
     let ma = a.join(group, "", vec!["orders".into()], session).await.unwrap();
@@ -300,7 +302,9 @@ async fn scale_out_members_split_the_partitions_and_take_over_on_leave() {
 async fn refusals_are_clear_and_local_topics_are_not_mirror_topics() {
     let k = Tansu::start("kafka-b").await;
     let t = target(&k, Rename::Prefix);
-    t.create_topic("dc-a.orders", 2, pb::TopicConfig::default(), mirror_source("orders")).await.unwrap();
+    t.create_topic("dc-a.orders", 2, pb::TopicConfig::default(), mirror_source("orders"), "single", false)
+        .await
+        .unwrap();
 
     let err = t.alter_partitions("dc-a.orders", 4).await.unwrap_err();
     assert_eq!(err.code(), Some(ferry_client::Code::Unimplemented), "{err}");

@@ -38,6 +38,22 @@ pub struct ClusterSection {
     /// PEM CA bundle that the other members' certificates are checked against; set: members are dialled over TLS
     /// (and, with `[broker.tls]`, this member presents its own certificate). Unset: plaintext.
     pub tls_ca_file: Option<PathBuf>,
+    /// Named listeners (`[[cluster.listeners]]`): more addresses this broker serves on, each advertised under its
+    /// name, so that clients on another network (a mirror's backup route) are told addresses they can reach.
+    pub listeners: Vec<ListenerSection>,
+}
+
+/// One `[[cluster.listeners]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSection {
+    /// Its name, as clients ask for it (a mirror route's `listener`).
+    pub name: String,
+    /// The address it binds.
+    pub addr: std::net::SocketAddr,
+    /// The address advertised for it; unset: the bound address.
+    #[serde(default)]
+    pub advertised: Option<String>,
 }
 
 impl Default for ClusterSection {
@@ -52,6 +68,7 @@ impl Default for ClusterSection {
             peer_addrs: BTreeMap::new(),
             token_file: None,
             tls_ca_file: None,
+            listeners: Vec::new(),
         }
     }
 }
@@ -111,6 +128,25 @@ impl ClusterSection {
             if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
                 p.push(key, "must name a file");
             }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, l) in self.listeners.iter().enumerate() {
+            let key = format!("cluster.listeners[{i}]");
+            let valid_name = !l.name.is_empty()
+                && l.name.len() <= 64
+                && l.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid_name {
+                p.push(format!("{key}.name"), format!("{:?} must be 1-64 characters of A-Z a-z 0-9 - _", l.name));
+            }
+            if !names.insert(l.name.as_str()) {
+                p.push(format!("{key}.name"), format!("{:?} is named twice", l.name));
+            }
+            if l.advertised.as_ref().is_some_and(|a| a.is_empty() || a.contains(char::is_whitespace)) {
+                p.push(format!("{key}.advertised"), "must be a host:port without spaces");
+            }
+        }
+        if !self.listeners.is_empty() && !self.enabled() {
+            p.push("cluster.listeners", "named listeners are advertised through the cluster: set cluster.etcd too");
         }
         if self.advertised_addr.as_ref().is_some_and(|a| a.is_empty() || a.contains(char::is_whitespace)) {
             p.push("cluster.advertised_addr", "must be a host:port without spaces");

@@ -143,13 +143,14 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
 fn conf_broker_toml_mentions_every_key_of_every_section() {
     use ferry_config::documented::fields;
     let mentioned = ferry_config::documented::mentioned(&reference()).unwrap();
-    let sections: [(&str, &[&str]); 7] = [
+    let sections: [(&str, &[&str]); 8] = [
         ("broker", fields::<BrokerSection>()),
         ("broker.tls", fields::<TlsSection>()),
         ("storage", fields::<StorageSection>()),
         ("groups", fields::<GroupsSection>()),
         ("limits", fields::<LimitsSection>()),
         ("cluster", fields::<super::ClusterSection>()),
+        ("cluster.listeners", fields::<super::cluster_section::ListenerSection>()),
         ("metrics", fields::<super::MetricsSection>()),
     ];
     let missing: Vec<String> = sections

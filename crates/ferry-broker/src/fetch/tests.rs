@@ -84,7 +84,7 @@ async fn a_fetch_never_carries_more_than_the_response_limit_and_loses_nothing() 
     let mut responses = 0;
     while offsets.iter().any(|&o| o < 300) {
         // The client asks for far more than one message may carry (16 MiB total, 1 MiB per partition).
-        let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, 0, &token).await;
+        let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, 0, &token, &None).await;
         let total: u64 = r.partitions.iter().map(|d| d.batches.len() as u64).sum();
         assert!(total <= limit, "response of {total} bytes, limit {limit}");
         assert!(total > 0, "no progress at {offsets:?}");
@@ -112,7 +112,7 @@ async fn successive_fetches_serve_different_partitions_first() {
     let limit = response_limit(MAX_BATCH);
     let token = CancellationToken::new();
     for turn in 0..8 {
-        let r = fetch(&core, request(4, &[0; 4], 16 * 1024 * 1024), Duration::ZERO, limit, turn, &token).await;
+        let r = fetch(&core, request(4, &[0; 4], 16 * 1024 * 1024), Duration::ZERO, limit, turn, &token, &None).await;
         // The answer keeps the request's order; the partition of this turn was read first and got data.
         let order: Vec<u32> = r.partitions.iter().map(|d| d.partition).collect();
         assert_eq!(order, vec![0, 1, 2, 3]);
@@ -128,7 +128,7 @@ async fn partitions_without_room_report_their_position_or_range_error() {
     let limit = response_limit(MAX_BATCH);
     let token = CancellationToken::new();
     // The total budget is one byte: partition 0 gets one whole batch, the others no data.
-    let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, 0, &token).await;
+    let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, 0, &token, &None).await;
     let d = &r.partitions;
     assert_eq!((d[0].error, d[0].next_offset), (pb::ErrorCode::None as i32, 50));
     assert!(!d[0].batches.is_empty());
@@ -137,4 +137,40 @@ async fn partitions_without_room_report_their_position_or_range_error() {
     assert_eq!(d[2].error, pb::ErrorCode::OffsetOutOfRange as i32);
     assert!(d[2].message.contains("offset 999 is out of range"), "{}", d[2].message);
     assert_eq!((d[2].log_start_offset, d[2].log_end_offset), (0, 150));
+}
+
+#[tokio::test]
+async fn a_partition_this_broker_cannot_answer_for_points_at_the_leader_the_catalog_names() {
+    let (_dir, core) = core_with_backlog(1, 1).await;
+    let limit = response_limit(MAX_BATCH);
+    let token = CancellationToken::new();
+    let hints: LeaderHints = Some(Arc::new(|topic: &str, partition: u32| {
+        (topic == "elsewhere" && partition == 2).then(|| pb::LeaderHint {
+            leader_id: 3,
+            leader_address: "10.0.0.3:7411".into(),
+            leader_epoch: 7,
+        })
+    }));
+    let ask = |topic: &str, partition: u32| pb::FetchRequest {
+        partitions: vec![pb::PartitionFetch { topic: topic.into(), partition, offset: 0, max_bytes: 1024 }],
+        max_wait_ms: 0,
+        max_bytes: 1024,
+    };
+    // Held here: read as usual. Unknown here and named by the catalog: not_leader with the leader.
+    let here = fetch(&core, ask("t", 0), Duration::ZERO, limit, 0, &token, &hints).await;
+    assert_eq!((here.partitions[0].error, here.partitions[0].leader.is_none()), (pb::ErrorCode::None as i32, true));
+    let away = fetch(&core, ask("elsewhere", 2), Duration::ZERO, limit, 0, &token, &hints).await;
+    let d = &away.partitions[0];
+    assert_eq!(d.error, pb::ErrorCode::NotLeader as i32);
+    assert_eq!(
+        d.leader,
+        Some(pb::LeaderHint { leader_id: 3, leader_address: "10.0.0.3:7411".into(), leader_epoch: 7 })
+    );
+    assert_eq!(d.message, "this broker does not lead elsewhere/2: broker 3 at 10.0.0.3:7411 does (leader epoch 7)");
+    // Unknown to the catalog as well (or on a single broker): unknown_topic_or_partition, as before.
+    for hints in [&hints, &None] {
+        let nowhere = fetch(&core, ask("nowhere", 0), Duration::ZERO, limit, 0, &token, hints).await;
+        assert_eq!(nowhere.partitions[0].error, pb::ErrorCode::UnknownTopicOrPartition as i32);
+        assert_eq!(nowhere.partitions[0].leader, None);
+    }
 }

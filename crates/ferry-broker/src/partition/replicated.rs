@@ -40,6 +40,14 @@ impl Partition {
         }
     }
 
+    /// `Ok` when this broker may answer for the partition: it is not replicated, or this replica leads it.
+    pub fn check_leading(&self) -> Result<()> {
+        match self.replica.as_ref().map(|r| r.leading()) {
+            Some(Err(n)) => Err(self.not_leader(n)),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn not_leader(&self, n: NotLeading) -> BrokerError {
         BrokerError::NotLeader {
             topic: self.topic.clone(),

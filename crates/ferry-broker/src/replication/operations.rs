@@ -16,8 +16,9 @@ fn unreachable(e: etcd_client::Error) -> BrokerError {
 }
 
 impl Replication {
-    /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses.
-    pub fn placements(&self, topics: &[String]) -> Vec<pb::PartitionPlacement> {
+    /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses on
+    /// `listener` (the registered ones for `None`).
+    pub fn placements(&self, topics: &[String], listener: Option<&str>) -> Vec<pb::PartitionPlacement> {
         let snap = self.snap.read();
         snap.partitions
             .iter()
@@ -29,19 +30,36 @@ impl Replication {
                 leader_epoch: v.state.leader_epoch,
                 replicas: v.state.replicas.clone(),
                 isr: v.state.isr.clone(),
-                leader_address: snap.brokers.get(&v.state.leader).cloned().unwrap_or_default(),
+                leader_address: snap.address(v.state.leader, listener).unwrap_or_default(),
                 target_replicas: v.state.target.clone().unwrap_or_default(),
             })
             .collect()
     }
 
-    /// The live members.
-    pub fn brokers(&self) -> Vec<pb::BrokerNode> {
-        self.snap
-            .read()
-            .brokers
-            .iter()
-            .map(|(&broker_id, a)| pb::BrokerNode { broker_id, address: a.clone() })
+    /// Where a client should go for `topic`/`partition` when this broker cannot answer for it (it holds no replica,
+    /// or its replica does not know who leads): the leader the catalog names, unless none leads or this one does.
+    pub fn leader_hint(&self, topic: &str, partition: u32) -> Option<pb::LeaderHint> {
+        let snap = self.snap.read();
+        let state = &snap.partitions.get(&(topic.to_owned(), partition))?.state;
+        if state.leader == 0 || state.leader == self.s.me {
+            return None;
+        }
+        Some(pb::LeaderHint {
+            leader_id: state.leader,
+            leader_address: snap.address(state.leader, None)?,
+            leader_epoch: state.leader_epoch,
+        })
+    }
+
+    /// The live members, at their addresses on `listener` (the registered ones for `None`).
+    pub fn brokers(&self, listener: Option<&str>) -> Vec<pb::BrokerNode> {
+        let snap = self.snap.read();
+        snap.brokers
+            .keys()
+            .map(|&broker_id| pb::BrokerNode {
+                broker_id,
+                address: snap.address(broker_id, listener).unwrap_or_default(),
+            })
             .collect()
     }
 
@@ -57,7 +75,7 @@ impl Replication {
             (snap.controller, snap.draining.iter().copied().collect(), modes)
         };
         let partitions = self
-            .placements(&[])
+            .placements(&[], None)
             .into_iter()
             .map(|placement| {
                 let (replication, risk_phase) = modes.get(&placement.topic).cloned().unwrap_or_default();
@@ -94,7 +112,7 @@ impl Replication {
         pb::ClusterStatusResponse {
             cluster_id: self.core.cluster_id().to_owned(),
             broker_id: self.s.me,
-            brokers: self.brokers(),
+            brokers: self.brokers(None),
             controller_id,
             partitions,
             etcd_reachable: self.etcd_reachable(),

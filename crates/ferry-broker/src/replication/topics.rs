@@ -275,6 +275,18 @@ impl Replication {
         Ok(())
     }
 
+    /// The catalog's topics as clients see them, those this broker holds no replica of too (but the internal
+    /// ones).
+    pub fn catalog_topics(&self) -> Vec<pb::TopicInfo> {
+        let topics: Vec<(String, TopicRecord)> =
+            self.snap.read().topics.iter().map(|(n, r)| (n.clone(), r.clone())).collect();
+        topics
+            .iter()
+            .filter(|(name, _)| !name.starts_with(crate::topic::RESERVED_PREFIX))
+            .map(|(name, record)| self.info(name, record))
+            .collect()
+    }
+
     /// The protocol view of the topic `record` describes.
     fn info(&self, name: &str, record: &TopicRecord) -> pb::TopicInfo {
         match self.core.topic(name) {

@@ -23,6 +23,12 @@ impl BrokerService {
         self.replication.as_ref().filter(|r| r.is_replicated(name))
     }
 
+    /// Where fetches and subscriptions point a client for partitions this broker cannot answer for.
+    pub(super) fn leader_hints(&self) -> crate::fetch::LeaderHints {
+        let r = Arc::clone(self.replication.as_ref()?);
+        Some(Arc::new(move |topic: &str, partition: u32| r.leader_hint(topic, partition)))
+    }
+
     pub(super) async fn create_topic_rpc(&self, req: Request<pb::CreateTopicRequest>) -> Rpc<pb::CreateTopicResponse> {
         let who = caller(&req)?;
         let req = req.into_inner();

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{BrokerClient, COORDINATOR_GROUP_KEY, LEADER_ADDRESS_KEY, LEADER_EPOCH_KEY, LEADER_PARTITION_KEY};
+use super::{
+    BrokerClient, COORDINATOR_GROUP_KEY, LEADER_ADDRESS_KEY, LEADER_EPOCH_KEY, LEADER_ID_KEY, LEADER_PARTITION_KEY,
+};
 use crate::config::ClientConfig;
 
 /// The newest known leader of each partition, and the clients of the leaders' addresses.
@@ -15,6 +17,8 @@ pub(super) struct Routing {
     leaders: parking_lot::Mutex<HashMap<(String, u32), (u32, String)>>,
     /// Group -> (leader epoch of its offsets partition, coordinator address).
     coordinators: parking_lot::Mutex<HashMap<String, (u32, String)>>,
+    /// Broker id -> address on this client's listener, from the last Metadata answer.
+    brokers: parking_lot::Mutex<HashMap<u32, String>>,
     /// Clients of one leader address each.
     direct: parking_lot::Mutex<HashMap<String, BrokerClient>>,
 }
@@ -34,6 +38,31 @@ impl BrokerClient {
         let Some(routing) = self.inner.routing.upgrade() else { return self.clone() };
         let address = routing.coordinators.lock().get(group).map(|(_, a)| a.clone());
         self.client_at(&routing, address)
+    }
+
+    /// The client of broker `id` at its address on this client's listener, as the last Metadata answer gave it;
+    /// `None` when that answer did not name it.
+    pub fn for_broker(&self, id: u32) -> Option<BrokerClient> {
+        let routing = self.inner.routing.upgrade()?;
+        let address = routing.brokers.lock().get(&id).cloned()?;
+        Some(self.client_at(&routing, Some(address)))
+    }
+
+    /// Learns the brokers' addresses on this client's listener (a Metadata answer's).
+    pub(crate) fn learn_brokers(&self, brokers: impl IntoIterator<Item = (u32, String)>) {
+        if let Some(routing) = self.inner.routing.upgrade() {
+            let mut known = routing.brokers.lock();
+            for (id, address) in brokers.into_iter().filter(|(id, a)| *id != 0 && !a.is_empty()) {
+                known.insert(id, address);
+            }
+        }
+    }
+
+    /// Broker `id`'s address on this client's listener, when a Metadata answer named it; else `fallback` (an
+    /// answer's hint, given at the registered address).
+    pub fn address_of(&self, id: u32, fallback: &str) -> String {
+        let known = self.inner.routing.upgrade().and_then(|r| r.brokers.lock().get(&id).cloned());
+        known.unwrap_or_else(|| fallback.to_owned())
     }
 
     /// The client of one broker address (made once and shared), or this client for `None` or its own address.
@@ -120,6 +149,8 @@ impl BrokerClient {
                 ) else {
                     return false;
                 };
+                let leader_id = text(LEADER_ID_KEY).and_then(|id| id.parse::<u32>().ok()).unwrap_or(0);
+                let address = self.address_of(leader_id, &address);
                 return self.learn_coordinator(&group, epoch, &address);
             }
             _ => return false,
@@ -131,6 +162,9 @@ impl BrokerClient {
         ) else {
             return false;
         };
+        // The hint gives the registered address; this client's listener may have another for that broker.
+        let leader_id = text(LEADER_ID_KEY).and_then(|id| id.parse::<u32>().ok()).unwrap_or(0);
+        let address = self.address_of(leader_id, &address);
         let Some((topic, index)) = partition.rsplit_once('/').and_then(|(t, p)| Some((t, p.parse::<u32>().ok()?)))
         else {
             return false;

@@ -388,7 +388,8 @@ impl Consumer {
             if code == pb::ErrorCode::NotLeader {
                 match &data.leader {
                     Some(hint) => {
-                        client.learn_leader(&data.topic, data.partition, hint.leader_epoch, &hint.leader_address);
+                        let address = client.address_of(hint.leader_id, &hint.leader_address);
+                        client.learn_leader(&data.topic, data.partition, hint.leader_epoch, &address);
                         tracing::debug!(topic = %data.topic, partition = data.partition, leader = %hint.leader_address, "fetching from the leader named");
                     }
                     None => {

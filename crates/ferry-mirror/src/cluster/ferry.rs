@@ -20,7 +20,18 @@ async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) ->
         max_wait_ms: 0,
         max_bytes: 1,
     };
-    let response = admin.client().fetch(request).await?;
+    // At the partition's leader (a cluster's followers serve no reads); an answer naming another one is followed once.
+    let mut response = admin.client().for_partition(topic, partition).fetch(request.clone()).await?;
+    if let Some(hint) = response
+        .partitions
+        .first()
+        .filter(|d| d.error == pb::ErrorCode::NotLeader as i32)
+        .and_then(|d| d.leader.clone())
+    {
+        let address = admin.client().address_of(hint.leader_id, &hint.leader_address);
+        admin.client().learn_leader(topic, partition, hint.leader_epoch, &address);
+        response = admin.client().for_partition(topic, partition).fetch(request).await?;
+    }
     let Some(data) = response.partitions.into_iter().next() else { return Ok(None) };
     if data.error != pb::ErrorCode::None as i32 {
         return Ok(None);
@@ -213,8 +224,13 @@ impl TargetCluster for FerryTarget {
         partitions: u32,
         config: pb::TopicConfig,
         mirror: pb::MirrorSource,
+        replication: &str,
+        risk_phase: bool,
     ) -> Result<()> {
-        self.admin.create_topic(name, partitions, config, Some(mirror)).await.map(drop)
+        self.admin
+            .create_topic_kept(name, partitions, Some(config), Some(mirror), replication, risk_phase)
+            .await
+            .map(drop)
     }
 
     async fn alter_partitions(&self, name: &str, partitions: u32) -> Result<()> {

@@ -216,13 +216,16 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     async fn limits(&self) -> Result<TargetLimits>;
     /// Every topic, with its mirror mark (a Kafka target reports the marks it can infer).
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
-    /// Creates a mirror topic. An existing topic is `ClientError` with ALREADY_EXISTS.
+    /// Creates a mirror topic kept as `replication` says (a Ferry target's mode; a Kafka target follows its own
+    /// replication factor). An existing topic is `ClientError` with ALREADY_EXISTS.
     async fn create_topic(
         &self,
         name: &str,
         partitions: u32,
         config: pb::TopicConfig,
         mirror: pb::MirrorSource,
+        replication: &str,
+        risk_phase: bool,
     ) -> Result<()>;
     /// Grows a topic.
     async fn alter_partitions(&self, name: &str, partitions: u32) -> Result<()>;

@@ -75,6 +75,9 @@ pub struct Route {
     /// Local address to connect from.
     #[serde(deserialize_with = "checks::ip_addr")]
     pub bind: Option<IpAddr>,
+    /// The source cluster's named listener this route reaches its brokers on (`[[cluster.listeners]]` of the
+    /// brokers): the leaders it fetches from are given at that listener's addresses. Unset: the registered ones.
+    pub listener: Option<String>,
 }
 
 /// The probe settings of one side: how often, how long one probe may take, and how many failures in a row make
@@ -225,6 +228,13 @@ impl SourceConfig {
                 }
             }
             checks::addresses(p, &format!("{key}.brokers"), &r.brokers);
+            if let Some(l) = &r.listener {
+                if self.kind == ClusterKind::Kafka {
+                    p.push(format!("{key}.listener"), "listeners are Ferry clusters' (kind = \"ferry\")");
+                } else if l.is_empty() || !l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                    p.push(format!("{key}.listener"), format!("{l:?} must be a listener name: A-Z a-z 0-9 - _"));
+                }
+            }
             if r.bind.is_some() && self.kind == ClusterKind::Kafka {
                 p.push(
                     format!("{key}.bind"),

@@ -57,6 +57,9 @@ pub struct TargetConfig {
     /// librdkafka properties (`"env:VAR"` and `"file:/path"` values resolved at load).
     #[serde(deserialize_with = "checks::kafka_props")]
     pub kafka: BTreeMap<String, String>,
+    /// How mirror topics are kept on a Ferry target: `"source"` (the source topic's mode), or `"single"`,
+    /// `"double_write"` or `"raft3"` for every topic.
+    pub replication: String,
     /// `[target.health]` as written.
     #[serde(rename = "health")]
     pub health_settings: TargetHealth,
@@ -75,6 +78,7 @@ impl Default for TargetConfig {
             token: None,
             tls: None,
             kafka: BTreeMap::new(),
+            replication: "source".into(),
             health_settings: TargetHealth::default(),
             health: HealthCheck::default(),
         }
@@ -102,6 +106,17 @@ impl TargetConfig {
         }
         if self.kind == ClusterKind::Ferry && !self.kafka.is_empty() {
             p.push("target.kafka", "librdkafka properties apply only with target.kind = \"kafka\"");
+        }
+        if !["source", "single", "double_write", "raft3"].contains(&self.replication.as_str()) {
+            p.push(
+                "target.replication",
+                format!("{:?} is not one of \"source\", \"single\", \"double_write\", \"raft3\"", self.replication),
+            );
+        } else if self.kind == ClusterKind::Kafka && self.replication != "source" {
+            p.push(
+                "target.replication",
+                "applies to Ferry targets; a Kafka target's topics follow its replication.factor",
+            );
         }
         // The keys written here, with the ranges of [source.health]; the inherited ones are checked there.
         let h = &self.health_settings;

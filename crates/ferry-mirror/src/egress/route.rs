@@ -41,6 +41,7 @@ pub fn ferry_routes(
 pub fn route_client_config(source: &SourceConfig, route: &Route, compression: bool) -> ClientConfig {
     let mut cfg = ClientConfig::new(route.brokers.clone());
     cfg.bind = route.bind;
+    cfg.listener = route.listener.clone();
     cfg.token = source.token.as_ref().map(|t| t.expose().to_owned());
     cfg.tls = source.tls.as_ref().map(|t| ferry_client::TlsOptions {
         ca_file: t.ca_file.clone(),

@@ -16,8 +16,8 @@ fn source(threshold: u32, switch_back: SwitchBack) -> SourceConfig {
         token: None,
         tls: None,
         routes: vec![
-            Route { name: "primary".into(), brokers: vec!["127.0.0.1:1".into()], bind: None },
-            Route { name: "backup".into(), brokers: vec!["127.0.0.1:2".into()], bind: None },
+            Route { name: "primary".into(), brokers: vec!["127.0.0.1:1".into()], bind: None, listener: None },
+            Route { name: "backup".into(), brokers: vec!["127.0.0.1:2".into()], bind: None, listener: None },
         ],
         health: HealthConfig {
             check_interval: Duration::from_millis(100),

@@ -182,8 +182,9 @@ impl FerrySession {
         })
     }
 
-    /// Hands a response's partitions to their lanes.
-    fn dispatch(&self, subs: &mut BTreeMap<SourceTp, Sub>, resp: pb::SubscribeResponse) {
+    /// Hands a response's partitions to their lanes. A partition this broker does not lead moves to the session of
+    /// the leader its answer names (or back to the route's brokers when it names none).
+    fn dispatch(&self, subs: &mut BTreeMap<SourceTp, Sub>, set: &PartitionSet, resp: pb::SubscribeResponse) {
         // The batches of a response are slices of one receive buffer, which lives as long as any slice does. When
         // the response carries several partitions' data, each partition gets its own copy, so that a slow
         // partition's few pending bytes never pin the others' (already appended) megabytes: memory then stays what
@@ -199,6 +200,12 @@ impl FerrySession {
                 topic_id: d.topic_id,
             };
             let code = pb::ErrorCode::try_from(d.error).unwrap_or(pb::ErrorCode::StorageError);
+            if code == pb::ErrorCode::NotLeader && sub.seat == Some(d.seat) {
+                let leader = d.leader.as_ref().map_or(0, |h| h.leader_id);
+                tracing::debug!(partition = %tp, at = set.leader(), leader, "not the leader here; moving the partition's fetch");
+                set.relocate(&tp, leader);
+                continue;
+            }
             if code != pb::ErrorCode::None {
                 if sub.seat == Some(d.seat) {
                     sub.link.error(fault(code), d.message, pos);
@@ -232,8 +239,24 @@ impl FerrySession {
 #[async_trait::async_trait]
 impl FetchSession for FerrySession {
     async fn run(&mut self, route: Arc<ActiveRoute>, set: &PartitionSet, stop: &CancellationToken) -> SessionEnd {
-        let Some(client) = &route.client else {
+        let Some(route_client) = &route.client else {
             return SessionEnd::Failed(format!("route {} has no Ferry client", route.name));
+        };
+        // A leader's session dials it at its address on the route's listener (the route's Metadata names it).
+        let client = match set.leader() {
+            0 => route_client.clone(),
+            id => match route_client.for_broker(id) {
+                Some(c) => c,
+                None => {
+                    if let Err(e) = route_client.metadata().await {
+                        return SessionEnd::Failed(format!("cannot learn broker {id}'s address: {e}"));
+                    }
+                    match route_client.for_broker(id) {
+                        Some(c) => c,
+                        None => return SessionEnd::Failed(format!("the route's brokers do not name broker {id}")),
+                    }
+                }
+            },
         };
         let mut raw = match client.raw().await {
             Ok(r) => r,
@@ -254,7 +277,7 @@ impl FetchSession for FerrySession {
             Ok(r) => r.into_inner(),
             Err(status) => return SessionEnd::Failed(format!("subscribe refused: {status}")),
         };
-        tracing::info!(route = %route.name, partitions = subs.len(), "source fetch stream open");
+        tracing::info!(route = %route.name, leader = set.leader(), partitions = subs.len(), "source fetch stream open");
         let mut credit_tick = tokio::time::interval(self.settings.credit_tick);
         credit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The broker sends positions every heartbeat even when idle; silence means a dead link.
@@ -267,6 +290,9 @@ impl FetchSession for FerrySession {
                 biased;
                 _ = stop.cancelled() => return SessionEnd::Shutdown,
                 _ = changed.notified() => {
+                    if set.is_empty() {
+                        return SessionEnd::Drained;
+                    }
                     let (starts, stops) = Self::reconcile(&mut subs, set);
                     if !stops.is_empty() && req_tx.send(stop_msg(stops)).await.is_err() {
                         return closed();
@@ -292,7 +318,10 @@ impl FetchSession for FerrySession {
                             delivered = true;
                             self.egress.report_success(&route.name);
                         }
-                        self.dispatch(&mut subs, resp);
+                        self.dispatch(&mut subs, set, resp);
+                        if set.is_empty() {
+                            return SessionEnd::Drained;
+                        }
                     }
                     Ok(None) => return SessionEnd::Failed("the source closed the fetch stream".into()),
                     Err(status) => return SessionEnd::Failed(format!("fetch stream error: {status}")),

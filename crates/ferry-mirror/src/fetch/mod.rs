@@ -17,6 +17,7 @@ pub mod ferry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use ferry_client::RetryPolicy;
 use parking_lot::Mutex;
@@ -27,20 +28,53 @@ use crate::egress::{ActiveRoute, EgressHandle};
 use crate::lane::link::LaneLink;
 use crate::tp::SourceTp;
 
+/// Moves a partition to the session of another source broker: `(partition, leader broker id)`, 0 for the route's
+/// listed brokers.
+pub type Relocate = Arc<dyn Fn(&SourceTp, u32) + Send + Sync>;
+
 /// The partitions one session serves.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct PartitionSet {
     inner: Arc<SetInner>,
 }
 
-#[derive(Debug, Default)]
+impl std::fmt::Debug for PartitionSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionSet").field("leader", &self.inner.leader).finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
 struct SetInner {
     lanes: Mutex<BTreeMap<SourceTp, Arc<LaneLink>>>,
     version: AtomicU64,
     changed: Arc<Notify>,
+    /// The source broker this set's session fetches from: 0 for the route's listed brokers (a single broker, or
+    /// a cluster's partitions whose leader is not known yet), else a cluster member's id.
+    leader: u32,
+    relocate: Option<Relocate>,
 }
 
 impl PartitionSet {
+    /// The set of the partitions led by broker `leader` (0: the route's listed brokers), whose session moves a
+    /// partition to another leader's set through `relocate`.
+    pub fn for_leader(leader: u32, relocate: Relocate) -> PartitionSet {
+        PartitionSet { inner: Arc::new(SetInner { leader, relocate: Some(relocate), ..SetInner::default() }) }
+    }
+
+    /// The source broker this set's session fetches from (0: the route's listed brokers).
+    pub fn leader(&self) -> u32 {
+        self.inner.leader
+    }
+
+    /// Moves `tp` to the session of broker `leader` (0: the route's listed brokers), as a NOT_LEADER answer or a
+    /// failed connection says.
+    pub fn relocate(&self, tp: &SourceTp, leader: u32) {
+        if let Some(r) = &self.inner.relocate {
+            r(tp, leader);
+        }
+    }
+
     /// The signal of every change: a partition added or removed, or one of its lanes re-seated.
     pub fn changed(&self) -> Arc<Notify> {
         Arc::clone(&self.inner.changed)
@@ -83,6 +117,8 @@ pub enum SessionEnd {
     Shutdown,
     /// The session failed; the reason counts as a failure of the route.
     Failed(String),
+    /// Every partition moved to another broker's session: nothing is left to fetch here (not a failure).
+    Drained,
 }
 
 /// One fetch session over one route.
@@ -95,9 +131,18 @@ pub trait FetchSession: Send {
 /// Builds a session for a route.
 pub type SessionFactory = Box<dyn Fn() -> Box<dyn FetchSession> + Send + Sync>;
 
-/// One session per source broker, restarted under the retry policy.
+/// One session per source broker, restarted under the retry policy. A single-broker source (and a cluster's
+/// partitions whose leader is not known yet) is served by one session over the route's listed brokers; a cluster's
+/// partition moves to its leader's session as the NOT_LEADER answers name it, and back when that session fails.
 pub struct Fetcher {
-    sets: BTreeMap<String, PartitionSet>,
+    inner: Arc<FetcherInner>,
+}
+
+struct FetcherInner {
+    /// Sessions by source broker id (0: the route's listed brokers).
+    sets: Mutex<BTreeMap<u32, PartitionSet>>,
+    /// Each partition's link and the broker whose session serves it.
+    links: Mutex<BTreeMap<SourceTp, (u32, Arc<LaneLink>)>>,
     egress: EgressHandle,
     retry: RetryPolicy,
     factory: Arc<SessionFactory>,
@@ -107,66 +152,122 @@ pub struct Fetcher {
 
 impl std::fmt::Debug for Fetcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fetcher").field("sessions", &self.sets.keys().collect::<Vec<_>>()).finish_non_exhaustive()
+        let sessions: Vec<u32> = self.inner.sets.lock().keys().copied().collect();
+        f.debug_struct("Fetcher").field("sessions", &sessions).finish_non_exhaustive()
     }
 }
 
-/// The key of the session that serves every partition while the source is one broker per route (a cluster
-/// source keys each partition by its leader).
-const SINGLE: &str = "route";
+/// The session of the route's listed brokers.
+const ROUTE: u32 = 0;
+/// The longest wait before the partitions of a failed leader session go back to the route's brokers.
+const LEADER_RETRY_MAX: Duration = Duration::from_secs(1);
 
 impl Fetcher {
     /// A fetcher whose sessions come from `factory`, stopped by `stop`.
     pub fn new(egress: EgressHandle, retry: RetryPolicy, factory: SessionFactory, stop: CancellationToken) -> Fetcher {
         Fetcher {
-            sets: BTreeMap::new(),
-            egress,
-            retry,
-            factory: Arc::new(factory),
-            tasks: tokio_util::task::TaskTracker::new(),
-            stop,
+            inner: Arc::new(FetcherInner {
+                sets: Mutex::new(BTreeMap::new()),
+                links: Mutex::new(BTreeMap::new()),
+                egress,
+                retry,
+                factory: Arc::new(factory),
+                tasks: tokio_util::task::TaskTracker::new(),
+                stop,
+            }),
         }
     }
 
-    /// The set that serves `tp`, with its session started if it is new.
-    fn set_for(&mut self, _tp: &SourceTp) -> &PartitionSet {
-        if !self.sets.contains_key(SINGLE) {
-            let set = PartitionSet::default();
-            let fetch = FetchLoop {
-                set: set.clone(),
-                egress: self.egress.clone(),
-                retry: self.retry,
-                factory: Arc::clone(&self.factory),
-            };
-            self.tasks.spawn(fetch.run(self.stop.clone()));
-            self.sets.insert(SINGLE.to_owned(), set);
-        }
-        &self.sets[SINGLE]
-    }
-
-    /// The signal lanes raise when they re-seat: the one of the set that serves `tp`.
+    /// The signal lanes raise when they re-seat: the one of the set that serves `tp` (the route's, at first).
     pub fn changed_for(&mut self, tp: &SourceTp) -> Arc<Notify> {
-        self.set_for(tp).changed()
+        let leader = self.inner.links.lock().get(tp).map_or(ROUTE, |(l, _)| *l);
+        FetcherInner::set_for(&self.inner, leader).changed()
     }
 
     /// Starts fetching a lane's partition (from when the lane seats itself).
     pub fn assign(&mut self, link: Arc<LaneLink>) {
-        let tp = link.tp.clone();
-        self.set_for(&tp).insert(link);
+        let set = FetcherInner::set_for(&self.inner, ROUTE);
+        link.serve_from(set.changed());
+        self.inner.links.lock().insert(link.tp.clone(), (ROUTE, Arc::clone(&link)));
+        set.insert(link);
     }
 
     /// Stops fetching a partition.
     pub fn unassign(&mut self, tp: &SourceTp) {
-        for set in self.sets.values() {
+        if let Some((leader, _)) = self.inner.links.lock().remove(tp)
+            && let Some(set) = self.inner.sets.lock().get(&leader)
+        {
             set.remove(tp);
         }
     }
 
     /// Stops every session and waits for them.
     pub async fn shut_down(self) {
-        self.stop.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
+        self.inner.stop.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
+
+impl FetcherInner {
+    /// The set of broker `leader`, with its session started if it is new.
+    fn set_for(this: &Arc<FetcherInner>, leader: u32) -> PartitionSet {
+        let mut sets = this.sets.lock();
+        if let Some(set) = sets.get(&leader) {
+            return set.clone();
+        }
+        let weak = Arc::downgrade(this);
+        let relocate: Relocate = Arc::new(move |tp: &SourceTp, to: u32| {
+            if let Some(inner) = weak.upgrade() {
+                FetcherInner::relocate(&inner, tp, to);
+            }
+        });
+        let set = PartitionSet::for_leader(leader, relocate);
+        let fetch = FetchLoop {
+            set: set.clone(),
+            egress: this.egress.clone(),
+            retry: this.retry,
+            factory: Arc::clone(&this.factory),
+        };
+        this.tasks.spawn(fetch.run(this.stop.clone()));
+        sets.insert(leader, set.clone());
+        set
+    }
+
+    /// Moves `tp` to broker `to`'s session. A move to where it is already restarts its subscription there after
+    /// the retry delay (a broker that knew no leader is asked again).
+    fn relocate(this: &Arc<FetcherInner>, tp: &SourceTp, to: u32) {
+        let (from, link) = {
+            let mut links = this.links.lock();
+            let Some((from, link)) = links.get_mut(tp) else { return };
+            let before = *from;
+            *from = to;
+            (before, Arc::clone(link))
+        };
+        let Some(old) = this.sets.lock().get(&from).cloned() else { return };
+        if from == to {
+            let (this, tp) = (Arc::clone(this), tp.clone());
+            let delay = this.retry.delay(0);
+            this.tasks.clone().spawn(async move {
+                tokio::select! {
+                    _ = this.stop.cancelled() => {}
+                    _ = tokio::time::sleep(delay) => {
+                        let set = this.sets.lock().get(&to).cloned();
+                        let current = this.links.lock().get(&tp).map(|(l, link)| (*l, Arc::clone(link)));
+                        if let (Some(set), Some((leader, link))) = (set, current) && leader == to {
+                            set.remove(&tp);
+                            set.insert(link);
+                        }
+                    }
+                }
+            });
+            return;
+        }
+        tracing::debug!(partition = %tp, from, to, "the partition's fetch moves to its leader's session");
+        old.remove(tp);
+        let new = FetcherInner::set_for(this, to);
+        link.serve_from(new.changed());
+        new.insert(link);
     }
 }
 
@@ -204,6 +305,7 @@ impl FetchLoop {
                 attempt = attempt.saturating_add(1);
                 continue;
             }
+            let started = tokio::time::Instant::now();
             let end = tokio::select! {
                 end = session.run(Arc::clone(&route), &self.set, &stop) => end,
                 changed = routes.changed() => {
@@ -217,6 +319,27 @@ impl FetchLoop {
             };
             match end {
                 SessionEnd::Shutdown => return,
+                SessionEnd::Drained => attempt = 0,
+                SessionEnd::Failed(reason) if self.set.leader() != ROUTE => {
+                    // A leader's session failed (it died, or leads elsewhere now): its partitions go back to the
+                    // route's brokers, whose answers name the new leaders. The route itself is judged by its own.
+                    tracing::info!(route = %route.name, leader = self.set.leader(), %reason, "a source leader's fetch session failed; asking the route's brokers");
+                    // Not at once: until the cluster elects another leader the route's brokers still name this one,
+                    // and each round trip to a dead broker would be immediate. A session that ran a while resets the
+                    // backoff; the wait stays short, for a failover not to wait on it.
+                    if started.elapsed() > LEADER_RETRY_MAX {
+                        attempt = 0;
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(self.retry.delay(attempt).min(LEADER_RETRY_MAX)) => {}
+                    }
+                    attempt = attempt.saturating_add(1);
+                    let (_, lanes) = self.set.snapshot();
+                    for link in lanes {
+                        self.set.relocate(&link.tp, ROUTE);
+                    }
+                }
                 SessionEnd::Failed(reason) => {
                     tracing::warn!(route = %route.name, %reason, "source fetch session failed");
                     self.egress.report_failure(&route.name, &reason);

@@ -56,7 +56,8 @@ pub struct LaneLink {
     wake: Notify,
     seat: Mutex<(u64, SeatWish)>,
     fetch_from: AtomicU64,
-    seats_changed: Arc<Notify>,
+    /// The signal of the session that serves the partition now (it moves with the partition's leader).
+    seats_changed: Mutex<Arc<Notify>>,
 }
 
 impl LaneLink {
@@ -69,8 +70,14 @@ impl LaneLink {
             wake: Notify::new(),
             seat: Mutex::new((0, None)),
             fetch_from: AtomicU64::new(0),
-            seats_changed,
+            seats_changed: Mutex::new(seats_changed),
         })
+    }
+
+    /// The partition moved to another session (its leader changed): seat changes are signalled on its
+    /// `seats_changed` from now on.
+    pub fn serve_from(&self, seats_changed: Arc<Notify>) {
+        *self.seats_changed.lock() = seats_changed;
     }
 
     // ---- the fetch side ----------------------------------------------------------------------------------------
@@ -187,7 +194,7 @@ impl LaneLink {
         if let Some((_, from)) = wish {
             self.fetch_from.store(from, Ordering::Release);
         }
-        self.seats_changed.notify_one();
+        self.seats_changed.lock().notify_one();
     }
 
     /// Publishes how far the lane holds data (a restarted fetch starts there). Public so that tests can play the

@@ -230,6 +230,7 @@ impl SyncManager {
             target_max_batch: self.settings.target_max_batch,
             decode_limit: crate::reshape::decode_limit(self.settings.queue_bytes, self.settings.target_max_batch),
             source_kind: self.settings.source_kind,
+            replicated_source: m.replicated_source,
         };
         let status = Arc::new(PartitionStatus::new(tp.topic(), target.topic(), tp.partition));
         self.ctx.shared.partitions.insert(tp.clone(), Arc::clone(&status));

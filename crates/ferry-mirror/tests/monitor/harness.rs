@@ -39,7 +39,12 @@ pub fn source_config(routes: &[(&str, String)], cluster_id: Option<&str>) -> Sou
         tls: None,
         routes: routes
             .iter()
-            .map(|(name, addr)| Route { name: (*name).to_owned(), brokers: vec![addr.clone()], bind: None })
+            .map(|(name, addr)| Route {
+                name: (*name).to_owned(),
+                brokers: vec![addr.clone()],
+                bind: None,
+                listener: None,
+            })
             .collect(),
         health: HealthConfig {
             check_interval: PROBE_INTERVAL,

@@ -72,6 +72,7 @@ fn every_documented_default_in_conf_mirror_toml_is_the_compiled_default() {
         "source.health.switch_back",
         "source.health.min_switch_interval",
         "target.kind",
+        "target.replication",
         "target.health.check_interval",
         "target.health.timeout",
         "target.health.failure_threshold",

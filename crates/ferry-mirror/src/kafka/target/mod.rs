@@ -229,6 +229,8 @@ impl TargetCluster for KafkaTarget {
         partitions: u32,
         config: pb::TopicConfig,
         mirror: pb::MirrorSource,
+        _replication: &str,
+        _risk_phase: bool,
     ) -> Result<()> {
         let admin = self.inner.clients.admin()?;
         let entries = topic_config::to_kafka(&config);

@@ -313,6 +313,16 @@ impl PartitionCore {
             self.diverged(self.cache.min(pos.log_end), reason, true);
             return;
         }
+        if pos.log_end < self.cache && self.config.replicated_source && pos.epoch <= self.checked_epoch {
+            // A new leader of the source partition serves up to its high watermark, which catches up with the
+            // old one's within moments: no divergence (an unclean election starts a new partition epoch instead,
+            // which the epoch check below sees). Wait for it.
+            self.last_error = Some(format!(
+                "waiting for the source's new leader: it serves up to {}, below the cache offset {}",
+                pos.log_end, self.cache
+            ));
+            return;
+        }
         if pos.log_end < self.cache {
             let reason = format!(
                 "the source log end offset {} is below the cache offset {}: the source lost records the target holds",

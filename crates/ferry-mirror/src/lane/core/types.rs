@@ -39,6 +39,9 @@ pub struct CoreConfig {
     pub decode_limit: usize,
     /// How the source's epoch history reads.
     pub source_kind: SourceKind,
+    /// Whether the source partition is replicated (a cluster's double_write or raft3): its readable end may lag
+    /// what was copied while a new leader's high watermark catches up.
+    pub replicated_source: bool,
 }
 
 /// Where the source partition stands, as of a message.

@@ -44,6 +44,21 @@ fn source_positions() {
 }
 
 #[test]
+fn a_replicated_sources_new_leader_below_the_cache_offset_is_waited_for_unless_its_epoch_moved() {
+    let cfg = CoreConfig { replicated_source: true, ..config(OnDivergence::Halt, SourceKind::Ferry, false) };
+    let mut h = H::mirroring_at(cfg.clone(), 100, 0);
+    // The new leader serves up to 80 for now: nothing happens, the lane says why it waits.
+    assert_eq!(h.step(Input::Position(pos(0, 80, 0))), vec![]);
+    let waiting = h.core.view().last_error;
+    assert!(waiting.as_deref().is_some_and(|e| e.contains("waiting for the source's new leader")), "{waiting:?}");
+    // Its high watermark caught up: mirroring goes on.
+    assert_eq!(h.step(Input::Position(pos(0, 150, 0))), vec![]);
+    // An unclean election started a new partition epoch: the end below the cache offset is divergence.
+    let mut h = H::mirroring_at(cfg, 100, 0);
+    assert_eq!(h.step(Input::Position(pos(0, 80, 1))), vec![Out::Diverged(80, OnDivergence::Halt), Out::Seat(None)]);
+}
+
+#[test]
 fn epoch_checks() {
     struct Case {
         name: &'static str,

@@ -21,6 +21,7 @@ fn config(on_divergence: OnDivergence, kind: SourceKind, first_run_latest: bool)
         target_max_batch: MAX_BATCH,
         decode_limit: crate::reshape::decode_limit(16 << 20, MAX_BATCH),
         source_kind: kind,
+        replicated_source: false,
     }
 }
 
