@@ -329,3 +329,32 @@ fn cluster_keys_are_checked_and_single_broker_mode_needs_none_of_them() {
     let flagged = BrokerConfig::parse("", false, &overrides).unwrap();
     assert_eq!((flagged.cluster.etcd.len(), flagged.cluster.broker_id), (1, Some(7)));
 }
+
+#[test]
+fn named_listeners_are_checked_by_name_address_and_membership() {
+    let listeners = "[[cluster.listeners]]\nname = \"back up\"\naddr = \"127.0.0.1:0\"\n\
+                     [[cluster.listeners]]\nname = \"backup\"\naddr = \"127.0.0.1:0\"\nadvertised = \"a b:1\"\n\
+                     [[cluster.listeners]]\nname = \"backup\"\naddr = \"127.0.0.1:0\"\n";
+    let err = BrokerConfig::from_toml(&format!("[cluster]\n{listeners}"), false).unwrap_err();
+    let ConfigError::Invalid(problems) = &err else { panic!("{err}") };
+    let mut got = problems.0.clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "cluster.listeners: named listeners are advertised through the cluster: set cluster.etcd too",
+            "cluster.listeners[0].name: \"back up\" must be 1-64 characters of A-Z a-z 0-9 - _",
+            "cluster.listeners[1].advertised: must be a host:port without spaces",
+            "cluster.listeners[2].name: \"backup\" is named twice",
+        ]
+    );
+    let good = "[cluster]\netcd = [\"http://127.0.0.1:2379\"]\nbroker_id = 1\n[[cluster.listeners]]\nname = \
+                \"backup\"\naddr = \"10.9.0.11:7411\"\nadvertised = \"broker-1.backup:7411\"\n";
+    let cluster = BrokerConfig::from_toml(good, false).unwrap().cluster;
+    assert_eq!(cluster.listeners.len(), 1);
+    let l = &cluster.listeners[0];
+    assert_eq!(
+        (l.name.as_str(), l.addr.to_string(), l.advertised.as_deref()),
+        ("backup", "10.9.0.11:7411".to_owned(), Some("broker-1.backup:7411"))
+    );
+}

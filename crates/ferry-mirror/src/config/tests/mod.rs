@@ -113,6 +113,27 @@ fn no_routes_is_a_problem() {
 }
 
 #[test]
+fn route_listeners_and_target_replication_are_checked() {
+    let with = |route: &str, target: &str| {
+        let text = MINIMAL
+            .replace("brokers = [\"127.0.0.1:7411\"]\n", &format!("brokers = [\"127.0.0.1:7411\"]\n{route}\n"))
+            .replace("brokers = [\"127.0.0.1:7412\"]\n", &format!("brokers = [\"127.0.0.1:7412\"]\n{target}\n"));
+        MirrorConfig::from_toml(&text, false)
+    };
+    let c = with("listener = \"backup-1\"", "replication = \"raft3\"").unwrap();
+    assert_eq!((c.source.routes[0].listener.as_deref(), c.target.replication.as_str()), (Some("backup-1"), "raft3"));
+    assert_eq!(MirrorConfig::from_toml(MINIMAL, false).unwrap().target.replication, "source");
+    let err = with("listener = \"back up\"", "replication = \"raft5\"").unwrap_err();
+    assert_eq!(
+        err.0,
+        [
+            "source.routes[0].listener: \"back up\" must be a listener name: A-Z a-z 0-9 - _",
+            "target.replication: \"raft5\" is not one of \"source\", \"single\", \"double_write\", \"raft3\"",
+        ]
+    );
+}
+
+#[test]
 fn kafka_properties_keep_their_dots_and_bind_is_refused_for_kafka() {
     let text = r#"
 [source]
