@@ -3,7 +3,8 @@
 //! topic raft3 as well, `target.replication = "source"`), and a single topic on a lone source broker copied to a
 //! lone target broker, the same backlog of 1 KiB records over 8 partitions each time. The copies alternate for
 //! `FERRY_BENCH_ROUNDS` rounds (default 3); each round's pair gives a ratio, the median is the figure. Throughput is
-//! the steady-state rate (10%..90% of the records), with the mirror's CPU per 100 MB.
+//! the steady-state rate (10%..90% of the records), with the CPU seconds per 100 MB of the mirror and of the
+//! brokers of both sides: the brokers' figure shows where the machine's two cores go.
 //!
 //! Run: `cargo build --release -p ferry-broker -p ferry-mirror && cargo bench --bench mirror_cluster`.
 //! `FERRY_BIN_DIR` overrides where the release binaries are; `FERRY_BENCH_MB` the backlog per copy in MiB (default
@@ -30,9 +31,10 @@ fn main() -> ExitCode {
     support::block_on_main(run())
 }
 
-/// Either side of a copy: its brokers' addresses.
+/// Either side of a copy: its brokers' addresses and process ids.
 struct Side {
     addrs: Vec<String>,
+    pids: Vec<u32>,
 }
 
 impl Side {
@@ -82,7 +84,8 @@ async fn cluster(name: &str) -> anyhow::Result<(EtcdProcess, Vec<BrokerProcess>,
         members.push(broker(name, &section).await?);
     }
     let addrs = members.iter().map(|b| b.addr().to_string()).collect();
-    Ok((etcd, members, Side { addrs }))
+    let pids = members.iter().map(|b| b.pid()).collect();
+    Ok((etcd, members, Side { addrs, pids }))
 }
 
 fn mirror_config(source: &Side, target: &Side, topic: &str) -> String {
@@ -117,13 +120,18 @@ listen = "127.0.0.1:0"
     )
 }
 
-/// One copy: (MiB/s at the steady rate, mirror CPU seconds per 100 MB).
-async fn copy(source: &Side, target: &Side, topic: &str, records: u64, mb: f64) -> anyhow::Result<(f64, f64)> {
+/// CPU seconds the brokers of both sides used so far.
+fn brokers_cpu(source: &Side, target: &Side) -> f64 {
+    source.pids.iter().chain(&target.pids).map(|&pid| cpu_seconds(pid)).sum()
+}
+
+/// One copy: (MiB/s at the steady rate, mirror CPU seconds per 100 MB, brokers' CPU seconds per 100 MB).
+async fn copy(source: &Side, target: &Side, topic: &str, records: u64, mb: f64) -> anyhow::Result<(f64, f64, f64)> {
     let config = mirror_config(source, target, topic);
     let mut mirror = MirrorProcess::builder(config).program(bin_dir().join("ferry-mirror")).start().await?;
     let limit = Instant::now() + Duration::from_secs(900);
     let mut clock: Option<Steady> = None;
-    let cpu0 = cpu_seconds(mirror.pid());
+    let (cpu0, brokers0) = (cpu_seconds(mirror.pid()), brokers_cpu(source, target));
     loop {
         let done = target.total(topic).await?;
         // The clock starts once the mirror topic exists on the target (discovery done).
@@ -137,9 +145,9 @@ async fn copy(source: &Side, target: &Side, topic: &str, records: u64, mb: f64) 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (steady, _) = clock.expect("observed").finish();
-    let cpu = cpu_seconds(mirror.pid()) - cpu0;
+    let (cpu, brokers) = (cpu_seconds(mirror.pid()) - cpu0, brokers_cpu(source, target) - brokers0);
     mirror.terminate(Duration::from_secs(30)).await?;
-    Ok((mb / steady, cpu / mb * 100.0))
+    Ok((mb / steady, cpu / mb * 100.0, brokers / mb * 100.0))
 }
 
 async fn run() -> anyhow::Result<()> {
@@ -157,8 +165,8 @@ async fn run() -> anyhow::Result<()> {
     println!("mirror across clusters: {mb} MiB of {RECORD}-byte records over {PARTITIONS} partitions per copy");
 
     let (single_a, single_b) = (broker("single-a", "").await?, broker("single-b", "").await?);
-    let (sa, sb) =
-        (Side { addrs: vec![single_a.addr().to_string()] }, Side { addrs: vec![single_b.addr().to_string()] });
+    let lone = |b: &BrokerProcess| Side { addrs: vec![b.addr().to_string()], pids: vec![b.pid()] };
+    let (sa, sb) = (lone(&single_a), lone(&single_b));
     let (_etcd_a, _members_a, ca) = cluster("dc-a").await?;
     let (_etcd_b, _members_b, cb) = cluster("dc-b").await?;
     let source_client = BrokerClient::new(ClientConfig::new(ca.addrs.clone()))?;
@@ -168,7 +176,7 @@ async fn run() -> anyhow::Result<()> {
     })
     .await?;
 
-    let (mut ratios, mut lines) = (Vec::new(), Vec::new());
+    let (mut ratios, mut lines, mut cpus) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
         let (single_topic, raft3_topic) = (format!("single{round}"), format!("raft3{round}"));
         Admin::new(BrokerClient::new(ClientConfig::new(sa.addrs.clone()))?)
@@ -194,7 +202,7 @@ async fn run() -> anyhow::Result<()> {
         }
         // Which copies first alternates, so neither always runs right after its own backlog was written.
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
-        let mut pair = [(0.0, 0.0); 2];
+        let mut pair = [(0.0, 0.0, 0.0); 2];
         for i in order {
             pair[i] = match i {
                 0 => copy(&sa, &sb, &single_topic, records, mb as f64).await?,
@@ -202,20 +210,32 @@ async fn run() -> anyhow::Result<()> {
             };
         }
         let line = format!(
-            "round {round}: single -> single {:7.1} MiB/s ({:.2} mirror CPU s per 100 MB), raft3 -> raft3 {:7.1} MiB/s \
-             ({:.2} CPU s per 100 MB)",
-            pair[0].0, pair[0].1, pair[1].0, pair[1].1
+            "round {round}: single -> single {:7.1} MiB/s (CPU s per 100 MB: mirror {:.2}, brokers {:.2}), \
+             raft3 -> raft3 {:7.1} MiB/s (mirror {:.2}, brokers {:.2})",
+            pair[0].0, pair[0].1, pair[0].2, pair[1].0, pair[1].1, pair[1].2
         );
         println!("{line}");
         lines.push(line);
         ratios.push(pair[1].0 / pair[0].0);
+        cpus.push((pair[0].2, pair[1].2));
     }
     let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+    let (single_cpu, raft3_cpu): (Vec<f64>, Vec<f64>) = cpus.iter().copied().unzip();
     ratios.sort_by(f64::total_cmp);
     println!(
         "RATIO mirror raft3 -> raft3 / single -> single: {:.3} median of [{}]",
         ratios[ratios.len() / 2],
         shown.join(", ")
     );
+    println!(
+        "RATIO brokers' CPU per byte, single -> single / raft3 -> raft3: {:.3} (mean {:.2} / {:.2} CPU s per 100 MB)",
+        mean(&single_cpu) / mean(&raft3_cpu),
+        mean(&single_cpu),
+        mean(&raft3_cpu)
+    );
     Ok(())
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
 }

@@ -1,7 +1,7 @@
 //! The producer's batches in flight, against the real `ferry-broker` binary behind the testkit's proxy: several
 //! batches of one partition are at the broker before the first answer comes back, they are written in the order
 //! they were sent, answers lost together are retried into exactly one copy, and a batch refused for good does not
-//! take the batches that raced it down with it.
+//! take the batches that raced it down with it. A partition's first batch under a producer id goes alone.
 //!
 //! Needs `target/debug/ferry-broker` (`cargo build -p ferry-broker`); the testkit says so when it is missing.
 
@@ -171,4 +171,45 @@ async fn batches_that_raced_one_refused_for_good_go_on_under_a_new_producer_id()
     producer.close().await;
     let read = read_all(&direct, topic, 5).await;
     assert_eq!(read, [0, 2, 3, 4, 5].iter().enumerate().map(|(o, &i)| (o as u64, value(i))).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_partitions_first_batch_under_a_producer_id_goes_alone() {
+    // A broker that does not know a producer id at a partition yet takes whatever sequence reaches it first: a
+    // later batch that overtook the first (the first redirected to a raft3 leader, say) would be written ahead of
+    // it, and the first then refused as out of order. So the window opens once the first batch is acknowledged.
+    let topic = "opening";
+    init_tracing();
+    let broker = BrokerProcess::start().await.unwrap();
+    let proxy = Proxy::start(broker.addr()).await.unwrap();
+    let client = connect(proxy.addr()).await;
+    Admin::new(client.clone()).create_topic(topic, 2, TopicConfig::default(), None).await.unwrap();
+    let direct = connect(broker.addr()).await;
+    let producer = producer(&client).await;
+    // The producer id is taken, and the topic known, through partition 1.
+    let other = producer.send(record(topic, 0).with_partition(1)).await.unwrap().await.unwrap();
+    assert_eq!((other.partition, other.offset), (1, 0));
+    proxy.hold_responses();
+    let sent_before = proxy.stats().bytes_to_upstream;
+    let mut futures = Vec::new();
+    for i in 1..=6 {
+        futures.push(producer.send(record(topic, i)).await.unwrap());
+    }
+    wait_until("the first batch at the broker", deadline(&[WAIT]), async || log_end(&direct, topic).await >= 1)
+        .await
+        .unwrap();
+    // Its answer held, the first batch is the only one sent: the five formed behind it wait.
+    let sent = proxy.stats().bytes_to_upstream - sent_before;
+    assert!(sent < 2 * VALUE_BYTES as u64, "{sent} bytes went upstream: more than the first batch was sent");
+    assert_eq!(log_end(&direct, topic).await, 1);
+    assert_eq!(unresolved(&mut futures), 6, "an answer arrived while answers were held");
+    proxy.release_responses();
+    let mut offsets = Vec::new();
+    for f in futures {
+        offsets.push(f.await.unwrap().offset);
+    }
+    assert_eq!(offsets, (0..6).collect::<Vec<u64>>());
+    producer.close().await;
+    let read = read_all(&direct, topic, 6).await;
+    assert_eq!(read, (0..6).map(|i| (i as u64, value(i + 1))).collect::<Vec<_>>());
 }

@@ -30,7 +30,8 @@ pub struct ProducerConfig {
     pub metadata_max_age: Duration,
     /// Batches of one partition sent before the first is acknowledged (5, at most [`MAX_IN_FLIGHT`]), so a
     /// partition's rate is not one batch per round trip. Needs `idempotence`: without it one batch is in flight,
-    /// because a retried batch could overtake a later one.
+    /// because a retried batch could overtake a later one. A partition's first batch under a producer id goes
+    /// alone: the broker takes whatever sequence of an unknown producer id comes first.
     pub max_in_flight: usize,
 }
 

@@ -5,6 +5,10 @@
 //! - Up to `max_in_flight` batches are in flight at once (one without idempotence). Each is encoded once, its
 //!   sequence numbers fixed, so the broker writes them in sequence order whatever order its request tasks run in,
 //!   and every retry sends the same bytes: the broker recognises a resend and answers with the original offsets.
+//! - The first batch under a producer id goes alone: a broker that does not know the id yet takes whatever
+//!   sequence reaches it first, so a later batch of the window that overtook it (the first one was redirected to
+//!   the leader, say) would be written ahead of it. Once it is acknowledged, the partition knows the id and its
+//!   sequence, and the window opens.
 //! - While first attempts succeed, batches pipeline. The first failed attempt stops the pipeline: the sender waits
 //!   for the first attempts still out, then takes those batches one at a time, in order, through the retry loop,
 //!   before it forms new ones. A batch whose first attempt was refused as out of sequence because an earlier one
@@ -51,19 +55,36 @@ struct Batch {
 type Attempt = std::result::Result<ProduceResponse, Failure>;
 type InFlight = Pin<Box<dyn Future<Output = (Batch, Attempt)> + Send>>;
 
-/// The batches in flight, in the order they were sent, and the producer id generation they were encoded under.
+/// The batches in flight, in the order they were sent, the producer id generation they were encoded under, and
+/// whether a batch under that generation was acknowledged (until then one batch is in flight at a time).
 struct Window {
     batches: FuturesOrdered<InFlight>,
     generation: Option<u64>,
+    opened: bool,
+}
+
+impl Window {
+    /// How many batches may be in flight now, with `limit` once the window is open.
+    fn limit(&self, limit: usize) -> usize {
+        if self.opened { limit } else { 1 }
+    }
+
+    /// Notes a batch's outcome: an acknowledgement under the window's generation opens it.
+    fn note(&mut self, batch: &Batch, outcome: &Result<ProduceResponse>) {
+        let generation = batch.encoded.as_ref().and_then(|(_, identity)| identity.map(|i| i.generation));
+        if outcome.is_ok() && generation == self.generation {
+            self.opened = true;
+        }
+    }
 }
 
 /// Runs until the producer is cancelled, the partition's buffer is empty and nothing is in flight.
 pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<PartitionQueue>) {
     let mut sequence = Sequence::default();
     let limit = if shared.config.idempotence { shared.config.max_in_flight } else { 1 };
-    let mut window = Window { batches: FuturesOrdered::new(), generation: None };
+    let mut window = Window { batches: FuturesOrdered::new(), generation: None, opened: false };
     loop {
-        if window.batches.len() >= limit {
+        if window.batches.len() >= window.limit(limit) {
             if let Some((batch, attempt)) = window.batches.next().await {
                 settle(&shared, &queue, &mut sequence, &mut window, batch, attempt).await;
             }
@@ -119,6 +140,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<PartitionQueue>) {
                 if generation != window.generation {
                     settle_all(&shared, &queue, &mut sequence, &mut window).await;
                     window.generation = generation;
+                    window.opened = false;
                 }
                 batch.encoded = Some(encoded);
                 window.batches.push_back(Box::pin(first_attempt(Arc::clone(&shared), Arc::clone(&queue), batch)));
@@ -127,6 +149,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: Arc<PartitionQueue>) {
                 // No producer id now (no broker answers): once the window is settled, the retry loop takes it.
                 settle_all(&shared, &queue, &mut sequence, &mut window).await;
                 let outcome = deliver(&shared, &queue, &mut sequence, &mut batch, None).await;
+                window.note(&batch, &outcome);
                 finish(&shared, &queue, batch.records, outcome);
             }
         }
@@ -151,7 +174,11 @@ async fn settle(
     attempt: Attempt,
 ) {
     let failure = match attempt {
-        Ok(response) => return finish(shared, queue, batch.records, Ok(response)),
+        Ok(response) => {
+            let outcome = Ok(response);
+            window.note(&batch, &outcome);
+            return finish(shared, queue, batch.records, outcome);
+        }
         Err(failure) => failure,
     };
     let mut rest = Vec::with_capacity(window.batches.len());
@@ -159,6 +186,7 @@ async fn settle(
         rest.push(done);
     }
     let outcome = deliver(shared, queue, sequence, &mut batch, Some((failure, false))).await;
+    window.note(&batch, &outcome);
     finish(shared, queue, batch.records, outcome);
     for (mut batch, attempt) in rest {
         let outcome = match attempt {
@@ -166,6 +194,7 @@ async fn settle(
             // It raced earlier batches that were not written then: an out-of-sequence refusal is no verdict.
             Err(failure) => deliver(shared, queue, sequence, &mut batch, Some((failure, true))).await,
         };
+        window.note(&batch, &outcome);
         finish(shared, queue, batch.records, outcome);
     }
 }
