@@ -167,9 +167,7 @@ pub fn assert_replicas_identical(cluster: &Cluster) -> anyhow::Result<()> {
 
 /// The Prometheus text of a broker's metrics endpoint (its port is the one its log names last).
 pub async fn scrape(broker: &BrokerProcess) -> anyhow::Result<String> {
-    let logs = broker.logs();
-    let line = logs.lines().rev().find(|l| l.contains("metrics listening")).context("no metrics line in the log")?;
-    let addr = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).context("no address")?;
+    let addr = broker.metrics_addr().context("no metrics address in the log")?;
     Ok(reqwest::get(format!("http://{addr}/metrics")).await?.error_for_status()?.text().await?)
 }
 

@@ -127,6 +127,22 @@ fn hb_topic(i: u32) -> String {
     format!("beats-{i}")
 }
 
+/// Position beats `broker` sent on its subscribe streams so far (`ferry_broker_subscribe_beats_total`).
+async fn beats_sent(broker: &ferry_testkit::BrokerProcess) -> anyhow::Result<u64> {
+    let addr = broker.metrics_addr().ok_or_else(|| anyhow::anyhow!("no metrics address in the broker's log"))?;
+    let text = reqwest::get(format!("http://{addr}/metrics")).await?.error_for_status()?.text().await?;
+    let line = text.lines().find_map(|l| l.strip_prefix("ferry_broker_subscribe_beats_total "));
+    Ok(line.ok_or_else(|| anyhow::anyhow!("no beat counter in:\n{text}"))?.trim().parse()?)
+}
+
+/// Waits until `broker` sent `total` beats, `beats` of them from now on: within `beats` heartbeats, with margin.
+async fn wait_for_beats(broker: &ferry_testkit::BrokerProcess, total: u64, beats: u32) -> anyhow::Result<()> {
+    wait_until(&format!("{total} beats sent"), deadline(&[HEARTBEAT * beats]), async || {
+        beats_sent(broker).await.map(|sent| sent >= total)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn position_heartbeats_coalesce_while_the_target_is_down() -> anyhow::Result<()> {
     let (a, b) = two_dcs().await?;
@@ -161,11 +177,11 @@ async fn position_heartbeats_coalesce_while_the_target_is_down() -> anyhow::Resu
     })
     .await?;
 
-    // Not a timing assertion: the beats are the load, and only time brings them. Each beat carries every
-    // partition's position.
-    tokio::time::sleep(HEARTBEAT * WARM_UP_BEATS).await;
+    // The beats are the load: the source broker counts those it sent, each carrying every partition's position.
+    let start = beats_sent(&a.broker).await?;
+    wait_for_beats(&a.broker, start + u64::from(WARM_UP_BEATS), WARM_UP_BEATS).await?;
     let warm = rss_bytes(mirror.pid())?;
-    tokio::time::sleep(HEARTBEAT * BEATS).await;
+    wait_for_beats(&a.broker, start + u64::from(WARM_UP_BEATS + BEATS), BEATS).await?;
     let end = rss_bytes(mirror.pid())?;
     tracing::info!(warm_mib = warm >> 20, end_mib = end >> 20, "mirror resident set over {BEATS} beats");
     assert!(

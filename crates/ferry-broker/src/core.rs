@@ -115,6 +115,8 @@ pub struct BrokerCore {
     arrivals: watch::Sender<u64>,
     /// This broker's id in its cluster; `None` for a single broker.
     broker_id: Option<u32>,
+    /// Position beats sent on subscribe streams since start (`ferry_broker_subscribe_beats_total`).
+    beats: std::sync::atomic::AtomicU64,
 }
 
 impl BrokerCore {
@@ -160,6 +162,7 @@ impl BrokerCore {
             admin: tokio::sync::Mutex::new(()),
             arrivals,
             broker_id,
+            beats: Default::default(),
         };
         let mut names = fs.read_dir(data_dir).map_err(io(data_dir))?;
         names.sort();
@@ -273,6 +276,16 @@ impl BrokerCore {
     /// A receiver that changes whenever any partition gains data (long polls wait on it).
     pub fn arrivals(&self) -> watch::Receiver<u64> {
         self.arrivals.subscribe()
+    }
+
+    /// Counts one position beat sent on a subscribe stream.
+    pub fn note_beat(&self) {
+        self.beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Position beats sent on subscribe streams since start.
+    pub fn beats(&self) -> u64 {
+        self.beats.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Looks a topic up.

@@ -256,8 +256,11 @@ pub async fn subscribe(
                     ..redirect(&hints, position(&core, topic, *partition, sub.offset))
                 })
                 .collect();
-            if !positions.is_empty() && tx.send(Ok(pb::SubscribeResponse { partitions: positions })).await.is_err() {
-                return;
+            if !positions.is_empty() {
+                if tx.send(Ok(pb::SubscribeResponse { partitions: positions })).await.is_err() {
+                    return;
+                }
+                core.note_beat();
             }
         }
         // Send whatever is ready for partitions with credit.

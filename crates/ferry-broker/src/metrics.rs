@@ -14,7 +14,8 @@
 //! | `ferry_broker_replication_lag_bytes` | topic, partition, follower | raft3, on the leader: bytes of log a follower is behind (to within one index interval) |
 //! | `ferry_broker_controller` | | 1 when this broker is the controller |
 //! | `ferry_broker_etcd_reachable` | | 1 when the last read of etcd succeeded |
-//! | `ferry_broker_events_total` | event | leader_change, leader_elected, isr_shrink, isr_expand, fenced, replica_repair |
+//! | `ferry_broker_subscribe_beats_total` | | position beats sent on subscribe streams: each carries every subscribed partition's position, on the stream's beat, busy or idle |
+//! | `ferry_broker_events_total` | event | leader_change, leader_elected, isr_shrink, isr_expand, fenced, replica_repair, move_done, risk_phase_entered, risk_phase_left |
 
 use std::sync::Arc;
 
@@ -135,6 +136,13 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
         "ferry_broker_partitions_at_risk",
         "double_write partitions led here in the risk phase: writes acknowledged by the leader alone",
         at_risk,
+    );
+    let beats = Counter::<u64>::default();
+    beats.inc_by(core.beats());
+    r.register(
+        "ferry_broker_subscribe_beats",
+        "Position beats sent on subscribe streams (every subscribed partition's position, busy or idle)",
+        beats,
     );
     if let Some(rep) = replication {
         gauge(

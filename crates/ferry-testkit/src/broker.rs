@@ -193,6 +193,14 @@ impl BrokerProcess {
         self.server.proc_ref().pid()
     }
 
+    /// The address the current (or last) run serves its Prometheus metrics on, as its log names it (`None` with
+    /// metrics off, or before the endpoint is up).
+    pub fn metrics_addr(&self) -> Option<String> {
+        let logs = self.logs();
+        let line = logs.lines().rev().find(|l| l.contains("metrics listening"))?;
+        line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_owned)
+    }
+
     /// Whether the broker process is alive.
     pub fn is_running(&mut self) -> bool {
         self.server.proc().is_running()
