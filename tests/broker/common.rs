@@ -80,6 +80,18 @@ impl Rec {
         }
     }
 
+    /// A record of a batch the test encoded itself, as partition `partition` holds it.
+    pub fn from_batch_record(partition: u32, r: &batch::Record) -> Rec {
+        Rec {
+            partition,
+            offset: r.offset,
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: headers(&r.headers),
+            timestamp: r.timestamp,
+        }
+    }
+
     /// The value as text (test values are ASCII).
     pub fn value_str(&self) -> &str {
         std::str::from_utf8(self.value.as_deref().unwrap_or_default()).expect("test values are UTF-8")

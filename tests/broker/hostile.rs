@@ -115,17 +115,7 @@ async fn produce_refuses_a_batch_whose_offset_span_is_not_its_record_count() -> 
         (ErrorCode::try_from(r.error).ok(), r.written_batches, r.log_end_offset),
         (Some(ErrorCode::None), 1, 21)
     );
-    let want: Vec<Rec> = kept
-        .iter()
-        .map(|r| Rec {
-            partition: 0,
-            offset: r.offset,
-            key: r.key.clone(),
-            value: r.value.clone(),
-            headers: vec![],
-            timestamp: r.timestamp,
-        })
-        .collect();
+    let want: Vec<Rec> = kept.iter().map(|r| Rec::from_batch_record(0, r)).collect();
     assert_same_records("dc-a.compacted/0", &want, &read_partition(&client, "dc-a.compacted", 0).await);
     Ok(())
 }

@@ -39,17 +39,7 @@ fn batch(base: u64, n: u64, epoch: u32, tag: &str) -> (Bytes, Vec<Rec>) {
             headers: vec![],
         })
         .collect();
-    let recs = records
-        .iter()
-        .map(|r| Rec {
-            partition: 0,
-            offset: r.offset,
-            key: r.key.clone(),
-            value: r.value.clone(),
-            headers: vec![],
-            timestamp: r.timestamp,
-        })
-        .collect();
+    let recs = records.iter().map(|r| Rec::from_batch_record(0, r)).collect();
     (encode_records(&records, epoch, Compression::None, ProducerInfo::NONE), recs)
 }
 

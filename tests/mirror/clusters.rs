@@ -152,20 +152,10 @@ impl Readable for Dc {
 /// with `[target] replication = replication`.
 fn cluster_conf(a: &ClusterDc, target: &str, target_brokers: String, policy: &str, replication: &str) -> String {
     let conf = MirrorConf {
-        name: format!("{}_to_{target}", a.name),
-        source_cluster: a.name.clone(),
-        source_brokers: a.brokers_toml(),
-        target_cluster: target.to_owned(),
-        target_brokers,
         on_divergence: policy.into(),
         include: vec![format!("^{TOPIC}$")],
         exclude: Vec::new(),
-        rename: "identity".into(),
-        start_position: "earliest".into(),
-        groups_include: Vec::new(),
-        group_sync_interval: Duration::from_secs(1),
-        commit_interval: Duration::from_secs(1),
-        sync_extra: Vec::new(),
+        ..MirrorConf::between(&a.name, a.brokers_toml(), target, target_brokers)
     };
     conf.toml().replacen("[target]\n", &format!("[target]\nreplication = \"{replication}\"\n"), 1)
 }

@@ -144,15 +144,25 @@ pub struct MirrorConf {
     pub sync_extra: Vec<String>,
 }
 
+/// Where the segment based at `base` of `partition` of `topic` lives in a broker's data dir.
+pub fn segment_file(dc: &Dc, topic: &str, partition: u32, base: u64) -> std::path::PathBuf {
+    dc.broker.data_dir().join(topic).join(partition.to_string()).join(format!("{base:020}.log"))
+}
+
 impl MirrorConf {
     /// A mirror from `source` to `target` of every topic not starting with "__", identity names.
     pub fn new(source: &Dc, target: &Dc) -> MirrorConf {
+        MirrorConf::between(&source.name, source.addr(), &target.name, target.addr())
+    }
+
+    /// [`MirrorConf::new`] between the clusters so named, at these brokers (each a TOML array's inside).
+    pub fn between(source: &str, source_brokers: String, target: &str, target_brokers: String) -> MirrorConf {
         MirrorConf {
-            name: format!("{}_to_{}", source.name, target.name),
-            source_cluster: source.name.clone(),
-            source_brokers: source.addr(),
-            target_cluster: target.name.clone(),
-            target_brokers: target.addr(),
+            name: format!("{source}_to_{target}"),
+            source_cluster: source.to_owned(),
+            source_brokers,
+            target_cluster: target.to_owned(),
+            target_brokers,
             on_divergence: "halt".into(),
             include: vec![".*".into()],
             exclude: vec!["^__".into()],

@@ -52,7 +52,7 @@ async fn a_partition_whose_target_refuses_appends_stalls_while_its_lag_stays_the
     assert_identical(&a, TOPIC, &b, TOPIC).await?;
 
     // The obstacle, then one record that fills a batch of its own: its append must roll the segment and fails.
-    let obstacle = b.broker.data_dir().join(TOPIC).join(STUCK.to_string()).join(format!("{FIRST:020}.log"));
+    let obstacle = segment_file(&b, TOPIC, STUCK, FIRST);
     std::fs::create_dir(&obstacle)?;
     let big = ProducerRecord::new(TOPIC, Bytes::from(vec![b'x'; SEGMENT as usize - 2048]))
         .with_partition(STUCK)

@@ -18,7 +18,6 @@
 //!   for an idle, caught-up mirror whose target goes away (no append fails, only the probe can tell). Before the fix
 //!   only failed appends raised the alarm, and the startup read of the target's topics blocked the monitor.
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -222,11 +221,6 @@ const PHASE_1: u64 = 50;
 const STALL_CHECK: Duration = Duration::from_millis(200);
 const STALL_AFTER: Duration = Duration::from_secs(1);
 const TOKEN: &str = "target-down-token";
-
-/// Where the segment based at `base` of `partition` of `topic` lives in a broker's data dir.
-fn segment_file(dc: &Dc, topic: &str, partition: u32, base: u64) -> PathBuf {
-    dc.broker.data_dir().join(topic).join(partition.to_string()).join(format!("{base:020}.log"))
-}
 
 /// The number of fetch sessions the mirror has opened so far, from its log.
 fn sessions_opened(mirror: &MirrorProcess) -> usize {

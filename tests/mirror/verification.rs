@@ -100,7 +100,7 @@ async fn a_byte_changed_on_the_target_disk_is_named_by_offset_and_side_within_on
     assert_eq!(metric(m, "ferry_mirror_verify_mismatch_total").await?, Some(0.0));
 
     // One byte of a record value in the victim's third batch changes on the target's disk.
-    let file = b.broker.data_dir().join(TOPIC).join(VICTIM.to_string()).join(format!("{:020}.log", 0));
+    let file = segment_file(&b, TOPIC, VICTIM, 0);
     let base = damage_record_in_batch(&file, 2)?;
     assert!(base > 0 && base < end, "a batch in the middle: {base}");
     let found = wait_event(m, "verify_mismatch", TOPIC, VICTIM, false, deadline(&[cycle, CHECK])).await?;

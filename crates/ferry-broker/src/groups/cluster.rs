@@ -7,7 +7,7 @@
 //! Each offset records the id of the topic it was committed to: an offset of a topic deleted since (and perhaps
 //! created again under the name) is not returned, so a re-created topic starts from offset 0.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
@@ -15,7 +15,7 @@ use ferry_proto as pb;
 use ferry_storage::Log;
 use parking_lot::Mutex;
 
-use super::offsets::{Key, Slot, Value, encode_key};
+use super::offsets::{Key, Slot, SlotMap, Value, encode_key};
 use crate::error::{BrokerError, Result};
 
 /// The replicated internal topic holding a cluster's committed offsets.
@@ -34,30 +34,9 @@ type Committed = (u64, String, String);
 #[derive(Debug, Default)]
 struct Loaded {
     epoch: u32,
-    map: BTreeMap<Slot, Committed>,
-    per_group: BTreeMap<String, usize>,
+    map: SlotMap<Committed>,
     /// The partition's size after its last compaction, or when it was loaded.
     base_size: u64,
-}
-
-impl Loaded {
-    fn insert(&mut self, k: Slot, v: Committed) {
-        let group = k.0.clone();
-        if self.map.insert(k, v).is_none() {
-            *self.per_group.entry(group).or_default() += 1;
-        }
-    }
-
-    fn remove(&mut self, k: &Slot) {
-        if self.map.remove(k).is_some()
-            && let Some(n) = self.per_group.get_mut(&k.0)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.per_group.remove(&k.0);
-            }
-        }
-    }
 }
 
 /// The offsets of the groups this broker coordinates, per offsets partition.
@@ -123,8 +102,8 @@ impl ClusterOffsets {
                 };
                 let slot = (key.g, key.t, key.p);
                 match r.value.as_deref().map(serde_json::from_slice::<Value>) {
-                    None => loaded.remove(&slot),
-                    Some(Ok(v)) => loaded.insert(slot, (v.o, v.m, v.i)),
+                    None => loaded.map.remove(&slot),
+                    Some(Ok(v)) => loaded.map.insert(slot, (v.o, v.m, v.i)),
                     Some(Err(e)) => {
                         return Err(BrokerError::Internal(format!(
                             "{name}: record at offset {} has an invalid value: {e}",
@@ -139,7 +118,7 @@ impl ClusterOffsets {
             partition = %name,
             leader_epoch = epoch,
             offsets = loaded.map.len(),
-            groups = loaded.per_group.len(),
+            groups = loaded.map.group_count(),
             "coordinating the groups of this offsets partition"
         );
         self.loaded.lock().insert(k, loaded);
@@ -191,7 +170,7 @@ impl ClusterOffsets {
         let mut loaded = self.loaded.lock();
         if let Some(l) = loaded.get_mut(&k).filter(|l| l.epoch == epoch) {
             for (slot, v) in commit.entries {
-                l.insert(slot, v);
+                l.map.insert(slot, v);
             }
         }
     }
@@ -217,17 +196,17 @@ impl ClusterOffsets {
 
     /// Whether `group` has committed offsets here.
     pub fn has_group(&self, group: &str) -> bool {
-        self.loaded.lock().get(&self.partition_of(group)).is_some_and(|l| l.per_group.contains_key(group))
+        self.loaded.lock().get(&self.partition_of(group)).is_some_and(|l| l.map.has_group(group))
     }
 
     /// Groups with committed offsets here.
     pub fn groups(&self) -> BTreeSet<String> {
-        self.loaded.lock().values().flat_map(|l| l.per_group.keys().cloned()).collect()
+        self.loaded.lock().values().flat_map(|l| l.map.groups().cloned()).collect()
     }
 
     /// How many groups have committed offsets here.
     pub fn group_count(&self) -> usize {
-        self.loaded.lock().values().map(|l| l.per_group.len()).sum()
+        self.loaded.lock().values().map(|l| l.map.group_count()).sum()
     }
 }
 

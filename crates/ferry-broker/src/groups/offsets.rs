@@ -54,7 +54,65 @@ struct JournalLine {
 pub(super) type Slot = (String, String, u32);
 /// A record to write: a slot and its (offset, metadata), or `None` for a tombstone.
 type Entry = (Slot, Option<(u64, String)>);
-type Map = BTreeMap<Slot, (u64, String)>;
+type Map = SlotMap<(u64, String)>;
+
+/// Committed offsets by slot, with how many each group holds (the groups listed, and counted for
+/// `groups.max_groups`). Read through `Deref`; written only by [`SlotMap::insert`] and [`SlotMap::remove`], which
+/// keep the counts.
+#[derive(Debug)]
+pub(super) struct SlotMap<V> {
+    map: BTreeMap<Slot, V>,
+    per_group: BTreeMap<String, usize>,
+}
+
+impl<V> Default for SlotMap<V> {
+    fn default() -> Self {
+        SlotMap { map: BTreeMap::new(), per_group: BTreeMap::new() }
+    }
+}
+
+impl<V> std::ops::Deref for SlotMap<V> {
+    type Target = BTreeMap<Slot, V>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl<V> SlotMap<V> {
+    pub(super) fn insert(&mut self, k: Slot, v: V) {
+        let group = k.0.clone();
+        if self.map.insert(k, v).is_none() {
+            *self.per_group.entry(group).or_default() += 1;
+        }
+    }
+
+    pub(super) fn remove(&mut self, k: &Slot) {
+        if self.map.remove(k).is_some()
+            && let Some(n) = self.per_group.get_mut(&k.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_group.remove(&k.0);
+            }
+        }
+    }
+
+    /// The groups with committed offsets.
+    pub(super) fn groups(&self) -> impl Iterator<Item = &String> {
+        self.per_group.keys()
+    }
+
+    /// Whether `group` has committed offsets.
+    pub(super) fn has_group(&self, group: &str) -> bool {
+        self.per_group.contains_key(group)
+    }
+
+    /// How many groups have committed offsets.
+    pub(super) fn group_count(&self) -> usize {
+        self.per_group.len()
+    }
+}
 
 /// Sizes of the offsets partition.
 #[derive(Debug, Clone, Copy)]
@@ -83,8 +141,6 @@ pub(super) struct OffsetStore {
     base_size: u64,
     /// Offset ranges of batches that failed their CRC check on open and were skipped.
     skipped: Vec<(u64, u64)>,
-    /// Committed offsets held per group (the groups of `map`, counted for `groups.max_groups`).
-    per_group: BTreeMap<String, usize>,
 }
 
 fn storage(source: StorageError) -> BrokerError {
@@ -109,8 +165,7 @@ impl OffsetStore {
         };
         let dir = data_dir.join(OFFSETS_TOPIC).join("0");
         let log = Log::open_on(fs.clone(), dir, config, Arc::new(SystemClock)).map_err(storage)?;
-        let mut store =
-            OffsetStore { log, map: Map::new(), tuning, base_size: 0, skipped: Vec::new(), per_group: BTreeMap::new() };
+        let mut store = OffsetStore { log, map: Map::default(), tuning, base_size: 0, skipped: Vec::new() };
         store.replay()?;
         store.import_journal(&*fs, &data_dir.join(META_DIR))?;
         store.base_size = store.log.stats().size_bytes;
@@ -160,10 +215,10 @@ impl OffsetStore {
                 let k = (key.g, key.t, key.p);
                 match r.value.as_deref().map(serde_json::from_slice::<Value>) {
                     None => {
-                        self.remove(&k);
+                        self.map.remove(&k);
                     }
                     Some(Ok(v)) => {
-                        self.insert(k, (v.o, v.m));
+                        self.map.insert(k, (v.o, v.m));
                     }
                     Some(Err(e)) => {
                         return Err(BrokerError::Internal(format!(
@@ -183,7 +238,7 @@ impl OffsetStore {
         let io = |source| BrokerError::Io { path: path.clone(), source };
         let Some(bytes) = ferry_storage::fs::read_optional(fs, &path).map_err(io)? else { return Ok(()) };
         let text = String::from_utf8_lossy(&bytes);
-        let mut entries = Map::new();
+        let mut entries = BTreeMap::new();
         for line in text.lines() {
             match serde_json::from_str::<JournalLine>(line) {
                 Ok(l) => {
@@ -221,8 +276,8 @@ impl OffsetStore {
                 self.log.append(&builder.build(0, 0)).map_err(storage)?;
                 for (k, v) in pending.drain(..) {
                     match v {
-                        Some(v) => self.insert(k, v),
-                        None => self.remove(&k),
+                        Some(v) => self.map.insert(k, v),
+                        None => self.map.remove(&k),
                     }
                 }
                 builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
@@ -300,35 +355,17 @@ impl OffsetStore {
     }
 
     pub(super) fn groups(&self) -> BTreeSet<String> {
-        self.per_group.keys().cloned().collect()
+        self.map.groups().cloned().collect()
     }
 
     /// Whether `group` has committed offsets.
     pub(super) fn has_group(&self, group: &str) -> bool {
-        self.per_group.contains_key(group)
+        self.map.has_group(group)
     }
 
     /// How many groups have committed offsets.
     pub(super) fn group_count(&self) -> usize {
-        self.per_group.len()
-    }
-
-    fn insert(&mut self, k: Slot, v: (u64, String)) {
-        let group = k.0.clone();
-        if self.map.insert(k, v).is_none() {
-            *self.per_group.entry(group).or_default() += 1;
-        }
-    }
-
-    fn remove(&mut self, k: &Slot) {
-        if self.map.remove(k).is_some()
-            && let Some(n) = self.per_group.get_mut(&k.0)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.per_group.remove(&k.0);
-            }
-        }
+        self.map.group_count()
     }
 
     /// Offset ranges of the corrupt batches skipped on open.

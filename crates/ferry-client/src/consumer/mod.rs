@@ -385,22 +385,13 @@ impl Consumer {
                 continue;
             }
             let code = pb::ErrorCode::try_from(data.error).unwrap_or(pb::ErrorCode::StorageError);
-            if code == pb::ErrorCode::NotLeader {
-                match &data.leader {
-                    Some(hint) => {
-                        let address = client.address_of(hint.leader_id, &hint.leader_address);
-                        client.learn_leader(&data.topic, data.partition, hint.leader_epoch, &address);
-                        tracing::debug!(topic = %data.topic, partition = data.partition, leader = %hint.leader_address, "fetching from the leader named");
-                    }
-                    None => {
-                        first_error.get_or_insert(ClientError::Partition {
-                            topic: data.topic,
-                            partition: data.partition,
-                            code,
-                            message: data.message,
-                        });
-                    }
-                }
+            // NOT_LEADER naming the leader: the next fetch goes there. Without a name it is an error like any other.
+            if code == pb::ErrorCode::NotLeader
+                && let Some(hint) = &data.leader
+            {
+                let address = client.address_of(hint.leader_id, &hint.leader_address);
+                client.learn_leader(&data.topic, data.partition, hint.leader_epoch, &address);
+                tracing::debug!(topic = %data.topic, partition = data.partition, leader = %hint.leader_address, "fetching from the leader named");
                 continue;
             }
             if code == pb::ErrorCode::OffsetOutOfRange {
