@@ -38,33 +38,17 @@ async fn load_ferry(addr: &str, count: usize) -> Result<()> {
 }
 
 fn config(source: (&str, &str), target: (&str, &str)) -> String {
-    format!(
-        r#"[mirror]
-name = "bench"
-[source]
-cluster = "src"
-kind = "{}"
-[[source.routes]]
-name = "primary"
-brokers = ["{}"]
-[source.health]
-check_interval = "1s"
-timeout = "2s"
-[target]
-cluster = "dst"
-kind = "{}"
-brokers = ["{}"]
-[topics]
-include = ["^{TOPIC}$"]
-discovery_interval = "500ms"
-[sync]
-compression = "none"
-commit_interval = "5s"
-[monitor]
-listen = "127.0.0.1:0"
-"#,
-        source.0, source.1, target.0, target.1
-    )
+    support::MirrorToml {
+        source_cluster: "src",
+        source_extra: &format!("kind = {:?}", source.0),
+        source: &[source.1.to_owned()],
+        target_cluster: "dst",
+        target_extra: &format!("kind = {:?}", target.0),
+        target: &[target.1.to_owned()],
+        include: &format!("^{TOPIC}$"),
+        ..Default::default()
+    }
+    .render()
 }
 
 /// Records copied so far (sum of the cache offsets) and how many partitions the mirror reports.

@@ -77,31 +77,16 @@ fn mirror_config(source: &str, target: &str, include: &str) -> String {
 
 /// [`mirror_config`] with extra `[sync]` lines.
 fn mirror_config_with(source: &str, target: &str, include: &str, sync_extra: &str) -> String {
-    format!(
-        r#"[mirror]
-name = "bench"
-[source]
-cluster = "dc-a"
-[[source.routes]]
-name = "primary"
-brokers = ["{source}"]
-[source.health]
-check_interval = "1s"
-timeout = "2s"
-[target]
-cluster = "dc-b"
-brokers = ["{target}"]
-[topics]
-include = ["{include}"]
-discovery_interval = "500ms"
-[sync]
-compression = "none"
-commit_interval = "5s"
-{sync_extra}
-[monitor]
-listen = "127.0.0.1:0"
-"#
-    )
+    support::MirrorToml {
+        source_cluster: "dc-a",
+        source: &[source.to_owned()],
+        target_cluster: "dc-b",
+        target: &[target.to_owned()],
+        include,
+        sync_extra,
+        ..Default::default()
+    }
+    .render()
 }
 
 struct MirrorRun {

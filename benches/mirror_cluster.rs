@@ -38,10 +38,6 @@ struct Side {
 }
 
 impl Side {
-    fn brokers_toml(&self) -> String {
-        self.addrs.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")
-    }
-
     /// Records `topic` holds, summed over its partitions: each partition's highest end over the members (the
     /// leader's high watermark; a follower's is never above it).
     async fn total(&self, topic: &str) -> anyhow::Result<u64> {
@@ -89,35 +85,17 @@ async fn cluster(name: &str) -> anyhow::Result<(EtcdProcess, Vec<BrokerProcess>,
 }
 
 fn mirror_config(source: &Side, target: &Side, topic: &str) -> String {
-    format!(
-        r#"[mirror]
-name = "bench-{topic}"
-[source]
-cluster = "{source_cluster}"
-[[source.routes]]
-name = "primary"
-brokers = [{source}]
-[source.health]
-check_interval = "1s"
-timeout = "2s"
-[target]
-cluster = "{target_cluster}"
-brokers = [{target}]
-replication = "source"
-[topics]
-include = ["^{topic}$"]
-discovery_interval = "500ms"
-[sync]
-compression = "none"
-commit_interval = "5s"
-[monitor]
-listen = "127.0.0.1:0"
-"#,
-        source_cluster = if source.addrs.len() > 1 { "dc-a" } else { "single-a" },
-        target_cluster = if target.addrs.len() > 1 { "dc-b" } else { "single-b" },
-        source = source.brokers_toml(),
-        target = target.brokers_toml(),
-    )
+    support::MirrorToml {
+        name: &format!("bench-{topic}"),
+        source_cluster: if source.addrs.len() > 1 { "dc-a" } else { "single-a" },
+        source: &source.addrs,
+        target_cluster: if target.addrs.len() > 1 { "dc-b" } else { "single-b" },
+        target: &target.addrs,
+        target_extra: r#"replication = "source""#,
+        include: &format!("^{topic}$"),
+        ..Default::default()
+    }
+    .render()
 }
 
 /// CPU seconds the brokers of both sides used so far.

@@ -146,3 +146,70 @@ pub fn cpu_seconds(pid: u32) -> f64 {
         + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     ticks / 100.0
 }
+
+/// A bench mirror's config: one route ("primary"), health checks every second, no compression, commits every 5 s,
+/// discovery every 500 ms, the monitor on a free port.
+#[derive(Debug, Default)]
+pub struct MirrorToml<'a> {
+    /// `mirror.name`; "bench" when empty.
+    pub name: &'a str,
+    /// `source.cluster`.
+    pub source_cluster: &'a str,
+    /// Extra `[source]` lines, such as `kind = "kafka"`.
+    pub source_extra: &'a str,
+    /// The route's broker addresses.
+    pub source: &'a [String],
+    /// `target.cluster`.
+    pub target_cluster: &'a str,
+    /// Extra `[target]` lines.
+    pub target_extra: &'a str,
+    /// `target.brokers`.
+    pub target: &'a [String],
+    /// The one `topics.include` pattern.
+    pub include: &'a str,
+    /// Extra `[sync]` lines.
+    pub sync_extra: &'a str,
+}
+
+impl MirrorToml<'_> {
+    /// The config file text.
+    pub fn render(&self) -> String {
+        let list = |addrs: &[String]| addrs.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+        let name = if self.name.is_empty() { "bench" } else { self.name };
+        format!(
+            r#"[mirror]
+name = "{name}"
+[source]
+cluster = "{source_cluster}"
+{source_extra}
+[[source.routes]]
+name = "primary"
+brokers = [{source}]
+[source.health]
+check_interval = "1s"
+timeout = "2s"
+[target]
+cluster = "{target_cluster}"
+brokers = [{target}]
+{target_extra}
+[topics]
+include = [{include:?}]
+discovery_interval = "500ms"
+[sync]
+compression = "none"
+commit_interval = "5s"
+{sync_extra}
+[monitor]
+listen = "127.0.0.1:0"
+"#,
+            source_cluster = self.source_cluster,
+            source_extra = self.source_extra,
+            source = list(self.source),
+            target_cluster = self.target_cluster,
+            target = list(self.target),
+            target_extra = self.target_extra,
+            include = self.include,
+            sync_extra = self.sync_extra,
+        )
+    }
+}
