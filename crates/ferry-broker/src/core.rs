@@ -4,6 +4,8 @@
 //! Topic admin operations are serialised by one async mutex so that, for example, a create racing a delete of the
 //! same name cannot interleave. Lookups take a short read lock on the registry map.
 
+mod data_dir;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,23 +13,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferry_proto as pb;
 use ferry_storage::LogConfig;
-use ferry_storage::fs::{FsRef, OpenMode};
+use ferry_storage::fs::FsRef;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
+use self::data_dir::{lock_data_dir, resolve_cluster_id};
 use crate::catalog::{Replication, TopicRecord};
 use crate::error::{BrokerError, Result};
 use crate::partition::Partition;
 use crate::producer_state;
-use crate::topic::{
-    MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name, write_atomic,
-};
+use crate::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name};
 
 /// Broker-owned files live under this directory inside the data dir.
 pub const META_DIR: &str = "__ferry_meta";
-const CLUSTER_ID_FILE: &str = "cluster_id";
-/// The data directory lock file, inside [`META_DIR`].
-const LOCK_FILE: &str = "lock";
 const DELETED_PREFIX: &str = "__ferry_deleted_";
 
 /// A topic: its metadata and its partitions.
@@ -553,52 +551,6 @@ impl BrokerCore {
                     tracing::error!(topic = p.topic(), partition = p.index(), error = %e, "close failed");
                 }
             }
-        }
-    }
-}
-
-/// Takes the data directory's exclusive lock (`flock` on `__ferry_meta/lock`, released by the kernel when the
-/// process ends, even by kill -9) and records this process in the file. A held lock is an error naming its holder.
-fn lock_data_dir(fs: &FsRef, data_dir: &Path) -> Result<ferry_storage::fs::LockGuard> {
-    let path = data_dir.join(META_DIR).join(LOCK_FILE);
-    let io = |source| BrokerError::Io { path: path.clone(), source };
-    let guard = match fs.lock_exclusive(&path) {
-        Ok(guard) => guard,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            let holder = fs.read(&path).map(|b| String::from_utf8_lossy(&b).trim().to_owned()).unwrap_or_default();
-            let holder =
-                if holder.is_empty() { "a process that has not recorded itself yet".to_owned() } else { holder };
-            return Err(BrokerError::DataDirInUse { path: data_dir.to_owned(), holder });
-        }
-        Err(e) => return Err(io(e)),
-    };
-    let file = fs.open(&path, OpenMode::Create).map_err(io)?;
-    file.set_len(0).map_err(io)?;
-    file.append(&[format!("pid {}\n", std::process::id()).as_bytes()]).map_err(io)?;
-    Ok(guard)
-}
-
-fn resolve_cluster_id(fs: &FsRef, data_dir: &Path, configured: Option<&str>) -> Result<String> {
-    let path = data_dir.join(META_DIR).join(CLUSTER_ID_FILE);
-    let stored = match ferry_storage::fs::read_optional(&**fs, &path) {
-        Ok(s) => s.map(|b| String::from_utf8_lossy(&b).trim().to_owned()),
-        Err(source) => return Err(BrokerError::Io { path, source }),
-    };
-    match (configured.filter(|c| !c.is_empty()), stored) {
-        (Some(c), Some(s)) if c != s => Err(BrokerError::InvalidArgument(format!(
-            "the data dir {} belongs to cluster \"{s}\" but the config says cluster_id = \"{c}\"; \
-             point data_dir elsewhere or fix cluster_id",
-            data_dir.display()
-        ))),
-        (_, Some(s)) => Ok(s),
-        (Some(c), None) => {
-            write_atomic(&**fs, &path, c.as_bytes())?;
-            Ok(c.to_owned())
-        }
-        (None, None) => {
-            let id = uuid::Uuid::new_v4().to_string();
-            write_atomic(&**fs, &path, id.as_bytes())?;
-            Ok(id)
         }
     }
 }
