@@ -111,7 +111,7 @@ pub fn compile_patterns(patterns: &[String]) -> Result<regex::RegexSet, String> 
 
 impl AuthSection {
     /// Every problem of `[auth]` that needs no file read (the secrets are read at start, by
-    /// [`crate::auth::Authorizer::from_config`]).
+    /// [`crate::rpc::auth::Authorizer::from_config`]).
     fn validate(&self, p: &mut Problems) {
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.tokens.iter().enumerate() {
@@ -315,8 +315,8 @@ impl LimitsSection {
     }
 
     /// The limits the broker core enforces.
-    pub fn core_limits(&self) -> crate::core::Limits {
-        crate::core::Limits {
+    pub fn core_limits(&self) -> crate::node::registry::Limits {
+        crate::node::registry::Limits {
             max_topics: self.max_topics,
             max_partitions: self.max_partitions,
             max_subscribe_partitions: self.max_subscribe_partitions,
@@ -503,8 +503,8 @@ impl BrokerConfig {
     }
 
     /// Expiry and bound of every partition's idempotent-producer state.
-    pub fn producer_settings(&self) -> crate::producer_state::Settings {
-        crate::producer_state::Settings {
+    pub fn producer_settings(&self) -> crate::node::producer_state::Settings {
+        crate::node::producer_state::Settings {
             expiration_ms: i64::try_from(self.storage.producer_id_expiration.as_millis()).unwrap_or(i64::MAX),
             max_producers: self.storage.max_producer_ids,
             max_timestamp_ahead_ms: i64::try_from(self.storage.max_timestamp_ahead.as_millis()).unwrap_or(i64::MAX),

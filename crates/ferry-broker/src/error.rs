@@ -4,7 +4,7 @@
 use ferry_storage::StorageError;
 use tonic::{Code, Status};
 
-pub use crate::producer_state::SequenceRefusal;
+pub use crate::node::producer_state::SequenceRefusal;
 
 /// The gRPC metadata key of an error's stable reason name (`unknown_topic`, `producer_expired`, ...). The code says
 /// what kind of failure it is; the reason says which rule, so a client can act on it without parsing the message.

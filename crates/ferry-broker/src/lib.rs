@@ -8,30 +8,15 @@
 
 #![deny(missing_docs)]
 
-pub mod auth;
-pub mod catalog;
 pub mod cluster;
 pub mod config;
-pub mod controller;
-pub mod core;
 pub mod error;
 pub mod events;
-pub mod fetch;
-pub mod follower;
 pub mod groups;
-pub mod leader_epochs;
 pub mod metrics;
-pub mod moves;
-pub mod partition;
-pub mod peers;
-pub mod producer_state;
-pub mod replica;
-pub mod replica_serve;
-pub mod replication;
-pub mod server;
-pub mod service;
-pub mod topic;
+pub mod node;
+pub mod rpc;
 
 pub use config::{BrokerConfig, Overrides};
 pub use error::BrokerError;
-pub use server::{RunOptions, ServerError, Started, run};
+pub use rpc::server::{RunOptions, ServerError, Started, run};

@@ -31,8 +31,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::BrokerCore;
-use crate::replication::Replication;
+use crate::cluster::manager::Replication;
+use crate::node::registry::BrokerCore;
 
 type Labels = Vec<(&'static str, String)>;
 

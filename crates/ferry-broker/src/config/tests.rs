@@ -181,10 +181,10 @@ fn limits_must_be_above_zero() {
     let limits = BrokerConfig::from_toml("[limits]\nmax_topics = 3\n", false).unwrap().limits;
     assert_eq!(
         limits.core_limits(),
-        crate::core::Limits { max_topics: 3, max_partitions: 100_000, max_subscribe_partitions: 100_000 }
+        crate::node::registry::Limits { max_topics: 3, max_partitions: 100_000, max_subscribe_partitions: 100_000 }
     );
     // The core's own defaults are the config's.
-    assert_eq!(LimitsSection::default().core_limits(), crate::core::Limits::default());
+    assert_eq!(LimitsSection::default().core_limits(), crate::node::registry::Limits::default());
 }
 
 #[test]
@@ -228,7 +228,7 @@ fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
     .unwrap();
     assert_eq!(
         cfg.producer_settings(),
-        crate::producer_state::Settings {
+        crate::node::producer_state::Settings {
             expiration_ms: 3_600_000,
             max_producers: 3,
             max_timestamp_ahead_ms: 3_600_000
@@ -240,7 +240,7 @@ fn producer_and_group_bounds_are_checked_and_reach_the_broker() {
     );
     // The compiled defaults of the state modules are the config's.
     let defaults = BrokerConfig::default();
-    assert_eq!(defaults.producer_settings(), crate::producer_state::Settings::default());
+    assert_eq!(defaults.producer_settings(), crate::node::producer_state::Settings::default());
     assert_eq!(defaults.groups.group_limits(), crate::groups::Limits::default());
 }
 

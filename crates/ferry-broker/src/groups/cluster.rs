@@ -212,7 +212,7 @@ impl ClusterOffsets {
 
 /// Offsets as batches of at most [`BATCH_BYTES`] of records.
 fn encode_entries(entries: &[(Slot, Committed)]) -> Vec<Bytes> {
-    let ts = crate::core::now_ms();
+    let ts = crate::node::registry::now_ms();
     let mut batches = Vec::new();
     let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
     let mut in_batch = 0u32;

@@ -14,8 +14,8 @@ use ferry_storage::fs::{FileSystem, FsRef};
 use ferry_storage::{FlushPolicy, Log, LogConfig, StorageError, SystemClock};
 use serde::{Deserialize, Serialize};
 
-use crate::core::{META_DIR, now_ms};
 use crate::error::{BrokerError, Result};
+use crate::node::registry::{META_DIR, now_ms};
 
 /// The reserved internal topic holding committed offsets (one partition, `0`).
 pub const OFFSETS_TOPIC: &str = "__ferry_offsets";

@@ -113,7 +113,7 @@ fn offsets_of_deleted_topics_are_forgotten_durably() {
 #[test]
 fn an_old_journal_is_imported_once_as_far_as_it_parses_then_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = dir.path().join(crate::core::META_DIR);
+    let meta = dir.path().join(crate::node::registry::META_DIR);
     std::fs::create_dir_all(&meta).unwrap();
     let journal = meta.join(OFFSETS_FILE);
     std::fs::write(

@@ -6,8 +6,8 @@ use std::time::Duration;
 use ferry_proto as pb;
 
 use crate::error::{BrokerError, Result};
-use crate::partition::{Partition, Produced};
-use crate::replica::{AckState, NotLeading};
+use crate::node::partition::{Partition, Produced};
+use crate::node::replica::{AckState, NotLeading};
 
 fn refusal(code: pb::ErrorCode, message: String, epoch: u32) -> pb::ReplicaFetchResponse {
     pb::ReplicaFetchResponse { error: code as i32, message, leader_epoch: epoch, ..Default::default() }

@@ -16,9 +16,9 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::config::BrokerConfig;
-use crate::core::BrokerCore;
 use crate::groups::GroupCoordinator;
-use crate::service::BrokerService;
+use crate::node::registry::BrokerCore;
+use crate::rpc::service::BrokerService;
 
 /// HTTP/2 windows sized for WAN links: a 50 ms RTT at 1 Gbit/s needs ~6 MiB in flight per stream.
 const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
@@ -50,10 +50,10 @@ pub enum ServerError {
     Tls(String),
     /// The links to the other members could not be set up (`cluster.token_file`, `cluster.tls_ca_file`).
     #[error(transparent)]
-    Peers(#[from] crate::peers::PeerError),
+    Peers(#[from] crate::cluster::peers::PeerError),
     /// The cluster refused this broker, or its etcd could not be reached.
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::cluster::membership::ClusterError),
     /// The metrics listener could not bind.
     #[error(
         "cannot serve metrics on {addr} (metrics.listen): {source}; give each broker on a host its own port, or set \
@@ -118,9 +118,9 @@ pub async fn run(
     shutdown: CancellationToken,
     on_started: impl FnOnce(Started) + Send,
 ) -> Result<(), ServerError> {
-    let auth = crate::auth::Authorizer::from_config(&config)?;
+    let auth = crate::rpc::auth::Authorizer::from_config(&config)?;
     let tls = config.broker.tls.as_ref().map(tls_config).transpose()?;
-    let peer_links = crate::peers::PeerLinks::from_config(&config)?;
+    let peer_links = crate::cluster::peers::PeerLinks::from_config(&config)?;
     let data_dir = config.broker.data_dir.clone();
     let defaults = config.default_log_config();
     let cluster = config.broker.cluster_id.clone();
@@ -189,7 +189,12 @@ pub async fn run(
     let membership = if config.cluster.enabled() {
         let member_addr = config.cluster.advertised_addr.clone().unwrap_or_else(|| advertised.clone());
         // Boxed: the etcd client's futures are large, and this one would otherwise live in every caller's.
-        let joining = crate::cluster::Membership::join(&config.cluster, core.cluster_id(), &member_addr, &named_addrs);
+        let joining = crate::cluster::membership::Membership::join(
+            &config.cluster,
+            core.cluster_id(),
+            &member_addr,
+            &named_addrs,
+        );
         match Box::pin(joining).await {
             Ok(m) => Some(m),
             Err(e) => {
@@ -214,8 +219,8 @@ pub async fn run(
     let tasks = TaskTracker::new();
     let mut replication = None;
     if let Some(m) = &membership {
-        let settings = crate::replication::Settings::of(&config.cluster, max_message, peer_links);
-        let r = crate::replication::Replication::new(settings, Arc::clone(&core), Arc::clone(&groups), m.client());
+        let settings = crate::cluster::manager::Settings::of(&config.cluster, max_message, peer_links);
+        let r = crate::cluster::manager::Replication::new(settings, Arc::clone(&core), Arc::clone(&groups), m.client());
         let catalog = Arc::downgrade(&r);
         groups.set_topic_ids(Box::new(move |name| catalog.upgrade().and_then(|r| r.topic_id(name))));
         tasks.spawn(Arc::clone(&r).run(shutdown.clone()));

@@ -4,7 +4,7 @@
 //!
 //! | key | value |
 //! |-----|-------|
-//! | `/ferry/topics/{name}` | [`TopicRecord`] (JSON) |
+//! | `/ferry/topics/{name}` | [`TopicMeta`] (JSON), the same record a member keeps as `topic.json` |
 //! | `/ferry/partitions/{name}/{p}` | [`PartitionState`] (JSON) |
 //! | `/ferry/controller` | the controller's broker id, under the controller's lease |
 //! | `/ferry/deleted/{topic_id}` | the name of a deleted topic: every member deletes its replicas of that id |
@@ -16,54 +16,12 @@ use std::collections::BTreeMap;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use crate::topic::{MirrorMark, TopicMeta, TopicSettings};
+use crate::node::topic::TopicMeta;
 
 /// The root of every key the cluster keeps in etcd.
 pub const ROOT: &str = "/ferry";
 
-pub use crate::topic::Replication;
-
-/// A replicated topic, as the catalog holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicRecord {
-    /// The topic's UUID, the same on every replica.
-    pub topic_id: String,
-    /// Partition count.
-    pub partitions: u32,
-    /// How its partitions are kept.
-    pub replication: Replication,
-    /// Creation time, ms since the Unix epoch.
-    pub created_ms: i64,
-    /// Overrides of the brokers' storage defaults, the same on every replica.
-    #[serde(default)]
-    pub settings: TopicSettings,
-    /// Set while the topic is a mirror topic; a promotion clears it by compare-and-swap.
-    #[serde(default)]
-    pub mirror: Option<MirrorMark>,
-    /// When the topic was promoted from a mirror topic, ms since the Unix epoch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub promoted_ms: Option<i64>,
-    /// double_write: writes go on with one replica while a lost one is replaced (the risk phase).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub risk_phase: bool,
-}
-
-impl TopicRecord {
-    /// The local metadata of topic `name` that this record describes.
-    pub fn meta(&self, name: &str) -> TopicMeta {
-        TopicMeta {
-            name: name.to_owned(),
-            topic_id: self.topic_id.clone(),
-            partitions: self.partitions,
-            created_ms: self.created_ms,
-            settings: self.settings.clone(),
-            mirror: self.mirror.clone(),
-            promoted_ms: self.promoted_ms,
-            replication: self.replication,
-            risk_phase: self.risk_phase,
-        }
-    }
-}
+pub use crate::node::topic::Replication;
 
 /// One replicated partition's placement and leadership.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,7 +89,7 @@ pub struct Snapshot {
     /// Live brokers: id → advertised address.
     pub brokers: BTreeMap<u32, String>,
     /// Replicated topics by name.
-    pub topics: BTreeMap<String, TopicRecord>,
+    pub topics: BTreeMap<String, TopicMeta>,
     /// Each topic key's mod revision, for a compare-and-swap.
     pub topic_revisions: BTreeMap<String, i64>,
     /// Ids of deleted topics (their tombstones).
@@ -196,8 +154,10 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
                         snap.brokers.insert(id, String::from_utf8_lossy(value).into_owned());
                     }
                 }
-                (Some("topics"), Some(name), None) => match serde_json::from_slice(value) {
-                    Ok(t) => {
+                (Some("topics"), Some(name), None) => match serde_json::from_slice::<TopicMeta>(value) {
+                    Ok(mut t) => {
+                        // The key names the topic; a record written without its name gets it from there.
+                        t.name = name.to_owned();
                         snap.topics.insert(name.to_owned(), t);
                         snap.topic_revisions.insert(name.to_owned(), kv.mod_revision());
                     }
@@ -284,7 +244,7 @@ pub fn replacement(snap: &Snapshot, taken: &[u32]) -> Option<u32> {
 pub async fn create_topic(
     client: &mut Client,
     name: &str,
-    record: &TopicRecord,
+    record: &TopicMeta,
     states: &[PartitionState],
 ) -> Result<bool, etcd_client::Error> {
     let key = topic_key(name);
@@ -302,7 +262,7 @@ pub async fn update_topic(
     client: &mut Client,
     name: &str,
     revision: i64,
-    record: &TopicRecord,
+    record: &TopicMeta,
 ) -> Result<bool, etcd_client::Error> {
     let key = topic_key(name);
     let txn = Txn::new()
@@ -317,7 +277,7 @@ pub async fn grow_topic(
     client: &mut Client,
     name: &str,
     revision: i64,
-    record: &TopicRecord,
+    record: &TopicMeta,
     first: u32,
     states: &[PartitionState],
 ) -> Result<bool, etcd_client::Error> {

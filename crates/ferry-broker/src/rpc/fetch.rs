@@ -27,10 +27,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use crate::auth::{Grant, Scopes};
-use crate::core::BrokerCore;
 use crate::error::BrokerError;
-use crate::partition::Partition;
+use crate::node::partition::Partition;
+use crate::node::registry::BrokerCore;
+use crate::rpc::auth::{Grant, Scopes};
 
 /// The shortest idle heartbeat a subscribe stream may ask for, ms.
 const MIN_HEARTBEAT_MS: u64 = 10;

@@ -6,7 +6,7 @@
 //!   what its new leader never had);
 //! - as leader it takes lagging followers out of the in-sync set, and caught-up ones back in, by compare-and-swap
 //!   at its own leader epoch; the local ISR changes only once etcd accepted it;
-//! - the controller duty (see [`crate::controller`]).
+//! - the controller duty (see [`crate::cluster::controller`]).
 //!
 //! While etcd is unreachable nothing changes: leaders go on acknowledging with their current ISR, no ISR shrinks
 //! and no election happens. Once etcd answers again, the controller waits one lease TTL (the members re-register
@@ -22,17 +22,18 @@ use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::{self, PartitionState, Snapshot, TopicRecord};
+use crate::cluster::catalog::{self, PartitionState, Snapshot};
+use crate::cluster::controller::Controller;
+use crate::cluster::follower::{self, Follow};
+use crate::cluster::peers::{PeerClient, PeerLinks};
 use crate::config::ClusterSection;
-use crate::controller::Controller;
-use crate::core::BrokerCore;
 use crate::error::{BrokerError, Result};
 use crate::events::{Event, Events};
-use crate::follower::{self, Follow};
 use crate::groups::GroupCoordinator;
-use crate::partition::Partition;
-use crate::peers::{PeerClient, PeerLinks};
-use crate::replica::Role;
+use crate::node::partition::Partition;
+use crate::node::registry::BrokerCore;
+use crate::node::replica::Role;
+use crate::node::topic::TopicMeta;
 
 mod operations;
 mod topics;
@@ -257,7 +258,7 @@ impl Replication {
         }
     }
 
-    async fn local_replica(&self, topic: &str, p: u32, record: &TopicRecord) -> Result<Arc<Partition>> {
+    async fn local_replica(&self, topic: &str, p: u32, record: &TopicMeta) -> Result<Arc<Partition>> {
         let t = match self.core.topic(topic) {
             Ok(t) => t,
             Err(_) => self.core.ensure_replicas(topic, record).await?,
@@ -275,7 +276,7 @@ impl Replication {
     async fn apply_role(
         &self,
         part: &Arc<Partition>,
-        record: &TopicRecord,
+        record: &TopicMeta,
         state: &PartitionState,
         revision: i64,
         snap: &Snapshot,

@@ -1,5 +1,5 @@
 //! What operators see and do across the cluster: the placement and status of every replicated partition, draining
-//! a broker (a mark in etcd that the controller acts on, see [`crate::moves`]), and electing a leader by hand,
+//! a broker (a mark in etcd that the controller acts on, see [`crate::cluster::core::moves`]), and electing a leader by hand,
 //! cleanly or, when no in-sync replica is live and the operator says so, uncleanly.
 
 use std::time::Instant;
@@ -7,7 +7,7 @@ use std::time::Instant;
 use ferry_proto as pb;
 
 use super::Replication;
-use crate::catalog::{self, PartitionState};
+use crate::cluster::catalog::{self, PartitionState};
 use crate::error::{BrokerError, Result};
 use crate::events::Event;
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use ferry_proto as pb;
 
 use super::Replication;
-use crate::catalog::{self, Replication as Mode, Snapshot, TopicRecord};
-use crate::core::now_ms;
+use crate::cluster::catalog::{self, Replication as Mode, Snapshot};
 use crate::error::{BrokerError, Result};
 use crate::groups::CLUSTER_OFFSETS_TOPIC;
-use crate::topic::{MirrorMark, TopicSettings, validate_topic_name};
+use crate::node::registry::now_ms;
+use crate::node::topic::{MirrorMark, TopicMeta, TopicSettings, validate_topic_name};
 
 /// Compare-and-swap attempts of one change before it gives up (each re-reads the catalog).
 const ATTEMPTS: usize = 5;
@@ -52,7 +52,8 @@ impl Replication {
         }
         let states =
             catalog::place(&snap, partitions, mode.replicas()).ok_or_else(|| not_enough_brokers(name, &snap, mode))?;
-        let record = TopicRecord {
+        let record = TopicMeta {
+            name: name.to_owned(),
             topic_id: uuid::Uuid::new_v4().to_string(),
             partitions,
             replication: mode,
@@ -81,7 +82,8 @@ impl Replication {
             return;
         }
         let Some(states) = catalog::place(snap, cluster.partitions(), Mode::Raft3.replicas()) else { return };
-        let record = TopicRecord {
+        let record = TopicMeta {
+            name: CLUSTER_OFFSETS_TOPIC.to_owned(),
             topic_id: uuid::Uuid::new_v4().to_string(),
             partitions: cluster.partitions(),
             replication: Mode::Raft3,
@@ -200,7 +202,7 @@ impl Replication {
     /// Applies `edit` to the topic's record and writes it back by compare-and-swap, re-reading and retrying when
     /// another change won meanwhile; `edit` answers whether there is anything to write. This broker's replicas
     /// take the new record before it returns.
-    async fn change(&self, name: &str, mut edit: impl FnMut(&mut TopicRecord) -> Result<bool>) -> Result<TopicRecord> {
+    async fn change(&self, name: &str, mut edit: impl FnMut(&mut TopicMeta) -> Result<bool>) -> Result<TopicMeta> {
         let mut etcd = self.etcd.clone();
         for _ in 0..ATTEMPTS {
             let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
@@ -240,7 +242,7 @@ impl Replication {
 
     /// Makes this broker's replicas of `name` what `record` says: opened, grown, and with its config, mirror mark
     /// and promotion.
-    async fn sync_topic(&self, name: &str, record: &TopicRecord) -> Result<()> {
+    async fn sync_topic(&self, name: &str, record: &TopicMeta) -> Result<()> {
         let topic = match self.core.topic(name) {
             Ok(t) => t,
             Err(_) => return self.core.ensure_replicas(name, record).await.map(drop),
@@ -278,20 +280,20 @@ impl Replication {
     /// The catalog's topics as clients see them, those this broker holds no replica of too (but the internal
     /// ones).
     pub fn catalog_topics(&self) -> Vec<pb::TopicInfo> {
-        let topics: Vec<(String, TopicRecord)> =
+        let topics: Vec<(String, TopicMeta)> =
             self.snap.read().topics.iter().map(|(n, r)| (n.clone(), r.clone())).collect();
         topics
             .iter()
-            .filter(|(name, _)| !name.starts_with(crate::topic::RESERVED_PREFIX))
+            .filter(|(name, _)| !name.starts_with(crate::node::topic::RESERVED_PREFIX))
             .map(|(name, record)| self.info(name, record))
             .collect()
     }
 
     /// The protocol view of the topic `record` describes.
-    fn info(&self, name: &str, record: &TopicRecord) -> pb::TopicInfo {
+    fn info(&self, name: &str, record: &TopicMeta) -> pb::TopicInfo {
         match self.core.topic(name) {
             Ok(t) if t.id() == record.topic_id => self.core.topic_info(&t),
-            _ => record.meta(name).to_proto(self.core.defaults()),
+            _ => record.clone().to_proto(self.core.defaults()),
         }
     }
 
@@ -314,7 +316,7 @@ fn check_count(name: &str, partitions: u32) -> Result<()> {
     Ok(())
 }
 
-fn found(name: &str, snap: &Snapshot) -> Result<(TopicRecord, i64)> {
+fn found(name: &str, snap: &Snapshot) -> Result<(TopicMeta, i64)> {
     match (snap.topics.get(name), snap.topic_revisions.get(name)) {
         (Some(record), Some(&revision)) => Ok((record.clone(), revision)),
         _ => Err(BrokerError::UnknownTopic { topic: name.to_owned() }),
@@ -338,7 +340,7 @@ fn busy(name: &str) -> BrokerError {
     ))
 }
 
-fn in_the_way(name: &str, local_id: &str, record: &TopicRecord) -> BrokerError {
+fn in_the_way(name: &str, local_id: &str, record: &TopicMeta) -> BrokerError {
     BrokerError::Cluster(format!(
         "a local topic \"{name}\" (id {local_id}) is in the way of the cluster's replicated topic of id {}",
         record.topic_id

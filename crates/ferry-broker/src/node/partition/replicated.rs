@@ -9,10 +9,10 @@ use ferry_batch::{BatchHeader, BatchIter};
 use ferry_storage::{ReadResult, StorageError};
 
 use super::Partition;
-use crate::catalog::PartitionState;
+use crate::cluster::catalog::PartitionState;
 use crate::error::{BrokerError, Result};
-use crate::producer_state::ProducerStates;
-use crate::replica::{Leading, NotLeading, Replica};
+use crate::node::producer_state::ProducerStates;
+use crate::node::replica::{Leading, NotLeading, Replica};
 
 impl Partition {
     /// A client's read of a replicated partition (see [`Partition::read`]).

@@ -1,6 +1,6 @@
 //! Tests of the fetch paths.
 use super::*;
-use crate::topic::TopicSettings;
+use crate::node::topic::TopicSettings;
 use ferry_batch::{BatchBuilder, BatchIter, Compression, ProducerInfo};
 use ferry_storage::LogConfig;
 

@@ -116,7 +116,7 @@ impl LeaderEpochs {
         for e in &entries {
             text.push_str(&format!("{} {}\n", e.epoch, e.start));
         }
-        crate::topic::write_atomic(fs, &self.path, text.as_bytes())?;
+        crate::node::topic::write_atomic(fs, &self.path, text.as_bytes())?;
         self.entries = entries;
         Ok(())
     }

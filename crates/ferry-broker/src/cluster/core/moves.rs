@@ -14,8 +14,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::catalog::PartitionState;
-use crate::topic::Replication;
+use crate::cluster::catalog::PartitionState;
+use crate::node::topic::Replication;
 
 /// The target of a move that `state` needs now, if any: each replica that is being `draining`, or (double_write)
 /// not among the `live` brokers, replaced by `pick` (which is told the brokers already taken and answers the least

@@ -6,7 +6,7 @@
 //! Its duty: a partition whose leader left the cluster gets a new leader from its in-sync set only, the old
 //! leader taken out of the ISR and the leader epoch bumped. A partition with no live in-sync replica stays
 //! offline (no unclean election): an acknowledged record is on every ISR member. It also moves replicas, one
-//! step a beat (see [`crate::moves`]): off brokers being drained, and off lost brokers of double_write partitions.
+//! step a beat (see [`crate::cluster::core::moves`]): off brokers being drained, and off lost brokers of double_write partitions.
 
 use std::time::Duration;
 
@@ -14,9 +14,9 @@ use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper,
 
 use std::collections::BTreeSet;
 
-use crate::catalog::{self, PartitionState, Replication as Mode, Snapshot};
+use crate::cluster::catalog::{self, PartitionState, Replication as Mode, Snapshot};
+use crate::cluster::core::moves;
 use crate::events::{Event, Events};
-use crate::moves;
 
 /// The controller's state on one broker.
 #[derive(Default)]

@@ -14,14 +14,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{Scopes, caller};
-use crate::core::{BrokerCore, Topic};
+use crate::cluster::manager::Replication;
+use crate::cluster::serving;
 use crate::error::BrokerError;
 use crate::groups::GroupCoordinator;
-use crate::partition::Partition;
-use crate::replica_serve;
-use crate::replication::Replication;
-use crate::topic::refuse_reserved;
+use crate::node::partition::Partition;
+use crate::node::registry::{BrokerCore, Topic};
+use crate::node::topic::refuse_reserved;
+use crate::rpc::auth::{Scopes, caller};
 
 mod groups;
 mod topics;
@@ -185,7 +185,7 @@ impl Broker for BrokerService {
         }
         let topics = topics
             .into_values()
-            .filter(|info| who.sees_topic(&info.name) && !info.name.starts_with(crate::topic::RESERVED_PREFIX))
+            .filter(|info| who.sees_topic(&info.name) && !info.name.starts_with(crate::node::topic::RESERVED_PREFIX))
             .collect();
         ok(pb::ListTopicsResponse { topics })
     }
@@ -240,7 +240,7 @@ impl Broker for BrokerService {
         let part = topic.partition(partition)?;
         let produced = part.produce(req.batches).await?;
         if let Some(r) = &self.replication {
-            replica_serve::await_ack(&part, &produced, r.ack_timeout()).await?;
+            serving::await_ack(&part, &produced, r.ack_timeout()).await?;
         }
         ok(pb::ProduceResponse {
             partition,
@@ -287,11 +287,11 @@ impl Broker for BrokerService {
         for p in &req.get_ref().partitions {
             who.allow_topic("Fetch", READ, &p.topic)?;
         }
-        let limit = crate::fetch::response_limit(self.max_batch_bytes);
+        let limit = crate::rpc::fetch::response_limit(self.max_batch_bytes);
         let turn = self.fetch_turns.fetch_add(1, Ordering::Relaxed) as usize;
         let hints = self.leader_hints();
         let req = req.into_inner();
-        ok(crate::fetch::fetch(&self.core, req, self.max_fetch_wait, limit, turn, &self.shutdown, &hints).await)
+        ok(crate::rpc::fetch::fetch(&self.core, req, self.max_fetch_wait, limit, turn, &self.shutdown, &hints).await)
     }
 
     type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
@@ -302,8 +302,16 @@ impl Broker for BrokerService {
         let (tx, rx) = mpsc::channel(4);
         let core = Arc::clone(&self.core);
         let shutdown = self.shutdown.clone();
-        let limit = crate::fetch::response_limit(self.max_batch_bytes);
-        tokio::spawn(crate::fetch::subscribe(core, who, req.into_inner(), tx, limit, shutdown, self.leader_hints()));
+        let limit = crate::rpc::fetch::response_limit(self.max_batch_bytes);
+        tokio::spawn(crate::rpc::fetch::subscribe(
+            core,
+            who,
+            req.into_inner(),
+            tx,
+            limit,
+            shutdown,
+            self.leader_hints(),
+        ));
         ok(ReceiverStream::new(rx))
     }
 
@@ -391,14 +399,14 @@ impl Broker for BrokerService {
             ))
             .into());
         }
-        ok(replica_serve::replica_fetch(&part, req, self.max_fetch_wait).await)
+        ok(serving::replica_fetch(&part, req, self.max_fetch_wait).await)
     }
 
     async fn leader_epoch_end(&self, req: Request<pb::LeaderEpochEndRequest>) -> Rpc<pb::LeaderEpochEndResponse> {
         caller(&req)?.allow("LeaderEpochEnd", Scopes::REPLICA)?;
         let req = req.into_inner();
         let part = self.core.partition(&req.topic, req.partition)?;
-        ok(replica_serve::leader_epoch_end(&part, &req))
+        ok(serving::leader_epoch_end(&part, &req))
     }
 
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {

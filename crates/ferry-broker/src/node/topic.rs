@@ -292,7 +292,8 @@ impl MirrorMark {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicMeta {
-    /// Topic name.
+    /// Topic name. (The catalog in etcd keys a replicated topic's record by it.)
+    #[serde(default)]
     pub name: String,
     /// UUID fixed at creation.
     pub topic_id: String,

@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use ferry_storage::StorageError;
 
+use crate::cluster::peers::PeerClient;
 use crate::error::BrokerError;
 use crate::events::{Event, Events};
-use crate::leader_epochs::EpochEntry;
-use crate::partition::Partition;
-use crate::peers::PeerClient;
+use crate::node::leader_epochs::EpochEntry;
+use crate::node::partition::Partition;
 
 /// What a fetcher follows, and how.
 #[derive(Debug, Clone)]

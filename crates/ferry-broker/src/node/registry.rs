@@ -18,11 +18,11 @@ use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use self::data_dir::{lock_data_dir, resolve_cluster_id};
-use crate::catalog::{Replication, TopicRecord};
+use crate::cluster::catalog::Replication;
 use crate::error::{BrokerError, Result};
-use crate::partition::Partition;
-use crate::producer_state;
-use crate::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name};
+use crate::node::partition::Partition;
+use crate::node::producer_state;
+use crate::node::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name};
 
 /// Broker-owned files live under this directory inside the data dir.
 pub const META_DIR: &str = "__ferry_meta";
@@ -340,12 +340,12 @@ impl BrokerCore {
     }
 
     /// Creates this broker's replicas of replicated topic `name` as the catalog describes it, unless they exist.
-    pub async fn ensure_replicas(&self, name: &str, record: &TopicRecord) -> Result<Arc<Topic>> {
+    pub async fn ensure_replicas(&self, name: &str, record: &TopicMeta) -> Result<Arc<Topic>> {
         let _admin = self.admin.lock().await;
         if let Some(existing) = self.topics.read().get(name) {
             return Ok(Arc::clone(existing));
         }
-        self.materialize(record.meta(name)).await
+        self.materialize(record.clone()).await
     }
 
     /// Writes a new topic's directories and metadata and opens its partitions. The caller holds the admin lock.

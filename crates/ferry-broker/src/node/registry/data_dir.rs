@@ -6,7 +6,7 @@ use ferry_storage::fs::{FsRef, OpenMode};
 
 use super::META_DIR;
 use crate::error::{BrokerError, Result};
-use crate::topic::write_atomic;
+use crate::node::topic::write_atomic;
 
 const CLUSTER_ID_FILE: &str = "cluster_id";
 /// The data directory lock file, inside [`META_DIR`].

@@ -10,21 +10,21 @@ use ferry_storage::OffsetAppendOutcome;
 use tonic::Request;
 
 use super::{BrokerService, Rpc, SHAPE_MIRROR, append_error, ok, shape_scopes};
-use crate::auth::{Scopes, caller};
-use crate::catalog::Replication as Mode;
+use crate::cluster::catalog::Replication as Mode;
+use crate::cluster::serving;
 use crate::error::{BrokerError, RefusalKind};
-use crate::partition::Produced;
-use crate::replica_serve;
-use crate::topic::{MirrorMark, TopicSettings, refuse_reserved};
+use crate::node::partition::Produced;
+use crate::node::topic::{MirrorMark, TopicSettings, refuse_reserved};
+use crate::rpc::auth::{Scopes, caller};
 
 impl BrokerService {
     /// The replication manager, when `name` is one of the cluster's replicated topics.
-    fn replicated(&self, name: &str) -> Option<&Arc<crate::replication::Replication>> {
+    fn replicated(&self, name: &str) -> Option<&Arc<crate::cluster::manager::Replication>> {
         self.replication.as_ref().filter(|r| r.is_replicated(name))
     }
 
     /// Where fetches and subscriptions point a client for partitions this broker cannot answer for.
-    pub(super) fn leader_hints(&self) -> crate::fetch::LeaderHints {
+    pub(super) fn leader_hints(&self) -> crate::rpc::fetch::LeaderHints {
         let r = Arc::clone(self.replication.as_ref()?);
         Some(Arc::new(move |topic: &str, partition: u32| r.leader_hint(topic, partition)))
     }
@@ -169,7 +169,7 @@ impl BrokerService {
                 log_end_offset: *log_end_offset,
                 leader_epoch,
             };
-            replica_serve::await_ack(&part, &held, r.ack_timeout()).await?;
+            serving::await_ack(&part, &held, r.ack_timeout()).await?;
         }
         let start = part.log().log_start_offset();
         let visible = |leo: u64| if part.replica().is_some() { part.visible_end().min(leo) } else { leo };

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ClusterSection;
 
-pub use crate::catalog::ROOT;
+pub use crate::cluster::catalog::ROOT;
 
 /// The key holding the cluster id.
 pub fn cluster_id_key() -> String {
@@ -193,7 +193,7 @@ async fn register(client: &mut Client, r: &Registration) -> Result<Result<i64, S
     let lease = client.lease_grant(ttl, None).await?.id();
     let mut puts = vec![TxnOp::put(r.key.as_str(), r.advertised.as_str(), Some(PutOptions::new().with_lease(lease)))];
     if !r.listeners.is_empty() {
-        let key = crate::catalog::listeners_key(r.id);
+        let key = crate::cluster::catalog::listeners_key(r.id);
         puts.push(TxnOp::put(key, r.listeners.as_str(), Some(PutOptions::new().with_lease(lease))));
     }
     let txn = Txn::new()

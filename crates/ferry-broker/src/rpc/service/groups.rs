@@ -10,11 +10,11 @@ use ferry_proto as pb;
 use tonic::Request;
 
 use super::{BrokerService, READ, Rpc, ok};
-use crate::auth::{Scopes, caller, member_scopes, offset_scopes};
+use crate::cluster::serving;
 use crate::error::BrokerError;
 use crate::groups::CLUSTER_OFFSETS_TOPIC;
-use crate::partition::Partition;
-use crate::replica_serve;
+use crate::node::partition::Partition;
+use crate::rpc::auth::{Scopes, caller, member_scopes, offset_scopes};
 
 /// The offsets partition a cluster member coordinates a group through, at the leader epoch its offsets were
 /// loaded at.
@@ -167,7 +167,7 @@ impl BrokerService {
         let timeout = self.replication()?.ack_timeout();
         for batch in &commit.batches {
             let produced = at.part.produce(batch.clone()).await.map_err(|e| self.lost_coordination(&req.group, e))?;
-            replica_serve::await_ack(&at.part, &produced, timeout).await?;
+            serving::await_ack(&at.part, &produced, timeout).await?;
         }
         cluster.apply(at.k, at.epoch, commit);
         self.compact_if_due(&at, timeout).await;
@@ -183,7 +183,7 @@ impl BrokerService {
         let start = at.part.log().log_end_offset();
         for batch in batches {
             let written = match at.part.produce(batch).await {
-                Ok(produced) => replica_serve::await_ack(&at.part, &produced, timeout).await,
+                Ok(produced) => serving::await_ack(&at.part, &produced, timeout).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = written {

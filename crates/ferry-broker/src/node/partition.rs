@@ -16,9 +16,9 @@ use ferry_storage::{Clock, Log, LogConfig, OffsetAppendOutcome, ReadResult, Stor
 use tokio::sync::{Mutex, watch};
 
 use crate::error::{BrokerError, RefusalKind, Result};
-use crate::leader_epochs::LeaderEpochs;
-use crate::producer_state::{self, Check, ProducerStates};
-use crate::replica::Replica;
+use crate::node::leader_epochs::LeaderEpochs;
+use crate::node::producer_state::{self, Check, ProducerStates};
+use crate::node::replica::Replica;
 
 /// How long a produced batch that may have overtaken earlier batches of its producer waits for them (a pipelining
 /// producer's requests can arrive out of order) before it is judged: refused as out of sequence past a gap, or,

@@ -18,9 +18,9 @@ use ferry_storage::fs::FileSystem;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::catalog::PartitionState;
+use crate::cluster::catalog::PartitionState;
 use crate::error::Result;
-use crate::leader_epochs::{EpochEntry, LeaderEpochs};
+use crate::node::leader_epochs::{EpochEntry, LeaderEpochs};
 
 /// What a follower has, as its leader learnt from its fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
