@@ -4,8 +4,6 @@
 use ferry_storage::StorageError;
 use tonic::{Code, Status};
 
-pub use crate::node::producer_state::SequenceRefusal;
-
 /// The gRPC metadata key of an error's stable reason name (`unknown_topic`, `producer_expired`, ...). The code says
 /// what kind of failure it is; the reason says which rule, so a client can act on it without parsing the message.
 /// docs/broker.md lists every reason with its code.
@@ -532,5 +530,29 @@ impl From<BrokerError> for Status {
             }
         }
         s
+    }
+}
+
+/// Which idempotence rule refused a batch. Each has its own `ferry-reason` on the status a client receives, so a
+/// client can act on it without reading the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceRefusal {
+    /// A newer epoch of the producer id exists (`producer_fenced`).
+    Fenced,
+    /// The producer id was idle past `storage.producer_id_expiration` (`producer_expired`): a client whose batch
+    /// was never sent before may start a new producer id; one whose earlier attempt may have been written may not.
+    Expired,
+    /// The batch's sequence does not follow the last one written (`out_of_sequence`).
+    OutOfOrder,
+}
+
+impl SequenceRefusal {
+    /// The stable reason name clients see (`ferry-reason`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            SequenceRefusal::Fenced => "producer_fenced",
+            SequenceRefusal::Expired => "producer_expired",
+            SequenceRefusal::OutOfOrder => "out_of_sequence",
+        }
     }
 }

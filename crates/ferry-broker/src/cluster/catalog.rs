@@ -14,35 +14,15 @@
 use std::collections::BTreeMap;
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+pub use crate::node::replica::PartitionState;
 use crate::node::topic::TopicMeta;
 
 /// The root of every key the cluster keeps in etcd.
 pub const ROOT: &str = "/ferry";
 
 pub use crate::node::topic::Replication;
-
-/// One replicated partition's placement and leadership.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionState {
-    /// The brokers holding a replica, in preference order.
-    pub replicas: Vec<u32>,
-    /// The leader's broker id; 0 while none is (every in-sync replica is gone).
-    pub leader: u32,
-    /// Bumped by every leader change.
-    pub leader_epoch: u32,
-    /// The in-sync set: the replicas that hold every acknowledged record. The leader is one of them.
-    pub isr: Vec<u32>,
-    /// While the partition moves to other brokers (a drain, or a lost double_write replica being replaced): the
-    /// replicas it moves to. The controller adds them, waits until they are in sync, moves the leadership when the
-    /// leader is not among them, then drops the others.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<Vec<u32>>,
-    /// The leader epoch of the last unclean election: its leader starts a new partition epoch before it writes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unclean_epoch: Option<u32>,
-}
 
 /// A partition state with the etcd revision it was read at, for a compare-and-swap.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -68,29 +68,7 @@ pub enum Check {
     Refuse(SequenceRefusal, String),
 }
 
-/// Which idempotence rule refused a batch. Each has its own `ferry-reason` on the status a client receives, so a
-/// client can act on it without reading the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SequenceRefusal {
-    /// A newer epoch of the producer id exists (`producer_fenced`).
-    Fenced,
-    /// The producer id was idle past `storage.producer_id_expiration` (`producer_expired`): a client whose batch
-    /// was never sent before may start a new producer id; one whose earlier attempt may have been written may not.
-    Expired,
-    /// The batch's sequence does not follow the last one written (`out_of_sequence`).
-    OutOfOrder,
-}
-
-impl SequenceRefusal {
-    /// The stable reason name clients see (`ferry-reason`).
-    pub fn reason(self) -> &'static str {
-        match self {
-            SequenceRefusal::Fenced => "producer_fenced",
-            SequenceRefusal::Expired => "producer_expired",
-            SequenceRefusal::OutOfOrder => "out_of_sequence",
-        }
-    }
-}
+pub use crate::error::SequenceRefusal;
 
 /// Producer state of one partition.
 #[derive(Debug)]

@@ -18,10 +18,10 @@ use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use self::data_dir::{lock_data_dir, resolve_cluster_id};
-use crate::cluster::catalog::Replication;
 use crate::error::{BrokerError, Result};
 use crate::node::partition::Partition;
 use crate::node::producer_state;
+use crate::node::topic::Replication;
 use crate::node::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name};
 
 /// Broker-owned files live under this directory inside the data dir.

@@ -18,9 +18,30 @@ use ferry_storage::fs::FileSystem;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::cluster::catalog::PartitionState;
 use crate::error::Result;
 use crate::node::leader_epochs::{EpochEntry, LeaderEpochs};
+use serde::{Deserialize, Serialize};
+
+/// One replicated partition's placement and leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// The brokers holding a replica, in preference order.
+    pub replicas: Vec<u32>,
+    /// The leader's broker id; 0 while none is (every in-sync replica is gone).
+    pub leader: u32,
+    /// Bumped by every leader change.
+    pub leader_epoch: u32,
+    /// The in-sync set: the replicas that hold every acknowledged record. The leader is one of them.
+    pub isr: Vec<u32>,
+    /// While the partition moves to other brokers (a drain, or a lost double_write replica being replaced): the
+    /// replicas it moves to. The controller adds them, waits until they are in sync, moves the leadership when the
+    /// leader is not among them, then drops the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Vec<u32>>,
+    /// The leader epoch of the last unclean election: its leader starts a new partition epoch before it writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unclean_epoch: Option<u32>,
+}
 
 /// What a follower has, as its leader learnt from its fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use ferry_batch::{BatchHeader, BatchIter};
 use ferry_storage::{ReadResult, StorageError};
 
 use super::Partition;
-use crate::cluster::catalog::PartitionState;
 use crate::error::{BrokerError, Result};
 use crate::node::producer_state::ProducerStates;
+use crate::node::replica::PartitionState;
 use crate::node::replica::{Leading, NotLeading, Replica};
 
 impl Partition {
