@@ -369,7 +369,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
             }
         }
         Op::Describe { name } => {
-            check(op, svc.describe_topic(call(pb::DescribeTopicRequest { name: name.text() })).await);
+            check(op, svc.describe_topic(call(pb::DescribeTopicRequest { name: name.text(), leader_epochs: Default::default() })).await);
         }
         Op::List => {
             let listed = check(op, svc.list_topics(call(pb::ListTopicsRequest {})).await);
@@ -448,6 +448,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                         partition: p.get(),
                         offset: *offset,
                         max_bytes: *max,
+                        leader_epoch: None,
                     })
                     .collect(),
                 max_wait_ms: 0,
@@ -466,6 +467,7 @@ async fn apply(svc: &BrokerService, oracle: &mut Oracle, op: &Op) {
                     topic: name.text(),
                     partition: partition.get(),
                     spec: Some(spec),
+                    leader_epoch: None,
                 }],
             };
             check(op, svc.list_offsets(call(req)).await);

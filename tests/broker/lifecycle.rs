@@ -57,7 +57,13 @@ async fn retention_moves_the_log_start_and_readers_below_it_are_told() -> anyhow
     assert_eq!(admin.list_offset("logs", 0, OffsetSpec::Earliest).await?.offset, Some(start));
     let fetch = client
         .fetch(pb::FetchRequest {
-            partitions: vec![pb::PartitionFetch { topic: "logs".into(), partition: 0, offset: 0, max_bytes: 0 }],
+            partitions: vec![pb::PartitionFetch {
+                topic: "logs".into(),
+                partition: 0,
+                offset: 0,
+                max_bytes: 0,
+                leader_epoch: None,
+            }],
             max_wait_ms: 0,
             max_bytes: 0,
         })

@@ -53,6 +53,7 @@ fn start(partitions: &[(&str, u32)]) -> pb::SubscribeRequest {
                     offset: 0,
                     credit_bytes: 1 << 20,
                     seat: 0,
+                    leader_epoch: None,
                 })
                 .collect(),
             max_response_bytes: 0,

@@ -37,7 +37,13 @@ async fn poll_until(addrs: Vec<String>, until: u64) -> anyhow::Result<Vec<Rec>> 
         turn += 1;
         let client = &clients[turn % clients.len()];
         let request = pb::FetchRequest {
-            partitions: vec![pb::PartitionFetch { topic: TOPIC.into(), partition: 0, offset, max_bytes: 1 << 20 }],
+            partitions: vec![pb::PartitionFetch {
+                topic: TOPIC.into(),
+                partition: 0,
+                offset,
+                max_bytes: 1 << 20,
+                leader_epoch: None,
+            }],
             max_wait_ms: 100,
             max_bytes: 1 << 20,
         };

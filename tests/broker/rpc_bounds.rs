@@ -139,7 +139,7 @@ fn delete(name: &str) -> pb::DeleteTopicRequest {
     pb::DeleteTopicRequest { name: name.into() }
 }
 fn describe(name: &str) -> pb::DescribeTopicRequest {
-    pb::DescribeTopicRequest { name: name.into() }
+    pb::DescribeTopicRequest { name: name.into(), leader_epochs: Default::default() }
 }
 fn promote(name: &str) -> pb::PromoteRequest {
     pb::PromoteRequest { name: name.into() }
@@ -158,10 +158,10 @@ fn truncate(topic: &str, partition: u32, offset: u64) -> pb::TruncatePartitionRe
     pb::TruncatePartitionRequest { topic: topic.into(), partition, offset }
 }
 fn at(topic: &str, partition: u32, offset: u64) -> pb::PartitionFetch {
-    pb::PartitionFetch { topic: topic.into(), partition, offset, max_bytes: u64::MAX }
+    pb::PartitionFetch { topic: topic.into(), partition, offset, max_bytes: u64::MAX, leader_epoch: None }
 }
 fn spec(topic: &str, partition: u32, spec: Option<Spec>) -> pb::ListOffsetsPartition {
-    pb::ListOffsetsPartition { topic: topic.into(), partition, spec }
+    pb::ListOffsetsPartition { topic: topic.into(), partition, spec, leader_epoch: None }
 }
 
 fn join(group: &str, member_id: &str, client_id: &str, topics: &[&str]) -> pb::JoinGroupRequest {
@@ -234,7 +234,14 @@ fn start(partitions: &[(&str, u32, u64)]) -> pb::SubscribeRequest {
     let mut start = pb::SubscribeStart { partitions: vec![], max_response_bytes: 0, idle_heartbeat_ms: 50 };
     for &(topic, partition, offset) in partitions {
         let topic = topic.into();
-        start.partitions.push(pb::PartitionStart { topic, partition, offset, credit_bytes: 1 << 20, seat: 7 });
+        start.partitions.push(pb::PartitionStart {
+            topic,
+            partition,
+            offset,
+            credit_bytes: 1 << 20,
+            seat: 7,
+            leader_epoch: None,
+        });
     }
     pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Start(start)) }
 }

@@ -101,7 +101,13 @@ async fn a_produce_only_token_produces_to_its_topics_and_is_denied_everything_el
     denied(app.produce(produce("payments")).await, "Produce", "topic \"payments\"");
     // Consume.
     let fetch = pb::FetchRequest {
-        partitions: vec![pb::PartitionFetch { topic: "orders.eu".into(), partition: 0, offset: 0, max_bytes: 1 << 20 }],
+        partitions: vec![pb::PartitionFetch {
+            topic: "orders.eu".into(),
+            partition: 0,
+            offset: 0,
+            max_bytes: 1 << 20,
+            leader_epoch: None,
+        }],
         max_wait_ms: 0,
         max_bytes: 1 << 20,
     };

@@ -32,6 +32,7 @@ fn start(partitions: &[(u32, u64)]) -> pb::SubscribeRequest {
                     offset: 0,
                     credit_bytes,
                     seat: 0,
+                    leader_epoch: None,
                 })
                 .collect(),
             max_response_bytes: 0,
@@ -175,7 +176,13 @@ async fn a_long_poll_fetch_returns_as_soon_as_data_arrives() -> anyhow::Result<(
         reader
             .fetch(pb::FetchRequest {
                 partitions: (0..2)
-                    .map(|p| pb::PartitionFetch { topic: "feed".into(), partition: p, offset: 0, max_bytes: 0 })
+                    .map(|p| pb::PartitionFetch {
+                        topic: "feed".into(),
+                        partition: p,
+                        offset: 0,
+                        max_bytes: 0,
+                        leader_epoch: None,
+                    })
                     .collect(),
                 max_wait_ms: 60_000,
                 max_bytes: 0,

@@ -157,9 +157,21 @@ async fn bad_requests_get_their_status_and_write_nothing() -> anyhow::Result<()>
     let fetch = client
         .fetch(pb::FetchRequest {
             partitions: vec![
-                pb::PartitionFetch { topic: "valid".into(), partition: 1, offset: 50, max_bytes: 0 },
-                pb::PartitionFetch { topic: "valid".into(), partition: 2, offset: 0, max_bytes: 0 },
-                pb::PartitionFetch { topic: "missing".into(), partition: 0, offset: 0, max_bytes: 0 },
+                pb::PartitionFetch {
+                    topic: "valid".into(),
+                    partition: 1,
+                    offset: 50,
+                    max_bytes: 0,
+                    leader_epoch: None,
+                },
+                pb::PartitionFetch { topic: "valid".into(), partition: 2, offset: 0, max_bytes: 0, leader_epoch: None },
+                pb::PartitionFetch {
+                    topic: "missing".into(),
+                    partition: 0,
+                    offset: 0,
+                    max_bytes: 0,
+                    leader_epoch: None,
+                },
             ],
             max_wait_ms: 0,
             max_bytes: 0,

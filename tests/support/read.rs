@@ -45,6 +45,7 @@ pub async fn read_partition(
                     partition,
                     offset: position,
                     max_bytes: 4 << 20,
+                    leader_epoch: None,
                 }],
                 max_wait_ms: 0,
                 max_bytes: 8 << 20,

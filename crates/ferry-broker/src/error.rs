@@ -233,6 +233,36 @@ pub enum BrokerError {
         /// The leader epoch this broker knows.
         epoch: u32,
     },
+    /// A replicated partition this broker leads but may not act for now: its etcd lease could have run out and no
+    /// failsafe confirmation covers it (docs/cluster.md, "Self-fencing"). Answered as NOT_LEADER without a leader.
+    #[error("{topic}/{partition}: this broker may not act as its leader now ({why}); ask another member who leads it")]
+    LeaderFenced {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Why.
+        why: String,
+    },
+    /// A read or write that named a leader epoch other than the one this leader serves (Kafka's KIP-320): the
+    /// client's is older (it refreshes its metadata) or newer (this broker has not learnt it yet).
+    #[error(
+        "{topic}/{partition}: the request names leader epoch {asked} but this broker leads epoch {current};          refresh the partition's leader and retry"
+    )]
+    FencedLeaderEpoch {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The epoch the client named.
+        asked: u32,
+        /// The epoch this broker leads at.
+        current: u32,
+        /// This broker's id.
+        leader: u32,
+        /// Its address.
+        address: String,
+    },
     /// A group call at a cluster member that does not coordinate the group: the coordinator is the leader of the
     /// group's offsets partition.
     #[error(
@@ -394,7 +424,8 @@ impl BrokerError {
             BrokerError::Io { .. } => "io_error",
             BrokerError::DataDirInUse { .. } => "data_dir_in_use",
             BrokerError::PermissionDenied { .. } => "permission_denied",
-            BrokerError::NotLeader { .. } => "not_leader",
+            BrokerError::NotLeader { .. } | BrokerError::LeaderFenced { .. } => "not_leader",
+            BrokerError::FencedLeaderEpoch { .. } => "fenced_leader_epoch",
             BrokerError::NotCoordinator { .. } => "not_coordinator",
             BrokerError::NotEnoughReplicas { .. } => "not_enough_replicas",
             BrokerError::NotAcknowledged { .. } => "not_acknowledged",
@@ -424,6 +455,8 @@ impl BrokerError {
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,
             BrokerError::PermissionDenied { .. } => Code::PermissionDenied,
             BrokerError::NotLeader { .. }
+            | BrokerError::LeaderFenced { .. }
+            | BrokerError::FencedLeaderEpoch { .. }
             | BrokerError::NotCoordinator { .. }
             | BrokerError::NotEnoughReplicas { .. }
             | BrokerError::NotAcknowledged { .. }
@@ -507,6 +540,27 @@ impl From<BrokerError> for Status {
                 (LEADER_ID_KEY, leader.to_string()),
                 (LEADER_EPOCH_KEY, epoch.to_string()),
                 (LEADER_ADDRESS_KEY, address.clone()),
+                (LEADER_PARTITION_KEY, format!("{topic}/{partition}")),
+            ];
+            for (key, value) in values {
+                if let Ok(v) = value.parse() {
+                    md.insert(key, v);
+                }
+            }
+        }
+        let hint = match &err {
+            BrokerError::LeaderFenced { topic, partition, .. } => Some((topic, *partition, 0, String::new(), 0)),
+            BrokerError::FencedLeaderEpoch { topic, partition, leader, address, current, .. } => {
+                Some((topic, *partition, *leader, address.clone(), *current))
+            }
+            _ => None,
+        };
+        if let Some((topic, partition, leader, address, epoch)) = hint {
+            let md = s.metadata_mut();
+            let values = [
+                (LEADER_ID_KEY, leader.to_string()),
+                (LEADER_EPOCH_KEY, epoch.to_string()),
+                (LEADER_ADDRESS_KEY, address),
                 (LEADER_PARTITION_KEY, format!("{topic}/{partition}")),
             ];
             for (key, value) in values {

@@ -26,11 +26,17 @@ pub enum Event {
     RiskPhaseLeft,
     /// A leader was elected uncleanly (an operator's forced election): a new partition epoch starts.
     UncleanElection,
+    /// A replica came back from an unclean shutdown and took itself out of its partition's in-sync set.
+    UncleanRestart,
+    /// A leader's etcd lease could have run out and no failsafe covered it: it stopped acting as leader.
+    SelfFenced,
+    /// A leader whose lease lapsed keeps its role for a partition under the failsafe (every replica confirmed).
+    FailsafeHeld,
 }
 
 impl Event {
     /// Every event, in label order.
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 13] = [
         Event::LeaderChange,
         Event::LeaderElected,
         Event::IsrShrink,
@@ -41,6 +47,9 @@ impl Event {
         Event::RiskPhaseEntered,
         Event::RiskPhaseLeft,
         Event::UncleanElection,
+        Event::UncleanRestart,
+        Event::SelfFenced,
+        Event::FailsafeHeld,
     ];
 
     /// The `event` label.
@@ -56,6 +65,9 @@ impl Event {
             Event::RiskPhaseEntered => "risk_phase_entered",
             Event::RiskPhaseLeft => "risk_phase_left",
             Event::UncleanElection => "unclean_election",
+            Event::UncleanRestart => "unclean_restart",
+            Event::SelfFenced => "self_fenced",
+            Event::FailsafeHeld => "failsafe_held",
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod events;
 pub mod groups;
 pub mod metrics;
 pub mod node;
+pub mod readiness;
 pub mod rpc;
 
 pub use config::{BrokerConfig, Overrides};

@@ -31,25 +31,33 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::OnceLock;
+
 use crate::cluster::manager::Replication;
 use crate::node::registry::BrokerCore;
+use crate::readiness::Readiness;
 
 type Labels = Vec<(&'static str, String)>;
 
+/// What the endpoint reads: the broker's partitions, its replication manager once it has joined its cluster, and
+/// its readiness.
 #[derive(Clone)]
-struct Sources {
+pub struct Sources {
     core: Arc<BrokerCore>,
-    replication: Option<Arc<Replication>>,
+    replication: Arc<OnceLock<Arc<Replication>>>,
+    ready: Arc<Readiness>,
 }
 
-/// Serves `GET /metrics` on `listener` until `stop`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    core: Arc<BrokerCore>,
-    replication: Option<Arc<Replication>>,
-    stop: CancellationToken,
-) {
-    let app = Router::new().route("/metrics", get(scrape)).with_state(Sources { core, replication });
+impl Sources {
+    /// The sources of a broker over `core`, whose replication manager is put in `replication` once it exists.
+    pub fn new(core: Arc<BrokerCore>, replication: Arc<OnceLock<Arc<Replication>>>, ready: Arc<Readiness>) -> Sources {
+        Sources { core, replication, ready }
+    }
+}
+
+/// Serves `GET /metrics` and `GET /readyz` on `listener` until `stop`.
+pub async fn serve(listener: tokio::net::TcpListener, sources: Sources, stop: CancellationToken) {
+    let app = Router::new().route("/metrics", get(scrape)).route("/readyz", get(readyz)).with_state(sources);
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
         tracing::error!(error = %e, "the metrics endpoint failed");
     }
@@ -58,8 +66,15 @@ pub async fn serve(
 async fn scrape(State(s): State<Sources>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        render(&s.core, s.replication.as_deref()),
+        render(&s.core, s.replication.get().map(|r| &**r)),
     )
+}
+
+async fn readyz(State(s): State<Sources>) -> impl IntoResponse {
+    match s.ready.state() {
+        Ok(()) => (axum::http::StatusCode::OK, "ready\n".to_owned()),
+        Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+    }
 }
 
 fn family(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {

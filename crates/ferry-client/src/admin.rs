@@ -16,6 +16,9 @@ pub use ferry_proto::{
     MetadataResponse, MirrorSource, OffsetRange, PartitionInfo, TopicConfig, TopicInfo,
 };
 
+/// How many times a partition answer pointing at another leader is followed before its error is returned.
+const LEADER_ROUNDS: u32 = 4;
+
 /// Which offset [`Admin::list_offsets`] looks up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetSpec {
@@ -133,13 +136,62 @@ impl Admin {
         Ok(self.client.list_topics(pb::ListTopicsRequest {}).await?.topics)
     }
 
-    /// A topic with its partitions (sorted by partition).
+    /// A topic with its partitions (sorted by partition). On a cluster each replicated partition is described by
+    /// its leader, at the leader epoch this client knows (Kafka's KIP-320): a partition the asked broker cannot
+    /// answer for is asked again at the leader it names, a few rounds at most; one still unanswered keeps its
+    /// error (`PartitionInfo::error`, with the leader hint).
     pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
-        let response = self.client.describe_topic(pb::DescribeTopicRequest { name: name.to_owned() }).await?;
+        let response = self.client.describe_topic(self.describe_request(name, &[])).await?;
         let topic = self.require("DescribeTopic", response.topic)?;
-        let mut partitions = response.partitions;
-        partitions.sort_by_key(|p| p.partition);
-        Ok(TopicDescription { topic, partitions })
+        let mut partitions: std::collections::BTreeMap<u32, PartitionInfo> =
+            response.partitions.into_iter().map(|p| (p.partition, p)).collect();
+        for round in 0..LEADER_ROUNDS {
+            let redirected: Vec<u32> = partitions
+                .values()
+                .filter(|p| self.redirects(name, p.partition, p.error, p.leader.as_ref()))
+                .map(|p| p.partition)
+                .collect();
+            if redirected.is_empty() {
+                break;
+            }
+            if round > 0 {
+                tokio::time::sleep(self.client.config().retry.delay(round - 1)).await;
+            }
+            let mut by_leader: std::collections::BTreeMap<String, (BrokerClient, Vec<u32>)> = Default::default();
+            for p in redirected {
+                let c = self.client.for_partition(name, p);
+                by_leader.entry(c.address()).or_insert_with(|| (c, Vec::new())).1.push(p);
+            }
+            let asks = by_leader.into_values().map(|(c, ps)| {
+                let request = self.describe_request(name, &ps);
+                async move { (ps, c.describe_topic(request).await) }
+            });
+            for (asked, answer) in futures::future::join_all(asks).await {
+                let Ok(answer) = answer else { continue };
+                for p in answer.partitions.into_iter().filter(|p| asked.contains(&p.partition)) {
+                    partitions.insert(p.partition, p);
+                }
+            }
+        }
+        Ok(TopicDescription { topic, partitions: partitions.into_values().collect() })
+    }
+
+    fn describe_request(&self, name: &str, partitions: &[u32]) -> pb::DescribeTopicRequest {
+        let known = |p: u32| self.client.known_leader_epoch(name, p).map(|e| (p, e));
+        pb::DescribeTopicRequest {
+            name: name.to_owned(),
+            leader_epochs: partitions.iter().filter_map(|p| known(*p)).collect(),
+        }
+    }
+
+    /// Whether a partition's answer is a pointer elsewhere (NOT_LEADER or FENCED_LEADER_EPOCH): its hint is learnt,
+    /// and the caller asks again.
+    fn redirects(&self, topic: &str, partition: u32, error: i32, hint: Option<&pb::LeaderHint>) -> bool {
+        let moved = error == pb::ErrorCode::NotLeader as i32 || error == pb::ErrorCode::FencedLeaderEpoch as i32;
+        if let (true, Some(h)) = (moved, hint) {
+            self.client.take_hint(topic, partition, h);
+        }
+        moved
     }
 
     /// Grows a topic to `partitions`.
@@ -162,27 +214,65 @@ impl Admin {
         Ok(Promoted { topic: self.require("Promote", response.topic)?, was_mirror: response.was_mirror })
     }
 
-    /// Offsets of many partitions at once. A partition the broker reports an error for fails the whole call
-    /// with [`ClientError::Partition`] naming it.
+    /// Offsets of many partitions at once, each asked at its leader as this client knows it (at its leader epoch);
+    /// a partition whose answer points elsewhere is asked again there, a few rounds at most. A partition the broker
+    /// reports an error for fails the whole call with [`ClientError::Partition`] naming it.
     pub async fn list_offsets(&self, partitions: &[(String, u32, OffsetSpec)]) -> Result<Vec<PartitionOffsets>> {
-        let request = pb::ListOffsetsRequest {
-            partitions: partitions
-                .iter()
-                .map(|(topic, partition, spec)| pb::ListOffsetsPartition {
-                    topic: topic.clone(),
-                    partition: *partition,
-                    spec: Some(match spec {
-                        OffsetSpec::Earliest => Spec::Earliest(true),
-                        OffsetSpec::Latest => Spec::Latest(true),
-                        OffsetSpec::Timestamp(ts) => Spec::TimestampMs(*ts),
-                    }),
-                })
-                .collect(),
-        };
-        let response = self.client.list_offsets(request).await?;
-        response
-            .partitions
+        let mut answers: Vec<Option<pb::ListOffsetsResult>> = vec![None; partitions.len()];
+        let mut pending: Vec<usize> = (0..partitions.len()).collect();
+        for round in 0..LEADER_ROUNDS {
+            if pending.is_empty() {
+                break;
+            }
+            if round > 0 {
+                tokio::time::sleep(self.client.config().retry.delay(round - 1)).await;
+            }
+            let mut by_leader: std::collections::BTreeMap<String, (BrokerClient, Vec<usize>)> = Default::default();
+            for &i in &pending {
+                let (topic, partition, _) = &partitions[i];
+                let c = self.client.for_partition(topic, *partition);
+                by_leader.entry(c.address()).or_insert_with(|| (c, Vec::new())).1.push(i);
+            }
+            let asks = by_leader.into_values().map(|(c, idx)| {
+                let request = pb::ListOffsetsRequest {
+                    partitions: idx
+                        .iter()
+                        .map(|&i| {
+                            let (topic, partition, spec) = &partitions[i];
+                            pb::ListOffsetsPartition {
+                                topic: topic.clone(),
+                                partition: *partition,
+                                spec: Some(match spec {
+                                    OffsetSpec::Earliest => Spec::Earliest(true),
+                                    OffsetSpec::Latest => Spec::Latest(true),
+                                    OffsetSpec::Timestamp(ts) => Spec::TimestampMs(*ts),
+                                }),
+                                leader_epoch: self.client.known_leader_epoch(topic, *partition),
+                            }
+                        })
+                        .collect(),
+                };
+                async move { (idx, c.address(), c.list_offsets(request).await) }
+            });
+            let mut next = Vec::new();
+            for (idx, address, answer) in futures::future::join_all(asks).await {
+                let answer = answer?;
+                for (i, r) in idx.into_iter().zip(answer.partitions) {
+                    if self.redirects(&r.topic, r.partition, r.error, r.leader.as_ref()) && round + 1 < LEADER_ROUNDS {
+                        next.push(i);
+                        continue;
+                    }
+                    if r.error == pb::ErrorCode::None as i32 && r.leader_epoch > 0 {
+                        self.client.learn_leader(&r.topic, r.partition, r.leader_epoch, &address);
+                    }
+                    answers[i] = Some(r);
+                }
+            }
+            pending = next;
+        }
+        answers
             .into_iter()
+            .flatten()
             .map(|r| {
                 partition_result(&r.topic, r.partition, r.error, &r.message)?;
                 Ok(PartitionOffsets {
@@ -245,7 +335,9 @@ impl Admin {
     /// Elects a leader of `topic`/`partition` (see `ElectLeader` in broker.proto); `unclean` allows a live replica
     /// out of sync when no in-sync one is live.
     pub async fn elect_leader(&self, topic: &str, partition: u32, unclean: bool) -> Result<pb::ElectLeaderResponse> {
-        self.client.elect_leader(pb::ElectLeaderRequest { topic: topic.to_owned(), partition, unclean }).await
+        self.client
+            .elect_leader(pb::ElectLeaderRequest { topic: topic.to_owned(), partition, unclean, dead: Vec::new() })
+            .await
     }
 
     /// Every group.

@@ -68,6 +68,7 @@ async fn producer_ids(client: &BrokerClient) -> Vec<(u64, i64)> {
             partition: 0,
             offset: 0,
             max_bytes: 1 << 20,
+            leader_epoch: None,
         }],
         max_wait_ms: 0,
         max_bytes: 1 << 20,

@@ -82,4 +82,4 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{FlushPolicy, LogConfig, MAX_OFFSET, MIN_SEGMENT_MS};
 pub use error::{Result, StorageError};
 pub use log::Log;
-pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};
+pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, OpenReport, ReadResult};

@@ -14,13 +14,14 @@ use crate::checkpoint;
 use crate::clock::{Clock, SystemClock};
 use crate::fs::FsRef;
 use crate::state::LogCore;
-use crate::types::{AppendInfo, Caller, EpochEnd, LogStats, OffsetAppendOutcome, ReadResult};
+use crate::types::{AppendInfo, Caller, EpochEnd, LogStats, OffsetAppendOutcome, OpenReport, ReadResult};
 use crate::{FlushPolicy, LogConfig, Result, StorageError};
 
 /// One partition's segmented log. `Send + Sync`: one writer and many readers may call it concurrently; all
 /// methods take `&self`.
 pub struct Log {
     core: LogCore,
+    opened: OpenReport,
 }
 
 impl std::fmt::Debug for Log {
@@ -45,12 +46,19 @@ impl Log {
 
     /// [`Log::open`] with a given clock (tests drive segment age and the flush interval with a manual clock).
     pub fn open_with_clock(dir: impl Into<PathBuf>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
-        Ok(Log { core: crate::recovery::open(crate::fs::os(), dir.into(), config, clock)? })
+        let (core, opened) = crate::recovery::open(crate::fs::os(), dir.into(), config, clock)?;
+        Ok(Log { core, opened })
     }
 
     /// [`Log::open_with_clock`] on a given file layer (tests use [`crate::fs::SimFs`] to simulate power loss).
     pub fn open_on(fs: FsRef, dir: impl Into<PathBuf>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
-        Ok(Log { core: crate::recovery::open(fs, dir.into(), config, clock)? })
+        let (core, opened) = crate::recovery::open(fs, dir.into(), config, clock)?;
+        Ok(Log { core, opened })
+    }
+
+    /// How the log came back when it was opened: whether its shutdown was clean and recovery cut nothing.
+    pub fn opened(&self) -> OpenReport {
+        self.opened
     }
 
     /// The file layer the log runs on.

@@ -175,14 +175,20 @@ fn open_segment(
 }
 
 /// `Log::open_with_clock`.
-pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn Clock>) -> Result<LogCore> {
+pub(crate) fn open(
+    fsr: FsRef,
+    dir: PathBuf,
+    config: LogConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<(LogCore, crate::types::OpenReport)> {
     let fs = &*fsr;
     // The directory's own entry must be durable too, or a power loss could take the whole partition along.
     crate::fs::sync_new_dirs(fs, &dir).map_err(LogCore::io_error(&dir))?;
     let bases = list_segments(fs, &dir)?;
     // A brand-new log (no segments, no checkpoint) starts at epoch 0: there is nothing a crash could have lost.
     let fresh = bases.is_empty() && !fs.exists(&dir.join(checkpoint::EPOCH_FILE)).map_err(LogCore::io_error(&dir))?;
-    let clean = checkpoint::take_marker(fs, &dir)? || fresh;
+    let marker = checkpoint::take_marker(fs, &dir)?;
+    let clean = marker || fresh;
     let mut epochs = EpochState::load(fs, &dir)?;
     let recorded_gaps = checkpoint::load_gaps(fs, &dir)?;
     let now_ms = clock.now_ms();
@@ -316,5 +322,5 @@ pub(crate) fn open(fsr: FsRef, dir: PathBuf, config: LogConfig, clock: Arc<dyn C
     // Every segment before the active one is now known whole and durable.
     let active_base = log.state.read().segments.last().map_or(0, |s| s.base);
     log.set_recovery_point(&mut log.writer.lock(), active_base)?;
-    Ok(log)
+    Ok((log, crate::types::OpenReport { clean_shutdown: marker, fresh, cut: cut_any }))
 }

@@ -139,3 +139,21 @@ impl BatchMeta {
         }
     }
 }
+
+/// How a log came back when it was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Its clean-shutdown marker was there.
+    pub clean_shutdown: bool,
+    /// It did not exist yet (no segment, no epoch checkpoint).
+    pub fresh: bool,
+    /// Recovery cut anything (a torn or lost tail).
+    pub cut: bool,
+}
+
+impl OpenReport {
+    /// Whether everything it held before is known to be there: a clean shutdown, and nothing cut.
+    pub fn intact(&self) -> bool {
+        self.clean_shutdown && !self.cut
+    }
+}

@@ -326,6 +326,7 @@ mod tests {
             size_bytes: 999,
             segments: 2,
             gaps: vec![OffsetRange { start: 4, end: 6 }],
+            ..PartitionInfo::default()
         }];
         let json = serde_json::to_value(TopicJson::new(&topic, Some(&partitions))).unwrap();
         assert_eq!(

@@ -306,6 +306,7 @@ impl ReaderLog {
                         partition,
                         offset: position,
                         max_bytes: 1 << 20,
+                        leader_epoch: None,
                     }],
                     max_wait_ms: 0,
                     max_bytes: 2 << 20,

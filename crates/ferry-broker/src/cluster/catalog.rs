@@ -11,11 +11,10 @@
 //! | `/ferry/drain/{id}` | present while broker `id` is being drained |
 //! | `/ferry/listeners/{id}` | broker `id`'s named listeners (name -> address), under its lease |
 
-use std::collections::BTreeMap;
-
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 use serde::Serialize;
 
+pub use crate::cluster::core::view::{Snapshot, Versioned};
 pub use crate::node::replica::PartitionState;
 use crate::node::topic::TopicMeta;
 
@@ -23,15 +22,6 @@ use crate::node::topic::TopicMeta;
 pub const ROOT: &str = "/ferry";
 
 pub use crate::node::topic::Replication;
-
-/// A partition state with the etcd revision it was read at, for a compare-and-swap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned {
-    /// The state.
-    pub state: PartitionState,
-    /// Its key's mod revision.
-    pub revision: i64,
-}
 
 /// The key of topic `name`.
 pub fn topic_key(name: &str) -> String {
@@ -61,50 +51,6 @@ pub fn drain_key(id: u32) -> String {
 /// The tombstone key of the deleted topic of id `topic_id`.
 pub fn tombstone_key(topic_id: &str) -> String {
     format!("{ROOT}/deleted/{topic_id}")
-}
-
-/// Everything the catalog holds, read at one revision.
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    /// Live brokers: id → advertised address.
-    pub brokers: BTreeMap<u32, String>,
-    /// Replicated topics by name.
-    pub topics: BTreeMap<String, TopicMeta>,
-    /// Each topic key's mod revision, for a compare-and-swap.
-    pub topic_revisions: BTreeMap<String, i64>,
-    /// Ids of deleted topics (their tombstones).
-    pub deleted: std::collections::BTreeSet<String>,
-    /// Brokers being drained.
-    pub draining: std::collections::BTreeSet<u32>,
-    /// Each live broker's named listeners: name -> advertised address.
-    pub listeners: BTreeMap<u32, BTreeMap<String, String>>,
-    /// Partition states by (topic, partition).
-    pub partitions: BTreeMap<(String, u32), Versioned>,
-    /// The controller's broker id, 0 when none.
-    pub controller: u32,
-}
-
-impl Snapshot {
-    /// Broker `id`'s address on `listener` (its named listener of that name, else its registered address); the
-    /// registered one for `None`.
-    pub fn address(&self, id: u32, listener: Option<&str>) -> Option<String> {
-        let named = listener.and_then(|l| self.listeners.get(&id).and_then(|m| m.get(l)));
-        named.or_else(|| self.brokers.get(&id)).cloned()
-    }
-
-    /// How many replicas each live broker that is not being drained holds (the brokers that may take more).
-    pub fn replica_counts(&self) -> BTreeMap<u32, usize> {
-        let mut counts: BTreeMap<u32, usize> =
-            self.brokers.keys().filter(|id| !self.draining.contains(id)).map(|&id| (id, 0)).collect();
-        for v in self.partitions.values() {
-            for id in &v.state.replicas {
-                if let Some(c) = counts.get_mut(id) {
-                    *c += 1;
-                }
-            }
-        }
-        counts
-    }
 }
 
 /// Reads brokers, topics, partitions and the controller in one transaction (one revision).
@@ -171,53 +117,6 @@ pub async fn snapshot(client: &mut Client) -> Result<Snapshot, etcd_client::Erro
         }
     }
     Ok(snap)
-}
-
-/// Places `partitions` partitions of `replicas` replicas each over the live brokers that are not being drained,
-/// balanced by how many replicas each holds already: each partition takes the least loaded brokers (ties by id),
-/// and its first replica (the preferred leader) is the chosen broker leading the fewest partitions. `None` when
-/// fewer than `replicas` brokers can take one.
-pub fn place(snap: &Snapshot, partitions: u32, replicas: usize) -> Option<Vec<PartitionState>> {
-    let mut counts = snap.replica_counts();
-    if counts.len() < replicas {
-        return None;
-    }
-    let mut leaders: BTreeMap<u32, usize> = BTreeMap::new();
-    for v in snap.partitions.values() {
-        *leaders.entry(v.state.leader).or_default() += 1;
-    }
-    let mut out = Vec::with_capacity(partitions as usize);
-    for _ in 0..partitions {
-        let mut by_load: Vec<(usize, u32)> = counts.iter().map(|(&id, &c)| (c, id)).collect();
-        by_load.sort_unstable();
-        let mut chosen: Vec<u32> = by_load.iter().take(replicas).map(|&(_, id)| id).collect();
-        let lead = chosen.iter().enumerate().min_by_key(|&(_, id)| (leaders.get(id).copied().unwrap_or(0), *id));
-        let lead = lead.map_or(0, |(i, _)| i);
-        chosen.swap(0, lead);
-        for id in &chosen {
-            *counts.entry(*id).or_default() += 1;
-        }
-        *leaders.entry(chosen[0]).or_default() += 1;
-        out.push(PartitionState {
-            leader: chosen[0],
-            leader_epoch: 1,
-            isr: chosen.clone(),
-            replicas: chosen,
-            target: None,
-            unclean_epoch: None,
-        });
-    }
-    Some(out)
-}
-
-/// The broker to take a replica in place of a lost or drained one: the least loaded live broker that is not being
-/// drained and holds no replica in `taken` (ties by id).
-pub fn replacement(snap: &Snapshot, taken: &[u32]) -> Option<u32> {
-    snap.replica_counts()
-        .into_iter()
-        .filter(|(id, _)| !taken.contains(id))
-        .min_by_key(|&(id, c)| (c, id))
-        .map(|(id, _)| id)
 }
 
 /// Creates topic `name` with its partition states, only if the topic key does not exist. `Ok(false)`: it does.
@@ -318,43 +217,6 @@ fn encode<T: Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn snap(brokers: &[u32]) -> Snapshot {
-        Snapshot { brokers: brokers.iter().map(|&id| (id, format!("h:{id}"))).collect(), ..Snapshot::default() }
-    }
-
-    #[test]
-    fn placement_spreads_replicas_and_leaders_evenly_over_the_live_brokers() {
-        let mut s = snap(&[1, 2, 3, 4]);
-        assert_eq!(place(&snap(&[1, 2]), 1, 3), None);
-        let states = place(&s, 4, 3).unwrap();
-        let mut replicas = BTreeMap::<u32, usize>::new();
-        let mut leaders = BTreeMap::<u32, usize>::new();
-        for st in &states {
-            assert_eq!(st.replicas.len(), 3);
-            assert_eq!(st.isr, st.replicas);
-            assert_eq!((st.leader, st.leader_epoch), (st.replicas[0], 1));
-            let mut distinct = st.replicas.clone();
-            distinct.sort_unstable();
-            distinct.dedup();
-            assert_eq!(distinct.len(), 3, "{st:?}");
-            for r in &st.replicas {
-                *replicas.entry(*r).or_default() += 1;
-            }
-            *leaders.entry(st.leader).or_default() += 1;
-        }
-        // 12 replicas over 4 brokers, 4 leaders over 4 brokers.
-        assert_eq!(replicas, BTreeMap::from([(1, 3), (2, 3), (3, 3), (4, 3)]));
-        assert_eq!(leaders, BTreeMap::from([(1, 1), (2, 1), (3, 1), (4, 1)]));
-        // A fifth broker joins: the next topic's replicas go to the least loaded first.
-        for (i, st) in states.into_iter().enumerate() {
-            s.partitions.insert(("t".into(), i as u32), Versioned { state: st, revision: 1 });
-        }
-        s.brokers.insert(5, "h:5".into());
-        let next = place(&s, 1, 3).unwrap();
-        assert_eq!(next[0].leader, 5);
-        assert!(next[0].replicas.contains(&5));
-    }
 
     #[test]
     fn replication_names_parse_and_others_are_refused() {

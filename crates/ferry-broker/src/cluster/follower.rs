@@ -270,6 +270,8 @@ async fn fetch_once(
             tracing::warn!(topic = part.topic(), partition = part.index(), error = %e, "cannot follow the leader's log start");
         }
     }
-    replica.follow_hw(answer.high_watermark, part.log().log_end_offset());
+    // The leader's HW, capped at what this replica holds.
+    replica.raise_hw(answer.high_watermark.min(part.log().log_end_offset()));
+    replica.learn_leader(answer.leader_epoch, f.leader);
     Ok(())
 }

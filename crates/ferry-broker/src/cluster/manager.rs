@@ -24,8 +24,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::catalog::{self, PartitionState, Snapshot};
 use crate::cluster::controller::Controller;
+use crate::cluster::core::controller as core_controller;
+use crate::cluster::core::isr;
 use crate::cluster::follower::{self, Follow};
 use crate::cluster::peers::{PeerClient, PeerLinks};
+use crate::cluster::serving::{self, Serving};
 use crate::config::ClusterSection;
 use crate::error::{BrokerError, Result};
 use crate::events::{Event, Events};
@@ -35,6 +38,7 @@ use crate::node::registry::BrokerCore;
 use crate::node::replica::Role;
 use crate::node::topic::TopicMeta;
 
+mod failsafe;
 mod operations;
 mod topics;
 
@@ -96,6 +100,7 @@ pub struct Replication {
     fetchers: tokio::sync::Mutex<HashMap<(String, u32), Fetcher>>,
     kick: tokio::sync::Notify,
     events: Arc<Events>,
+    serving: Serving,
 }
 
 impl std::fmt::Debug for Replication {
@@ -107,7 +112,14 @@ impl std::fmt::Debug for Replication {
 impl Replication {
     /// A manager over `core` (and `groups`, whose committed offsets of a deleted topic go with it), talking to
     /// etcd through `etcd`.
-    pub fn new(s: Settings, core: Arc<BrokerCore>, groups: Arc<GroupCoordinator>, etcd: Client) -> Arc<Replication> {
+    pub fn new(
+        s: Settings,
+        core: Arc<BrokerCore>,
+        groups: Arc<GroupCoordinator>,
+        etcd: Client,
+        serving: Serving,
+        lease_id: Arc<std::sync::atomic::AtomicI64>,
+    ) -> Arc<Replication> {
         Arc::new(Replication {
             s,
             core,
@@ -115,12 +127,18 @@ impl Replication {
             etcd,
             snap: RwLock::new(Snapshot::default()),
             etcd_ok: AtomicBool::new(true),
-            controller: tokio::sync::Mutex::new(Controller::default()),
+            controller: tokio::sync::Mutex::new(Controller::new(lease_id)),
             peers: Mutex::new(HashMap::new()),
             fetchers: tokio::sync::Mutex::new(HashMap::new()),
             kick: tokio::sync::Notify::new(),
             events: Arc::new(Events::default()),
+            serving,
         })
+    }
+
+    /// The serving side: the rules applied to client calls and follower fetches.
+    pub fn serving(&self) -> &Serving {
+        &self.serving
     }
 
     /// The cluster event counters.
@@ -153,8 +171,10 @@ impl Replication {
         self.etcd_ok.load(Ordering::Relaxed)
     }
 
-    /// Runs the beats until `stop`; then stops every fetcher and resigns the controller key.
+    /// Runs the beats until `stop`; then stops every fetcher and resigns the controller key. The failsafe runs
+    /// beside them on its own beat, so that a hanging read of etcd does not hold it up.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let failsafe = tokio::spawn(Arc::clone(&self).failsafe(stop.clone()));
         let mut quiet_until: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -163,8 +183,12 @@ impl Replication {
                 _ = self.kick.notified() => {}
             }
             let mut etcd = self.etcd.clone();
+            let asked = Instant::now();
             let snap = match catalog::snapshot(&mut etcd).await {
-                Ok(s) => s,
+                Ok(s) => {
+                    self.serving.etcd_answered(asked);
+                    s
+                }
                 Err(e) => {
                     if self.etcd_ok.swap(false, Ordering::Relaxed) {
                         tracing::warn!(
@@ -187,13 +211,18 @@ impl Replication {
             self.maintain_isr(&mut etcd).await;
             let act = quiet_until.is_none_or(|t| Instant::now() >= t);
             let mut controller = self.controller.lock().await;
-            if let Err(e) = controller.tick(&mut etcd, self.s.me, self.s.ttl, &snap, act, &self.events).await {
-                tracing::warn!(error = %e, "controller beat failed; will retry");
-            }
-            if act && controller.is_controller() {
+            let may_act = self.serving.lease().valid(Instant::now());
+            if controller.keep(&mut etcd, self.s.me, &snap, may_act).await && act {
+                let asks = core_controller::step(&snap, &BTreeMap::new(), true);
+                let reports = self.gather_reports(&asks, &snap, 0).await;
+                let actions = core_controller::step(&snap, &reports, true);
+                if let Err(e) = controller.apply(&mut etcd, &actions, &self.events).await {
+                    tracing::warn!(error = %e, "controller beat failed; will retry");
+                }
                 self.ensure_offsets_topic(&mut etcd, &snap).await;
             }
         }
+        let _ = failsafe.await;
         let fetchers: Vec<Fetcher> = self.fetchers.lock().await.drain().map(|(_, f)| f).collect();
         for f in fetchers {
             f.stop.cancel();
@@ -284,12 +313,28 @@ impl Replication {
         let Some(replica) = part.replica() else { return Ok(()) };
         let key = (part.topic().to_owned(), part.index());
         let role = replica.role();
+        replica.learn_leader(state.leader_epoch, state.leader);
         if state.leader == self.s.me {
             let was = matches!(&role, Role::Leader(l) if l.epoch == state.leader_epoch);
+            if !was && !self.serving.may_begin(replica, state.leader_epoch) {
+                // A failsafe promise to the old leader runs: it may still act until then, so this one waits.
+                if !matches!(role, Role::Idle) {
+                    self.stop_fetcher(&key).await;
+                    replica.step_down();
+                }
+                tracing::info!(
+                    topic = part.topic(),
+                    partition = part.index(),
+                    leader_epoch = state.leader_epoch,
+                    "elected, but a failsafe promise to the previous leader still runs; leading once it ends"
+                );
+                return Ok(());
+            }
             if !was {
                 self.stop_fetcher(&key).await;
             }
             part.become_leader(state, revision).await?;
+            serving::advance(part);
             if !was {
                 self.events.note(Event::LeaderChange);
                 tracing::info!(
@@ -375,55 +420,81 @@ impl Replication {
         Some(client)
     }
 
-    /// As leader: lagging followers out of the ISR, caught-up ones in, each by compare-and-swap at this leader's
-    /// epoch; the local ISR follows only what etcd accepted.
+    /// As leader: lagging followers out of the ISR, caught-up ones in (`core::isr::change`), each by
+    /// compare-and-swap at this leader's epoch. A follower being added counts for the HW from the proposal on; one
+    /// being removed until etcd accepted its removal.
     async fn maintain_isr(&self, etcd: &mut Client) {
         let now = Instant::now();
         for topic in self.core.topics() {
             for part in topic.partitions() {
                 let Some(replica) = part.replica() else { continue };
-                let Ok(l) = replica.leading() else { continue };
-                let out = replica.lagging(self.s.replica_lag, now);
-                let back = replica.caught_up_outside(self.s.replica_lag, now);
-                if out.is_empty() && back.is_empty() {
-                    continue;
-                }
-                let isr: Vec<u32> = l
-                    .replicas
-                    .iter()
-                    .copied()
-                    .filter(|r| (l.isr.contains(r) && !out.contains(r)) || back.contains(r))
-                    .collect();
-                let state = l.with_isr(isr);
-                match catalog::swap_partition(etcd, part.topic(), part.index(), l.revision, &state, None).await {
+                let hw = replica.hw();
+                let decided = replica.with_leading(|l| {
+                    let input = isr::IsrInput {
+                        me: self.s.me,
+                        isr: &l.isr,
+                        replicas: &l.replicas,
+                        followers: &l.followers,
+                        hw,
+                        epoch_start: l.epoch_start,
+                        lag: self.s.replica_lag,
+                        now,
+                    };
+                    let proposal = isr::change(&input)?;
+                    l.proposed = proposal.added.clone();
+                    Some((l.epoch, l.revision, l.isr.len(), l.with_isr(proposal.isr.clone()), proposal))
+                });
+                let Ok(Some((epoch, revision, before, state, proposal))) = decided else { continue };
+                serving::advance(&part);
+                match catalog::swap_partition(etcd, part.topic(), part.index(), revision, &state, None).await {
                     Ok(Some(revision)) => {
-                        let leo = part.log().log_end_offset();
-                        if replica.set_isr(l.epoch, state.isr.clone(), revision, leo) {
-                            self.note_risk(&part, l.isr.len(), state.isr.len());
-                            let event = if out.is_empty() { Event::IsrExpand } else { Event::IsrShrink };
+                        let taken = replica.with_leading(|l| {
+                            if l.epoch != epoch {
+                                return false;
+                            }
+                            for id in &state.isr {
+                                if let Some(p) = l.followers.get_mut(id).filter(|p| p.verified) {
+                                    p.unverified_seen = false;
+                                }
+                            }
+                            l.isr = state.isr.clone();
+                            l.state.isr = state.isr.clone();
+                            l.revision = revision;
+                            l.proposed.clear();
+                            true
+                        });
+                        if taken == Ok(true) {
+                            serving::advance(&part);
+                            replica.notify();
+                            self.note_risk(&part, before, state.isr.len());
+                            let event = if proposal.removed.is_empty() { Event::IsrExpand } else { Event::IsrShrink };
                             self.events.note(event);
-                            let event = event.name();
                             tracing::info!(
-                                event,
+                                event = event.name(),
                                 topic = part.topic(),
                                 partition = part.index(),
-                                leader_epoch = l.epoch,
-                                removed = ?out,
-                                added = ?back,
+                                leader_epoch = epoch,
+                                removed = ?proposal.removed,
+                                added = ?proposal.added,
                                 isr = ?state.isr,
                                 high_watermark = replica.hw(),
                                 "in-sync set changed"
                             );
                         }
                     }
-                    Ok(None) => tracing::info!(
-                        event = "isr_change_refused",
-                        topic = part.topic(),
-                        partition = part.index(),
-                        leader_epoch = l.epoch,
-                        "etcd refused the in-sync set change: the partition's state moved on"
-                    ),
-                    Err(e) => tracing::debug!(error = %e, "ISR change failed; retried next beat"),
+                    outcome => {
+                        let _ = replica.with_leading(|l| l.proposed.clear());
+                        match outcome {
+                            Ok(_) => tracing::info!(
+                                event = "isr_change_refused",
+                                topic = part.topic(),
+                                partition = part.index(),
+                                leader_epoch = epoch,
+                                "etcd refused the in-sync set change: the partition's state moved on"
+                            ),
+                            Err(e) => tracing::debug!(error = %e, "ISR change failed; retried next beat"),
+                        }
+                    }
                 }
             }
         }

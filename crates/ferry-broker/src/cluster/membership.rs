@@ -10,9 +10,18 @@
 //!   while etcd was unreachable is granted anew and the key written again when etcd answers.
 //! - A second live broker with the same id is refused: the key is created only if absent. A restart waits for the
 //!   previous incarnation's lease to run out (at most one TTL) before it gives up.
+//! - `/ferry/member_secret`: the members' shared secret (created once), from which each member derives the
+//!   credential it presents to the others (see `rpc::auth`).
+//! - While etcd cannot be reached at start, the broker keeps trying with backoff and says so in its log and its
+//!   readiness (`/readyz` on the metrics listener).
+//! - Every successful renewal extends the [`LeaseClock`] from the renewal's send time: the member acts as leader
+//!   only within it (see `core::fencing`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
     TxnOpResponse,
@@ -20,6 +29,7 @@ use etcd_client::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::lease::LeaseClock;
 use crate::config::ClusterSection;
 
 pub use crate::cluster::catalog::ROOT;
@@ -27,6 +37,11 @@ pub use crate::cluster::catalog::ROOT;
 /// The key holding the cluster id.
 pub fn cluster_id_key() -> String {
     format!("{ROOT}/cluster_id")
+}
+
+/// The key holding the members' shared secret.
+pub fn member_secret_key() -> String {
+    format!("{ROOT}/member_secret")
 }
 
 /// The key holding broker `id`'s registration.
@@ -73,12 +88,27 @@ pub enum ClusterError {
     },
 }
 
+/// A connection to the cluster's etcd whose cluster id this broker may join, before it registers: the broker
+/// takes its unclean replicas out of the in-sync sets between the two (see `cluster::core::eligibility`).
+pub struct Connected {
+    client: Client,
+    section: ClusterSection,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected").finish_non_exhaustive()
+    }
+}
+
 /// This broker's membership: renewed in the background until [`Membership::leave`].
 pub struct Membership {
     client: Client,
     stop: CancellationToken,
     /// The renewal task; it ends with the lease it held last (a new one after an expiry).
     renewal: JoinHandle<i64>,
+    lease: Arc<LeaseClock>,
+    lease_id: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -99,41 +129,115 @@ struct Registration {
     ttl: Duration,
 }
 
-impl Membership {
-    /// Joins the cluster: checks or claims the cluster id, then registers `advertised` (and the named listeners'
-    /// addresses, `listeners`) under this broker's id.
-    pub async fn join(
+/// The backoff between attempts to reach etcd at start: 200 ms doubling to 5 s, with jitter, for as long as it
+/// takes.
+fn start_backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+impl Connected {
+    /// Connects to etcd and checks or claims the cluster id. While etcd cannot be reached it keeps trying, with
+    /// backoff, saying so in its log and through `waiting` (the broker's readiness), until `stop`.
+    pub async fn connect(
         section: &ClusterSection,
         cluster_id: &str,
+        waiting: &(dyn Fn(String) + Send + Sync),
+        stop: &CancellationToken,
+    ) -> Result<Connected, ClusterError> {
+        let endpoints = section.etcd.join(",");
+        let ttl = section.lease_ttl;
+        let mut backoff = start_backoff();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match Self::try_connect(section, cluster_id, ttl).await {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(refused)) => return Err(refused),
+                Err(e) => {
+                    let delay = backoff.next().unwrap_or(Duration::from_secs(5));
+                    let why = format!(
+                        "waiting for etcd at {endpoints} (attempt {attempt}, next in {} ms): {e}",
+                        delay.as_millis()
+                    );
+                    tracing::warn!(event = "etcd_unreachable_at_start", attempt, error = %e, "{why}");
+                    waiting(why);
+                    tokio::select! {
+                        _ = stop.cancelled() => {
+                            return Err(ClusterError::Unreachable { endpoints, message: format!("stopped while {e}") });
+                        }
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn try_connect(
+        section: &ClusterSection,
+        cluster_id: &str,
+        ttl: Duration,
+    ) -> Result<Result<Connected, ClusterError>, etcd_client::Error> {
+        // Each request is bounded by a third of the lease, so a renewal that hangs never outlives the lease.
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(ttl / 3);
+        let mut client = Client::connect(section.etcd.clone(), Some(options)).await?;
+        let (created, theirs) = create_if_absent(&mut client, &cluster_id_key(), cluster_id).await?;
+        if !created && theirs != cluster_id {
+            let endpoints = section.etcd.join(",");
+            return Ok(Err(ClusterError::ClusterIdMismatch { ours: cluster_id.to_owned(), theirs, endpoints }));
+        }
+        if created {
+            tracing::info!(cluster_id, "registered the cluster id in etcd");
+        }
+        // The members' shared secret, from which each derives the credential it presents to the others.
+        let secret: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+        create_if_absent(&mut client, &member_secret_key(), &secret).await?;
+        Ok(Ok(Connected { client, section: section.clone() }))
+    }
+
+    /// The etcd client.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The members' shared secret (see `rpc::auth::MemberKey`).
+    pub async fn member_secret(&self) -> Result<String, ClusterError> {
+        let endpoints = self.section.etcd.join(",");
+        let unreachable =
+            |e: etcd_client::Error| ClusterError::Unreachable { endpoints: endpoints.clone(), message: e.to_string() };
+        let got = self.client.clone().get(member_secret_key(), None).await.map_err(unreachable)?;
+        Ok(got.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()).unwrap_or_default())
+    }
+
+    /// Registers `advertised` (and the named listeners' addresses, `listeners`) under this broker's id.
+    pub async fn register(
+        self,
         advertised: &str,
         listeners: &std::collections::BTreeMap<String, String>,
     ) -> Result<Membership, ClusterError> {
+        let Connected { mut client, section } = self;
         let endpoints = section.etcd.join(",");
         let unreachable =
             |e: etcd_client::Error| ClusterError::Unreachable { endpoints: endpoints.clone(), message: e.to_string() };
         let id = section.broker_id.unwrap_or_default();
         let ttl = section.lease_ttl;
-        // Each request is bounded by a third of the lease, so a renewal that hangs never outlives the lease.
-        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(ttl / 3);
-        let mut client = Client::connect(section.etcd.clone(), Some(options)).await.map_err(unreachable)?;
-
-        let (created, theirs) =
-            create_if_absent(&mut client, &cluster_id_key(), cluster_id).await.map_err(unreachable)?;
-        if !created && theirs != cluster_id {
-            return Err(ClusterError::ClusterIdMismatch { ours: cluster_id.to_owned(), theirs, endpoints });
-        }
-        if created {
-            tracing::info!(cluster_id, "registered the cluster id in etcd");
-        }
-
         let listeners =
             if listeners.is_empty() { String::new() } else { serde_json::to_string(listeners).unwrap_or_default() };
         let registration = Registration { key: broker_key(id), id, advertised: advertised.to_owned(), listeners, ttl };
+        let clock = Arc::new(LeaseClock::new(ttl));
         // A previous incarnation killed moments ago still holds the key until its lease runs out: wait that long.
         let waited_from = Instant::now();
         let lease = loop {
+            let sent = Instant::now();
             match register(&mut client, &registration).await.map_err(unreachable)? {
-                Ok(lease) => break lease,
+                Ok(lease) => {
+                    clock.renewed(sent);
+                    break lease;
+                }
                 Err(holder) if waited_from.elapsed() > ttl + ttl / 2 => {
                     return Err(ClusterError::BrokerIdTaken { id, holder, waited: waited_from.elapsed() });
                 }
@@ -145,18 +249,39 @@ impl Membership {
         };
         tracing::info!(broker_id = id, advertised, lease_ttl = ?ttl, "joined the cluster");
         let stop = CancellationToken::new();
-        let renewal = tokio::spawn(renew(client.clone(), registration, lease, stop.clone()));
-        Ok(Membership { client, stop, renewal })
+        let lease_id = Arc::new(AtomicI64::new(lease));
+        let renewal = tokio::spawn(renew(
+            client.clone(),
+            registration,
+            lease,
+            Arc::clone(&clock),
+            Arc::clone(&lease_id),
+            stop.clone(),
+        ));
+        Ok(Membership { client, stop, renewal, lease: clock, lease_id })
     }
+}
 
+impl Membership {
     /// A handle on the etcd client this membership uses (clones share its connection).
     pub fn client(&self) -> Client {
         self.client.clone()
     }
 
+    /// The lease clock: until when this member may act.
+    pub fn lease(&self) -> Arc<LeaseClock> {
+        Arc::clone(&self.lease)
+    }
+
+    /// The id of the lease the registration is held under now (it changes when an expired one is replaced).
+    pub fn lease_id(&self) -> Arc<AtomicI64> {
+        Arc::clone(&self.lease_id)
+    }
+
     /// Leaves the cluster: stops renewing and revokes the lease, so the registration goes at once.
     pub async fn leave(mut self) {
         self.stop.cancel();
+        self.lease.lost();
         let Ok(lease) = self.renewal.await else { return };
         match self.client.lease_revoke(lease).await {
             Ok(_) => tracing::info!("left the cluster"),
@@ -211,7 +336,14 @@ async fn register(client: &mut Client, r: &Registration) -> Result<Result<i64, S
 /// Renews the lease every third of its TTL until `stop`, over one keep-alive stream that is opened again only
 /// after it failed. A failed renewal is retried on the next beat; a lease that expired meanwhile (etcd answers with
 /// TTL 0) is replaced and the registration written again. Returns the lease it held last.
-async fn renew(mut client: Client, r: Registration, mut lease: i64, stop: CancellationToken) -> i64 {
+async fn renew(
+    mut client: Client,
+    r: Registration,
+    mut lease: i64,
+    clock: Arc<LeaseClock>,
+    lease_id: Arc<AtomicI64>,
+    stop: CancellationToken,
+) -> i64 {
     let mut beat = tokio::time::interval(r.ttl / 3);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -221,6 +353,7 @@ async fn renew(mut client: Client, r: Registration, mut lease: i64, stop: Cancel
             _ = stop.cancelled() => return lease,
             _ = beat.tick() => {}
         }
+        let sent = Instant::now();
         let renewed = match stream.take() {
             Some(open) => Ok(open),
             None => client.lease_keep_alive(lease).await,
@@ -238,6 +371,7 @@ async fn renew(mut client: Client, r: Registration, mut lease: i64, stop: Cancel
         };
         match renewed {
             Ok(Some(ttl)) if ttl > 0 => {
+                clock.renewed(sent);
                 if failing {
                     tracing::info!(broker_id = r.id, "membership lease renewed again");
                     failing = false;
@@ -245,10 +379,14 @@ async fn renew(mut client: Client, r: Registration, mut lease: i64, stop: Cancel
             }
             Ok(Some(_)) => {
                 stream = None;
+                clock.lost();
                 tracing::warn!(broker_id = r.id, "membership lease expired; registering again");
+                let sent = Instant::now();
                 match register(&mut client, &r).await {
                     Ok(Ok(new)) => {
                         lease = new;
+                        lease_id.store(new, Ordering::Release);
+                        clock.renewed(sent);
                         tracing::info!(broker_id = r.id, "registered again");
                     }
                     Ok(Err(holder)) => {

@@ -5,9 +5,11 @@
 //! presents its own certificate, so peers that require client certificates (`client_ca_file`) let it in.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ferry_proto::broker_client::BrokerClient;
+use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -15,19 +17,70 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::config::BrokerConfig;
 
+/// The metadata key of a member credential.
+pub const MEMBER_KEY: &str = "ferry-member";
+
+/// The members' shared secret, known once the broker has read it from etcd: it makes and checks member
+/// credentials.
+#[derive(Clone, Default)]
+pub struct MemberKey {
+    secret: Arc<std::sync::OnceLock<Vec<u8>>>,
+}
+
+impl std::fmt::Debug for MemberKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret.
+        f.debug_struct("MemberKey").field("known", &self.secret.get().is_some()).finish()
+    }
+}
+
+impl MemberKey {
+    /// Sets the secret (once; later calls are ignored).
+    pub fn set(&self, secret: &str) {
+        let _ = self.secret.set(secret.as_bytes().to_vec());
+    }
+
+    fn mac(&self, id: u32) -> Option<Vec<u8>> {
+        use hmac::Mac;
+        let secret = self.secret.get().filter(|s| !s.is_empty())?;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).ok()?;
+        mac.update(format!("ferry-member/{id}").as_bytes());
+        Some(mac.finalize().into_bytes().to_vec())
+    }
+
+    /// The credential broker `id` presents, `None` before the secret is known.
+    pub fn credential(&self, id: u32) -> Option<String> {
+        let mac = self.mac(id)?;
+        Some(format!("{id}.{}", mac.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    }
+
+    /// The member a presented credential proves, if it does.
+    pub fn verify(&self, presented: &str) -> Option<u32> {
+        let (id, hex) = presented.split_once('.')?;
+        let id: u32 = id.parse().ok()?;
+        let expected = self.credential(id)?;
+        let theirs = format!("{id}.{hex}");
+        bool::from(expected.as_bytes().ct_eq(theirs.as_bytes())).then_some(id)
+    }
+}
+
 /// A client of another member.
 pub type PeerClient = BrokerClient<InterceptedService<Channel, PeerAuth>>;
 
-/// Adds the member's bearer token, when it has one, to every call to a peer.
+/// Adds the member's bearer token, when it has one, and its member credential to every call to a peer.
 #[derive(Clone)]
 pub struct PeerAuth {
     header: Option<MetadataValue<tonic::metadata::Ascii>>,
+    member: Arc<OnceLock<MetadataValue<tonic::metadata::Ascii>>>,
 }
 
 impl Interceptor for PeerAuth {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(h) = &self.header {
             request.metadata_mut().insert("authorization", h.clone());
+        }
+        if let Some(m) = self.member.get() {
+            request.metadata_mut().insert(MEMBER_KEY, m.clone());
         }
         Ok(request)
     }
@@ -99,7 +152,15 @@ impl PeerLinks {
                 Some(tls)
             }
         };
-        Ok(PeerLinks { auth: PeerAuth { header }, tls })
+        Ok(PeerLinks { auth: PeerAuth { header, member: Arc::new(OnceLock::new()) }, tls })
+    }
+
+    /// Presents `credential` (see `rpc::auth::MemberKey`) on every call from now on, through every client made
+    /// from these links.
+    pub fn set_member(&self, credential: &str) {
+        if let Ok(v) = credential.parse() {
+            let _ = self.auth.member.set(v);
+        }
     }
 
     /// A lazily connecting client of the member at `address`; `None` when the address is not usable.

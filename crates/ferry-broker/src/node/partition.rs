@@ -27,6 +27,11 @@ pub const SEQUENCE_GAP_WAIT: std::time::Duration = std::time::Duration::from_sec
 
 mod replicated;
 
+/// What decides, under a replicated partition's write lock, whether this broker may take a write: its leader epoch, or
+/// why not (the cluster's rules, `cluster::core::hw::may_write`, with the leader's authority). A single broker's
+/// partitions need none.
+pub type WriteGate<'a> = &'a (dyn Fn(&Replica) -> Result<u32> + Send + Sync);
+
 /// What a produce request wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
@@ -176,6 +181,12 @@ impl Partition {
     /// offsets back and are not written again. A request whose batches the producer state refuses (a sequence gap
     /// or a fenced epoch in any of them) writes nothing.
     pub async fn produce(&self, batches: Bytes) -> Result<Produced> {
+        self.produce_gated(batches, None).await
+    }
+
+    /// [`Partition::produce`] on a replicated partition: `gate` decides, under the write lock, whether this broker
+    /// may take the write and under which leader epoch.
+    pub async fn produce_gated(&self, batches: Bytes, gate: Option<WriteGate<'_>>) -> Result<Produced> {
         let verified = self.verified_batches(&batches)?;
         // The log refuses a sparse batch on a plain append too; checking every batch first keeps a request with a
         // sparse batch after a good one from being half-written.
@@ -204,7 +215,7 @@ impl Partition {
         let gap_deadline = tokio::time::Instant::now() + SEQUENCE_GAP_WAIT;
         let (mut producers, verdicts, leader_epoch) = loop {
             let producers = self.writer.lock().await;
-            let leader_epoch = self.writable_epoch()?;
+            let leader_epoch = self.writable_epoch(gate)?;
             // Time retention and producer expiry follow batch timestamps: one far in the future would pin
             // segments forever and expire every producer id, so a produced one may be only so far ahead of this
             // clock.
@@ -265,7 +276,8 @@ impl Partition {
             .map_err(|e| self.err(e))?;
             self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
             if let Some(r) = &self.replica {
-                r.appended(self.log.log_end_offset());
+                // Followers waiting in a long poll fetch it; the cluster's serving side moves the HW.
+                r.nudge();
             }
             if over {
                 self.flush_behind();
@@ -308,34 +320,34 @@ impl Partition {
         })
     }
 
-    /// The leader epoch a write goes under: 0 on a single partition; on a replicated one, the epoch of this
-    /// replica's leadership, which needs at least two replicas in sync. Called under the write lock, which role
-    /// changes take too, so no write slips past a change of leader.
-    fn writable_epoch(&self) -> Result<u32> {
-        let Some(r) = &self.replica else { return Ok(0) };
-        let l = r.leading().map_err(|n| self.not_leader(n))?;
-        if l.isr.len() < r.min_insync() {
-            return Err(BrokerError::NotEnoughReplicas {
-                topic: self.topic.clone(),
-                partition: self.index,
-                in_sync: l.isr.len(),
-                isr: l.isr,
-                needed: r.min_insync(),
-            });
+    /// The leader epoch a write goes under: 0 on a single partition; on a replicated one, what `gate` answers.
+    /// Called under the write lock, which role changes take too, so no write slips past a change of leader.
+    fn writable_epoch(&self, gate: Option<WriteGate<'_>>) -> Result<u32> {
+        match (&self.replica, gate) {
+            (None, _) => Ok(0),
+            (Some(r), Some(gate)) => gate(r),
+            (Some(_), None) => Err(BrokerError::Internal(format!(
+                "{}/{}: a write to a replicated partition must go through the cluster's serving side",
+                self.topic, self.index
+            ))),
         }
-        Ok(l.epoch)
     }
 
     /// The mirror's append to a mirror topic's partition (see [`Partition::append_with_offsets`]); on a
     /// replicated partition only its leader takes it, with at least two replicas in sync. Returns the outcome and
     /// the leader epoch it was written under (for the acknowledgement).
-    pub async fn append_mirrored(&self, batches: Bytes, source_log_start: u64) -> Result<(OffsetAppendOutcome, u32)> {
+    pub async fn append_mirrored(
+        &self,
+        batches: Bytes,
+        source_log_start: u64,
+        gate: Option<WriteGate<'_>>,
+    ) -> Result<(OffsetAppendOutcome, u32)> {
         let verified = if batches.is_empty() { Vec::new() } else { self.verified_batches(&batches)? };
         let mut producers = self.writer.lock().await;
-        let epoch = self.writable_epoch()?;
+        let epoch = self.writable_epoch(gate)?;
         let outcome = self.append_offsets_locked(&mut producers, &verified, batches, source_log_start).await?;
         if let Some(r) = &self.replica {
-            r.appended(self.log.log_end_offset());
+            r.nudge();
         }
         Ok((outcome, epoch))
     }
@@ -429,14 +441,16 @@ impl Partition {
         Ok(leo)
     }
 
-    /// Reads whole batches from `offset`, up to `max_bytes` (at least one batch), for a client: a replicated
-    /// partition's data ends at its high watermark (an offset between it and the log end waits, it is not out of
-    /// range), and a replica that may not serve reads (a follower, a leader whose HW is behind its epoch's start)
-    /// returns nothing.
+    /// Reads whole batches from `offset`, up to `max_bytes` (at least one batch), for a client of a single broker's
+    /// partition. A replicated partition is read through [`Partition::read_within`], with the end its leader's
+    /// rules allow.
     pub fn read(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
         match &self.replica {
             None => self.read_log(offset, max_bytes),
-            Some(replica) => self.read_replicated(replica, offset, max_bytes),
+            Some(_) => Err(BrokerError::Internal(format!(
+                "{}/{}: a client's read of a replicated partition must go through the cluster's serving side",
+                self.topic, self.index
+            ))),
         }
     }
 
@@ -456,6 +470,10 @@ impl Partition {
             size_bytes: s.size_bytes,
             segments: s.segments,
             gaps: s.gaps.iter().map(|&(start, end)| pb::OffsetRange { start, end }).collect(),
+            error: pb::ErrorCode::None as i32,
+            message: String::new(),
+            leader: None,
+            leader_epoch: self.replica.as_ref().map_or(0, |r| r.leader_epoch()),
         }
     }
 }

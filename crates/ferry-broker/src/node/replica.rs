@@ -1,26 +1,23 @@
-//! A replicated partition's state on this broker: its role (leader, follower or neither), the leader epoch it acts
-//! under, its leader-epoch history and its high watermark (HW); as leader, each follower's progress and the
-//! in-sync set (ISR) as etcd last accepted it.
+//! A replicated partition's state on this broker, as data: its role (leader, follower or neither), the leader
+//! epoch it acts under, its leader-epoch history, its high watermark (HW) and, as leader, each follower's progress,
+//! the in-sync set (ISR) etcd last accepted, the additions it proposed, and its failsafe grant. Also what it knows
+//! of newer leaders, and the failsafe promises it gave.
 //!
-//! The rules (docs/cluster.md, "What raft3 promises"):
-//! - The HW is the smallest log end offset over the ISR, the leader's own included, and never moves back. Clients
-//!   read only below it; a write is acknowledged once the HW has passed it.
-//! - The leader's ISR changes only after etcd accepted the change (a compare-and-swap on the partition's state at
-//!   the leader's epoch), so nothing is acknowledged without a follower before etcd knows that follower is out.
-//! - A new leader serves reads once its HW has reached the first offset of its epoch: the HW of the old leader
-//!   was at most that, so a consumer never sees the readable end move back past what it was shown.
+//! Nothing here decides: the rules (how the HW moves, who is in sync, when a leader may act, who is elected) are
+//! in `cluster::core`, and the cluster's drivers apply their answers here, under this state's lock. The one
+//! invariant kept here is that the HW never moves back except by an explicit reset after a truncation.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use ferry_storage::fs::FileSystem;
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::node::leader_epochs::{EpochEntry, LeaderEpochs};
-use serde::{Deserialize, Serialize};
 
 /// One replicated partition's placement and leadership.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,14 +64,18 @@ pub struct Leading {
     pub epoch: u32,
     /// The ISR etcd last accepted, this broker included.
     pub isr: Vec<u32>,
+    /// Followers proposed for the ISR and not yet accepted by etcd: they count for the HW already.
+    pub proposed: Vec<u32>,
     /// Every replica's broker.
     pub replicas: Vec<u32>,
     /// The mod revision of the partition's state in etcd that this ISR was written at.
     pub revision: i64,
     /// The first offset of this epoch: the log end offset when this broker became leader.
     pub epoch_start: u64,
-    /// Each follower's progress.
+    /// Each follower's progress (replicas of the partition only).
     pub followers: BTreeMap<u32, Progress>,
+    /// Until when every replica confirmed this leader under the failsafe (see `cluster::core::fencing`).
+    pub failsafe_until: Option<Instant>,
     /// The partition's state as etcd last accepted it (the fields this leader does not change, such as a move's
     /// target, are written back as they are).
     pub state: PartitionState,
@@ -84,6 +85,11 @@ impl Leading {
     /// The partition's state with `isr` as its in-sync set, for a compare-and-swap.
     pub fn with_isr(&self, isr: Vec<u32>) -> PartitionState {
         PartitionState { isr, ..self.state.clone() }
+    }
+
+    /// Each follower's log end, as its fetches said.
+    pub fn follower_ends(&self) -> BTreeMap<u32, u64> {
+        self.followers.iter().map(|(id, p)| (*id, p.leo)).collect()
     }
 }
 
@@ -127,15 +133,17 @@ impl NotLeading {
     }
 }
 
-/// Where a write stands (see [`Replica::ack_state`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AckState {
-    /// Every in-sync replica (two at least) holds it.
-    Acked,
-    /// Not yet.
-    Waiting,
-    /// It never will be by this leader: why.
-    Refused(String),
+/// What this replica knows of the partition's leadership beyond its role, for the failsafe.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Known {
+    /// The newest leader epoch it has heard of (from etcd or a leader), and that epoch's leader.
+    pub epoch: u32,
+    /// That epoch's leader, 0 when none.
+    pub leader: u32,
+    /// The leader it promised, under the failsafe, not to lead a newer epoch before, and until when.
+    pub promise: Option<(u32, Instant)>,
+    /// Until when it gives no failsafe confirmation (an unclean election is being prepared here).
+    pub frozen_until: Option<Instant>,
 }
 
 /// The replication state of one partition.
@@ -150,7 +158,7 @@ pub struct Replica {
     /// The broker-wide arrivals signal: consumers' long polls wake when the HW moves.
     arrivals: watch::Sender<u64>,
     /// Whether what this replica held when it opened has been CRC-checked (see `follower::verify`).
-    verified: std::sync::atomic::AtomicBool,
+    verified: AtomicBool,
     /// The smallest in-sync set a write is acknowledged with (the topic's replication mode says).
     min_insync: usize,
 }
@@ -159,6 +167,7 @@ pub struct Replica {
 struct Inner {
     role: Role,
     epochs: LeaderEpochs,
+    known: Known,
 }
 
 impl Replica {
@@ -167,11 +176,11 @@ impl Replica {
         let (changes, _) = watch::channel(0);
         Replica {
             id,
-            inner: Mutex::new(Inner { role: Role::Idle, epochs }),
+            inner: Mutex::new(Inner { role: Role::Idle, epochs, known: Known::default() }),
             hw: AtomicU64::new(0),
             changes,
             arrivals,
-            verified: std::sync::atomic::AtomicBool::new(false),
+            verified: AtomicBool::new(false),
             min_insync,
         }
     }
@@ -191,9 +200,15 @@ impl Replica {
         self.verified.store(true, Ordering::Release);
     }
 
-    fn notify(&self) {
+    /// Wakes whoever waits on this replica's changes, and the broker's long polls.
+    pub fn notify(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
         self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Wakes whoever waits on this replica's changes (followers' long polls, acknowledgements) only.
+    pub fn nudge(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A receiver of the change signal.
@@ -211,15 +226,20 @@ impl Replica {
         self.hw.load(Ordering::Acquire)
     }
 
-    /// The end below which clients may read: the HW, capped at `leo`. `Ok(None)` on a leader whose HW has not
-    /// reached its epoch's start yet (it serves no reads until it has); `Err` on a replica that does not lead.
-    pub fn readable_end(&self, leo: u64) -> std::result::Result<Option<u64>, NotLeading> {
-        let inner = self.inner.lock();
-        let hw = self.hw().min(leo);
-        match &inner.role {
-            Role::Leader(l) => Ok((hw >= l.epoch_start).then_some(hw)),
-            other => Err(NotLeading::of(other)),
+    /// Moves the HW up to `target` (never down). Returns whether it moved.
+    pub fn raise_hw(&self, target: u64) -> bool {
+        let before = self.hw.fetch_max(target, Ordering::AcqRel);
+        let moved = target > before;
+        if moved {
+            self.notify();
         }
+        moved
+    }
+
+    /// Sets the HW to `hw` exactly (after a truncation below it).
+    pub fn reset_hw(&self, hw: u64) {
+        self.hw.store(hw, Ordering::Release);
+        self.notify();
     }
 
     /// The leader epoch this replica knows: its role's, else its history's latest.
@@ -266,27 +286,52 @@ impl Replica {
         self.min_insync
     }
 
+    /// What this replica knows of the partition's leadership.
+    pub fn known(&self) -> Known {
+        self.inner.lock().known
+    }
+
+    /// Notes that `leader` leads at `epoch` (from etcd or from a leader's answer), when newer than what it knew.
+    pub fn learn_leader(&self, epoch: u32, leader: u32) {
+        let mut inner = self.inner.lock();
+        if epoch > inner.known.epoch || (epoch == inner.known.epoch && inner.known.leader == 0) {
+            inner.known.epoch = epoch;
+            inner.known.leader = leader;
+        }
+    }
+
+    /// Records a failsafe promise to `leader` until `until`.
+    pub fn promise(&self, leader: u32, until: Instant) {
+        let mut inner = self.inner.lock();
+        let later = inner.known.promise.is_none_or(|(l, t)| l != leader || t < until);
+        if later {
+            inner.known.promise = Some((leader, until));
+        }
+    }
+
+    /// Gives no failsafe confirmation until `until`.
+    pub fn freeze(&self, until: Instant) {
+        self.inner.lock().known.frozen_until = Some(until);
+    }
+
     /// Becomes leader at `state`'s epoch, its log ending at `leo`: the epoch's first offset is written to the
     /// history durably first. A leader of this epoch already keeps its state but takes a newer revision's ISR and
     /// replicas (a move adds and drops replicas at the same epoch).
     pub fn become_leader(&self, fs: &dyn FileSystem, state: &PartitionState, revision: i64, leo: u64) -> Result<()> {
         let epoch = state.leader_epoch;
         let now = Instant::now();
-        let fresh = |leo: u64, leader_leo: u64| Progress {
-            leo,
-            caught_up: now,
-            last_fetch: now,
-            leader_leo_then: leader_leo,
-            verified: true,
-            unverified_seen: false,
-        };
         let mut inner = self.inner.lock();
+        if epoch > inner.known.epoch {
+            inner.known.epoch = epoch;
+            inner.known.leader = self.id;
+        }
         if let Role::Leader(l) = &mut inner.role
             && l.epoch == epoch
         {
             // etcd's state may be older than an ISR change this leader made since: only a newer one counts.
             if revision > l.revision {
                 l.isr = state.isr.clone();
+                l.proposed.retain(|r| !state.isr.contains(r) && state.replicas.contains(r));
                 l.replicas = state.replicas.clone();
                 l.state = state.clone();
                 l.revision = revision;
@@ -299,25 +344,41 @@ impl Replica {
         let hw = self.hw();
         // An in-sync follower holds at least the HW; one out of sync gets its progress from its first fetch, never
         // from here: a made-up progress would look caught up and let a dead replica back into the ISR.
-        let followers = state.isr.iter().filter(|&&r| r != self.id).map(|&r| (r, fresh(hw, leo))).collect();
+        let fresh = Progress {
+            leo: hw,
+            caught_up: now,
+            last_fetch: now,
+            leader_leo_then: leo,
+            verified: true,
+            unverified_seen: false,
+        };
+        let followers = state.isr.iter().filter(|&&r| r != self.id).map(|&r| (r, fresh)).collect();
         inner.role = Role::Leader(Leading {
             epoch,
             isr: state.isr.clone(),
+            proposed: Vec::new(),
             replicas: state.replicas.clone(),
             revision,
             epoch_start: leo,
             followers,
+            failsafe_until: None,
             state: state.clone(),
         });
         drop(inner);
-        self.advance_hw(leo);
         self.notify();
         Ok(())
     }
 
     /// Becomes a follower of `leader` (at `address`) at `epoch`.
     pub fn become_follower(&self, leader: u32, epoch: u32, address: String) {
-        self.inner.lock().role = Role::Follower { leader, epoch, address };
+        {
+            let mut inner = self.inner.lock();
+            inner.role = Role::Follower { leader, epoch, address };
+            if epoch > inner.known.epoch {
+                inner.known.epoch = epoch;
+                inner.known.leader = leader;
+            }
+        }
         self.notify();
     }
 
@@ -335,172 +396,18 @@ impl Replica {
         }
     }
 
-    /// The leader's log grew to `leo` (or its ISR changed): the HW moves to the smallest log end over the ISR.
-    pub fn advance_hw(&self, leo: u64) {
-        let target = {
-            let inner = self.inner.lock();
-            let Role::Leader(l) = &inner.role else { return };
-            l.isr
-                .iter()
-                .map(|id| if *id == self.id { leo } else { l.followers.get(id).map_or(0, |p| p.leo) })
-                .min()
-                .unwrap_or(leo)
-        };
-        let before = self.hw.fetch_max(target, Ordering::AcqRel);
-        self.notify_if(target > before);
-    }
-
-    /// The leader appended up to `leo`: the HW may move, and followers waiting for data wake.
-    pub fn appended(&self, leo: u64) {
-        self.advance_hw(leo);
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Whether a write ending at `last` made under `epoch` is acknowledged: decided under one lock, so an ISR that
-    /// shrank below two (which lets the HW run to the leader's log end) is never taken for an acknowledgement.
-    pub fn ack_state(&self, epoch: u32, last: u64) -> AckState {
-        let inner = self.inner.lock();
-        match &inner.role {
-            Role::Leader(l) if l.epoch == epoch => {
-                if l.isr.len() < self.min_insync {
-                    AckState::Refused(format!("the in-sync set shrank to {:?}", l.isr))
-                } else if self.hw() > last {
-                    AckState::Acked
-                } else {
-                    AckState::Waiting
-                }
-            }
-            Role::Leader(l) => AckState::Refused(format!("leader epoch moved from {epoch} to {}", l.epoch)),
-            _ => AckState::Refused("this broker lost the partition's leadership".into()),
+    /// Runs `f` on the leader state under the lock, or says who this replica thinks leads.
+    pub fn with_leading<R>(&self, f: impl FnOnce(&mut Leading) -> R) -> std::result::Result<R, NotLeading> {
+        match &mut self.inner.lock().role {
+            Role::Leader(l) => Ok(f(l)),
+            other => Err(NotLeading::of(other)),
         }
-    }
-
-    fn notify_if(&self, changed: bool) {
-        if changed {
-            self.notify();
-        }
-    }
-
-    /// A follower fetched from `offset` at `epoch` while the leader's log ended at `leo`, saying whether it has
-    /// verified what it held at its start. `Err` when this replica does not lead at that epoch.
-    pub fn follower_fetched(
-        &self,
-        follower: u32,
-        epoch: u32,
-        offset: u64,
-        leo: u64,
-        verified: bool,
-    ) -> std::result::Result<(), NotLeading> {
-        {
-            let mut inner = self.inner.lock();
-            let Role::Leader(l) = &mut inner.role else { return Err(NotLeading::of(&inner.role)) };
-            if l.epoch != epoch {
-                return Err(NotLeading { leader: self.id, epoch: l.epoch, address: String::new() });
-            }
-            let now = Instant::now();
-            let p = l.followers.entry(follower).or_insert(Progress {
-                leo: offset,
-                caught_up: now,
-                last_fetch: now,
-                leader_leo_then: leo,
-                verified,
-                unverified_seen: false,
-            });
-            p.verified = verified;
-            p.unverified_seen |= !verified;
-            // Caught up: it holds all the leader has, or all the leader had at its previous fetch (Kafka's rule).
-            if offset >= leo {
-                p.caught_up = now;
-            } else if offset >= p.leader_leo_then {
-                p.caught_up = p.last_fetch;
-            }
-            p.leo = offset;
-            p.last_fetch = now;
-            p.leader_leo_then = leo;
-        }
-        self.advance_hw(leo);
-        Ok(())
-    }
-
-    /// On a follower: the leader's HW, capped at what this replica holds.
-    pub fn follow_hw(&self, leader_hw: u64, leo: u64) {
-        let target = leader_hw.min(leo);
-        let before = self.hw.fetch_max(target, Ordering::AcqRel);
-        self.notify_if(target > before);
-    }
-
-    /// Sets the HW to `hw` exactly (after a follower's truncation below it).
-    pub fn reset_hw(&self, hw: u64) {
-        self.hw.store(hw, Ordering::Release);
-        self.notify();
-    }
-
-    /// ISR members that have not caught up within `lag` before `now` (the leader never is one).
-    pub fn lagging(&self, lag: Duration, now: Instant) -> Vec<u32> {
-        let inner = self.inner.lock();
-        let Role::Leader(l) = &inner.role else { return Vec::new() };
-        l.isr
-            .iter()
-            .filter(|&&id| id != self.id)
-            .filter(|id| {
-                l.followers
-                    .get(id)
-                    .is_none_or(|p| p.unverified_seen || now.saturating_duration_since(p.caught_up) > lag)
-            })
-            .copied()
-            .collect()
-    }
-
-    /// Followers outside the ISR that hold everything up to the HW and the epoch's start, and fetched within
-    /// `lag` before `now`: they may join the ISR.
-    pub fn caught_up_outside(&self, lag: Duration, now: Instant) -> Vec<u32> {
-        let inner = self.inner.lock();
-        let Role::Leader(l) = &inner.role else { return Vec::new() };
-        let hw = self.hw();
-        l.followers
-            .iter()
-            .filter(|(id, p)| {
-                !l.isr.contains(id)
-                    && p.verified
-                    && p.leo >= hw
-                    && p.leo >= l.epoch_start
-                    && now.saturating_duration_since(p.last_fetch) <= lag
-            })
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
-    /// Takes the ISR etcd accepted at `revision`, if this replica still leads at `epoch`. Returns whether it did.
-    pub fn set_isr(&self, epoch: u32, isr: Vec<u32>, revision: i64, leo: u64) -> bool {
-        {
-            let mut inner = self.inner.lock();
-            let Role::Leader(l) = &mut inner.role else { return false };
-            if l.epoch != epoch {
-                return false;
-            }
-            for id in &isr {
-                if let Some(p) = l.followers.get_mut(id).filter(|p| p.verified) {
-                    p.unverified_seen = false;
-                }
-            }
-            l.state.isr = isr.clone();
-            l.isr = isr;
-            l.revision = revision;
-        }
-        self.advance_hw(leo);
-        self.notify();
-        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn replica(dir: &std::path::Path) -> Replica {
-        let fs = ferry_storage::fs::os();
-        Replica::new(1, LeaderEpochs::load(&*fs, dir).unwrap(), watch::channel(0).0, 2)
-    }
 
     fn state(epoch: u32, isr: &[u32], replicas: &[u32]) -> PartitionState {
         PartitionState {
@@ -514,82 +421,33 @@ mod tests {
     }
 
     #[test]
-    fn the_hw_is_the_smallest_end_over_the_isr_and_a_new_leader_reads_from_its_epoch_start() {
+    fn a_new_leader_records_its_epoch_start_and_seeds_only_in_sync_followers() {
         let fs = ferry_storage::fs::os();
         let dir = tempfile::tempdir().unwrap();
-        let r = replica(dir.path());
-        assert!(r.readable_end(10).is_err());
-        r.become_leader(&*fs, &state(3, &[1, 2, 3], &[1, 2, 3]), 7, 10).unwrap();
-        assert_eq!(r.epochs(), [EpochEntry { epoch: 3, start: 10 }]);
-        // Followers' progress is unknown: the HW stays at 0 and the new leader serves no reads yet.
-        assert_eq!((r.hw(), r.readable_end(10)), (0, Ok(None)));
-        r.follower_fetched(2, 3, 10, 10, true).unwrap();
-        assert_eq!(r.hw(), 0);
-        r.follower_fetched(3, 3, 8, 10, true).unwrap();
-        assert_eq!((r.hw(), r.readable_end(10)), (8, Ok(None)));
-        r.follower_fetched(3, 3, 10, 12, true).unwrap();
-        r.advance_hw(12);
-        assert_eq!((r.hw(), r.readable_end(12)), (10, Ok(Some(10))));
-        // A fetch at another epoch is refused, and names the leader's.
-        assert_eq!(
-            r.follower_fetched(2, 2, 12, 12, true),
-            Err(NotLeading { leader: 1, epoch: 3, address: String::new() })
-        );
-        // Dropping 3 from the ISR lets the HW pass it.
-        r.follower_fetched(2, 3, 12, 12, true).unwrap();
-        assert_eq!(r.hw(), 10);
-        assert!(r.set_isr(3, vec![1, 2], 8, 12));
-        assert_eq!(r.hw(), 12);
-        assert!(!r.set_isr(4, vec![1], 9, 12), "an ISR of another epoch is not taken");
-        // Stepping down: no reads, and leader-only steps name no leader.
-        r.step_down();
-        r.become_follower(2, 4, "h:2".into());
-        let following = NotLeading { leader: 2, epoch: 4, address: "h:2".into() };
-        assert_eq!(r.readable_end(12), Err(following.clone()));
-        assert_eq!(r.leading().unwrap_err(), following);
-    }
-
-    #[test]
-    fn a_new_leader_lets_no_replica_back_into_the_isr_before_it_fetched() {
-        let fs = ferry_storage::fs::os();
-        let dir = tempfile::tempdir().unwrap();
-        let r = replica(dir.path());
-        // Elected with 3 out of sync (dead, say), its log and HW both at 100: 3 has not fetched, so it stays out.
+        let r = Replica::new(1, LeaderEpochs::load(&*fs, dir.path()).unwrap(), watch::channel(0).0, 2);
+        assert!(r.leading().is_err());
         r.reset_hw(100);
-        r.become_leader(&*fs, &state(5, &[1, 2], &[1, 2, 3]), 9, 100).unwrap();
-        let (now, lag) = (Instant::now(), Duration::from_secs(5));
-        assert_eq!(r.caught_up_outside(lag, now), Vec::<u32>::new());
-        assert_eq!(r.lagging(lag, now), Vec::<u32>::new(), "2 was in sync: it gets the usual grace");
-        // Once it fetched up to the leader's end, it may come back.
-        r.follower_fetched(3, 5, 100, 100, true).unwrap();
-        assert_eq!(r.caught_up_outside(lag, now), vec![3]);
-    }
-
-    #[test]
-    fn lagging_and_caught_up_followers_are_found_by_their_fetches() {
-        let fs = ferry_storage::fs::os();
-        let dir = tempfile::tempdir().unwrap();
-        let r = replica(dir.path());
-        r.become_leader(&*fs, &state(1, &[1, 2], &[1, 2, 3]), 1, 0).unwrap();
-        r.follower_fetched(2, 1, 0, 0, true).unwrap();
-        r.follower_fetched(3, 1, 0, 0, true).unwrap();
-        let now = Instant::now();
-        let lag = Duration::from_secs(5);
-        assert_eq!(r.lagging(lag, now), Vec::<u32>::new());
-        assert_eq!(r.lagging(lag, now + 2 * lag), vec![2]);
-        assert_eq!(r.caught_up_outside(lag, now), vec![3]);
-        assert_eq!(r.caught_up_outside(lag, now + 2 * lag), Vec::<u32>::new());
-
-        // An unverified fetch (a restarted follower still CRC-checking its log) takes an ISR member out at once,
-        // and keeps it out until it fetches verified; joining the ISR again clears the mark.
-        r.follower_fetched(2, 1, 0, 0, false).unwrap();
-        let now = Instant::now();
-        assert_eq!(r.lagging(lag, now), vec![2]);
-        assert!(r.set_isr(1, vec![1], 2, 0));
-        assert_eq!(r.caught_up_outside(lag, now), vec![3]);
-        r.follower_fetched(2, 1, 0, 0, true).unwrap();
-        assert_eq!(r.caught_up_outside(lag, now), vec![2, 3]);
-        assert!(r.set_isr(1, vec![1, 2], 3, 0));
-        assert_eq!(r.lagging(lag, now), Vec::<u32>::new());
+        r.become_leader(&*fs, &state(5, &[1, 2], &[1, 2, 3]), 9, 120).unwrap();
+        assert_eq!(r.epochs(), [EpochEntry { epoch: 5, start: 120 }]);
+        let l = r.leading().unwrap();
+        assert_eq!((l.epoch, l.epoch_start, l.revision), (5, 120, 9));
+        assert_eq!(l.followers.keys().copied().collect::<Vec<_>>(), vec![2], "3 is out of sync: no made-up progress");
+        assert_eq!(l.followers[&2].leo, 100, "an in-sync follower holds the HW");
+        assert_eq!((r.known().epoch, r.known().leader), (5, 1));
+        // The same epoch again at a newer revision takes the new ISR; an older one is ignored.
+        r.become_leader(&*fs, &state(5, &[1, 2, 3], &[1, 2, 3]), 8, 130).unwrap();
+        assert_eq!(r.leading().unwrap().isr, vec![1, 2]);
+        r.become_leader(&*fs, &state(5, &[1, 2, 3], &[1, 2, 3]), 10, 130).unwrap();
+        assert_eq!(r.leading().unwrap().isr, vec![1, 2, 3]);
+        // The HW only moves up, except by a reset.
+        assert!(!r.raise_hw(90));
+        assert!(r.raise_hw(110));
+        r.reset_hw(50);
+        assert_eq!(r.hw(), 50);
+        r.become_follower(2, 6, "h:2".into());
+        assert_eq!(r.leading().unwrap_err(), NotLeading { leader: 2, epoch: 6, address: "h:2".into() });
+        assert_eq!((r.known().epoch, r.known().leader), (6, 2));
+        r.learn_leader(4, 3);
+        assert_eq!((r.known().epoch, r.known().leader), (6, 2), "an older epoch is not learnt");
     }
 }

@@ -5,7 +5,13 @@
 //! Three kinds of grant:
 //! - a scoped token from `[[auth.tokens]]`: its scopes, on the topics and groups its patterns match;
 //! - the single token of `broker.token_file` / `FERRY_BROKER_TOKEN`: every scope on everything, as before scopes;
-//! - no token configured at all: every caller is the open grant, with every scope on everything.
+//! - no token configured at all: every caller is the open grant, with every scope on everything but replica.
+//!
+//! Broker-to-broker calls (a follower's fetch, the leader-epoch question, an election's reports, the failsafe)
+//! need more than a scope: the caller's *member credential*, `ferry-member: {broker_id}.{mac}`, where `mac` is
+//! HMAC-SHA256 over the broker id keyed with the members' shared secret in etcd. It binds the call to one member:
+//! a follower's fetch is accepted only from the broker it names, and only if that broker holds a replica. When
+//! tokens are configured, the member's token must also have the replica scope.
 //!
 //! A denial is a PERMISSION_DENIED status naming the token and the operation. It is logged (the token's name, never
 //! its secret), at most once a second per token with the number left out, and counted per token in that line.
@@ -19,6 +25,7 @@ use regex::RegexSet;
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
+pub use crate::cluster::peers::{MEMBER_KEY, MemberKey};
 pub use crate::config::Scope;
 use crate::config::{BrokerConfig, ConfigError};
 use crate::error::BrokerError;
@@ -140,10 +147,16 @@ impl Grant {
         Grant { name, secret, scopes, topics, groups, denials: AtomicU64::new(0), log: Mutex::new((None, 0)) }
     }
 
-    /// The grant of a broker with no token configured: every scope on everything. For embedding the service
-    /// without the interceptor (the fuzz target).
+    /// The grant of a broker with no token configured: every scope on everything but replica (broker-to-broker
+    /// calls need a member credential). For embedding the service without the interceptor (the fuzz target).
     pub fn open() -> Arc<Grant> {
-        Arc::new(Grant::new("anonymous".into(), None, Scopes::ALL, Names::All, Names::All))
+        let all_but_replica = Scopes(Scopes::ALL.0 & !Scopes::REPLICA.0);
+        Arc::new(Grant::new("anonymous".into(), None, all_but_replica, Names::All, Names::All))
+    }
+
+    /// Whether this is the grant of a broker with no token configured.
+    pub fn is_open(&self) -> bool {
+        self.secret.is_none() && self.name == "anonymous"
     }
 
     /// The token's name.
@@ -232,12 +245,39 @@ impl Grant {
     }
 }
 
+/// The member a call's credential proved, put in its extensions by the interceptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member(pub u32);
+
+/// Checks that `req` comes from cluster member `id` (its member credential), and, when tokens are configured,
+/// that its token has the replica scope.
+pub fn require_member<T>(req: &Request<T>, operation: &'static str, id: Option<u32>) -> Result<u32, Status> {
+    let grant = caller(req)?;
+    let member = req.extensions().get::<Member>().map(|m| m.0);
+    let denied = |why: String| {
+        crate::error::status(tonic::Code::PermissionDenied, "permission_denied", format!("{operation}: {why}"))
+    };
+    let Some(member) = member else {
+        return Err(denied("only a cluster member may call it, with its member credential".into()));
+    };
+    if let Some(id) = id
+        && id != member
+    {
+        return Err(denied(format!("the call names broker {id}, but its credential is broker {member}'s")));
+    }
+    if !grant.is_open() {
+        grant.allow(operation, Scopes::REPLICA)?;
+    }
+    Ok(member)
+}
+
 /// Every token of a broker: the interceptor that authenticates calls.
 #[derive(Clone, Debug)]
 pub struct Authorizer {
     /// Empty: no token is configured, and every call gets `open`.
     grants: Arc<Vec<Arc<Grant>>>,
     open: Arc<Grant>,
+    members: MemberKey,
 }
 
 impl Authorizer {
@@ -287,7 +327,16 @@ impl Authorizer {
             ));
         }
         problems.into_result(()).map_err(ConfigError::Invalid)?;
-        Ok(Authorizer { grants: Arc::new(grants.into_iter().map(Arc::new).collect()), open: Grant::open() })
+        Ok(Authorizer {
+            grants: Arc::new(grants.into_iter().map(Arc::new).collect()),
+            open: Grant::open(),
+            members: MemberKey::default(),
+        })
+    }
+
+    /// The member key whose credentials this authorizer accepts (set once the secret is read from etcd).
+    pub fn members(&self) -> MemberKey {
+        self.members.clone()
     }
 
     /// The grant whose secret is `presented`. Every configured secret is compared, each in constant time.
@@ -324,6 +373,10 @@ impl tonic::service::Interceptor for Authorizer {
                 }
             }
         };
+        let member = req.metadata().get(MEMBER_KEY).and_then(|v| v.to_str().ok()).and_then(|v| self.members.verify(v));
+        if let Some(id) = member {
+            req.extensions_mut().insert(Member(id));
+        }
         req.extensions_mut().insert(Caller(grant));
         Ok(req)
     }
@@ -416,6 +469,27 @@ mod tests {
         // The mirror commits to the groups it syncs, but does not join them.
         assert!(mirror.allow_group("CommitOffsets", offset_scopes("orders-eu"), "orders-eu").is_ok());
         assert!(mirror.allow_group("JoinGroup", member_scopes("orders-eu"), "orders-eu").is_err());
+    }
+
+    #[test]
+    fn member_credentials_bind_a_call_to_one_broker_and_the_open_grant_has_no_replica_scope() {
+        let key = MemberKey::default();
+        assert_eq!(key.credential(2), None, "no secret yet");
+        key.set("cluster-secret");
+        let c2 = key.credential(2).unwrap();
+        assert_eq!(key.verify(&c2), Some(2));
+        // Claiming another broker's id with broker 2's mac, or a made-up mac, proves nothing.
+        let (_, mac) = c2.split_once('.').unwrap();
+        assert_eq!(key.verify(&format!("3.{mac}")), None);
+        assert_eq!(key.verify("2.00ff"), None);
+        assert_eq!(key.verify("nonsense"), None);
+        let other = MemberKey::default();
+        other.set("another-secret");
+        assert_eq!(other.verify(&c2), None, "another cluster's secret");
+        let open = Grant::open();
+        assert!(open.is_open());
+        assert!(open.allow("ReplicaFetch", Scopes::REPLICA).is_err());
+        assert!(open.allow("Produce", Scopes::PRODUCE).is_ok());
     }
 
     #[test]

@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferry_proto as pb;
-use ferry_storage::StorageError;
+use ferry_storage::{ReadResult, StorageError};
 use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use crate::cluster::serving::Serving;
 use crate::error::BrokerError;
 use crate::node::partition::Partition;
 use crate::node::registry::BrokerCore;
@@ -49,7 +50,8 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
             (pb::ErrorCode::UnknownTopicOrPartition, None)
         }
         BrokerError::OffsetOutOfRange { .. } => (pb::ErrorCode::OffsetOutOfRange, None),
-        BrokerError::NotLeader { .. } => (pb::ErrorCode::NotLeader, None),
+        BrokerError::NotLeader { .. } | BrokerError::LeaderFenced { .. } => (pb::ErrorCode::NotLeader, None),
+        BrokerError::FencedLeaderEpoch { .. } => (pb::ErrorCode::FencedLeaderEpoch, None),
         BrokerError::Storage { source: StorageError::CorruptSegment { offset, .. }, .. } => {
             (pb::ErrorCode::CorruptBatch, *offset)
         }
@@ -63,6 +65,10 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
         BrokerError::NotLeader { leader, address, epoch, .. } => {
             Some(pb::LeaderHint { leader_id: *leader, leader_address: address.clone(), leader_epoch: *epoch })
         }
+        BrokerError::FencedLeaderEpoch { leader, address, current, .. } => {
+            Some(pb::LeaderHint { leader_id: *leader, leader_address: address.clone(), leader_epoch: *current })
+        }
+        BrokerError::LeaderFenced { .. } => Some(pb::LeaderHint::default()),
         _ => None,
     };
     pb::PartitionData {
@@ -79,13 +85,61 @@ fn error_data(topic: &str, partition: u32, err: &BrokerError, topic_id: String) 
         next_offset: 0,
         error_offset,
         seat: 0,
+        leader_epoch: 0,
     }
 }
 
-/// Reads one partition for a fetch-style response.
+/// The error code, message and leader hint a multi-partition answer gives for `err` on `topic`/`partition` (a
+/// partition this member cannot answer for points at the leader the catalog names).
+pub(crate) fn classify(
+    reads: &Reads,
+    topic: &str,
+    partition: u32,
+    err: &BrokerError,
+) -> (pb::ErrorCode, String, Option<pb::LeaderHint>) {
+    let d = redirect(&reads.hints, error_data(topic, partition, err, String::new()));
+    (pb::ErrorCode::try_from(d.error).unwrap_or(pb::ErrorCode::StorageError), d.message, d.leader)
+}
+
 /// Where a cluster member points a client for a partition it cannot answer for: the partition's leader as the
 /// catalog names it (see `Replication::leader_hint`). `None` on a single broker.
 pub type LeaderHints = Option<Arc<dyn Fn(&str, u32) -> Option<pb::LeaderHint> + Send + Sync>>;
+
+/// What a read goes through: the broker's partitions, and on a cluster member its serving side (the leader's rules:
+/// the readable end, the leader epoch a client names) and the catalog's leader hints.
+#[derive(Clone)]
+pub struct Reads {
+    core: Arc<BrokerCore>,
+    serving: Option<Serving>,
+    hints: LeaderHints,
+}
+
+impl Reads {
+    /// Reads of `core` through `serving` (a cluster member's), pointing at leaders through `hints`.
+    pub fn new(core: Arc<BrokerCore>, serving: Option<Serving>, hints: LeaderHints) -> Reads {
+        Reads { core, serving, hints }
+    }
+
+    /// Reads of a single broker's `core`.
+    pub fn single(core: Arc<BrokerCore>) -> Reads {
+        Reads { core, serving: None, hints: None }
+    }
+
+    fn read(&self, p: &Partition, offset: u64, max_bytes: u64, epoch: Option<u32>) -> Result<ReadResult, BrokerError> {
+        match &self.serving {
+            Some(s) => s.read(p, offset, max_bytes, epoch),
+            None => p.read(offset, max_bytes),
+        }
+    }
+
+    /// The leader epoch `p` is served under, or why it is not served here.
+    pub(crate) fn check(&self, p: &Partition, epoch: Option<u32>) -> Result<u32, BrokerError> {
+        match &self.serving {
+            Some(s) => s.check_leading(p, epoch),
+            None => Ok(0),
+        }
+    }
+}
 
 /// `d`, pointed at the partition's leader when this broker could not answer for it (an unknown partition: it holds
 /// no replica; not_leader without a leader: its replica does not know who leads) and the catalog names one.
@@ -105,8 +159,15 @@ fn redirect(hints: &LeaderHints, mut d: pb::PartitionData) -> pb::PartitionData 
     d
 }
 
-fn read_one(core: &BrokerCore, topic: &str, partition: u32, offset: u64, max_bytes: u64) -> pb::PartitionData {
-    let t = match core.topic(topic) {
+fn read_one(
+    reads: &Reads,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    max_bytes: u64,
+    epoch: Option<u32>,
+) -> pb::PartitionData {
+    let t = match reads.core.topic(topic) {
         Ok(t) => t,
         Err(e) => return error_data(topic, partition, &e, String::new()),
     };
@@ -115,12 +176,20 @@ fn read_one(core: &BrokerCore, topic: &str, partition: u32, offset: u64, max_byt
         Ok(p) => p,
         Err(e) => return error_data(topic, partition, &e, topic_id),
     };
-    read_partition(&p, offset, max_bytes, topic_id)
+    read_partition(reads, &p, offset, max_bytes, topic_id, epoch)
 }
 
-fn read_partition(p: &Partition, offset: u64, max_bytes: u64, topic_id: String) -> pb::PartitionData {
-    match p.read(offset, max_bytes) {
+fn read_partition(
+    reads: &Reads,
+    p: &Partition,
+    offset: u64,
+    max_bytes: u64,
+    topic_id: String,
+    epoch: Option<u32>,
+) -> pb::PartitionData {
+    match reads.read(p, offset, max_bytes, epoch) {
         Ok(r) => pb::PartitionData {
+            leader_epoch: p.replica().map_or(0, |r| r.leader_epoch()),
             topic: p.topic().to_owned(),
             partition: p.index(),
             error: pb::ErrorCode::None as i32,
@@ -155,15 +224,14 @@ fn read_partition(p: &Partition, offset: u64, max_bytes: u64, topic_id: String) 
 /// request's order), so that when the budget does not cover every partition with data, successive fetches
 /// (the service passes a counter) serve different ones first instead of always the first few.
 pub async fn fetch(
-    core: &BrokerCore,
+    reads: &Reads,
     req: pb::FetchRequest,
     max_wait: Duration,
     limit: u64,
     turn: usize,
     shutdown: &CancellationToken,
-    hints: &LeaderHints,
 ) -> pb::FetchResponse {
-    let mut arrivals = core.arrivals();
+    let mut arrivals = reads.core.arrivals();
     let deadline = tokio::time::Instant::now() + max_wait.min(Duration::from_millis(u64::from(req.max_wait_ms)));
     loop {
         // Mark the current arrivals value as seen before reading, so an append between the read and the wait
@@ -178,10 +246,10 @@ pub async fn fetch(
             let pf = &req.partitions[i];
             // Once the total budget is spent, later partitions report their position only.
             let mut data = if budget == 0 {
-                unread(core, &pf.topic, pf.partition, pf.offset)
+                unread(reads, &pf.topic, pf.partition, pf.offset, pf.leader_epoch)
             } else {
                 let per = if pf.max_bytes == 0 { budget } else { pf.max_bytes.min(budget) };
-                read_one(core, &pf.topic, pf.partition, pf.offset, per)
+                read_one(reads, &pf.topic, pf.partition, pf.offset, per, pf.leader_epoch)
             };
             let n = data.batches.len() as u64;
             // A read returns at least one whole batch, which may be more than the budget left: never let it take
@@ -195,7 +263,7 @@ pub async fn fetch(
                 budget = budget.saturating_sub(n);
             }
             any |= !data.batches.is_empty() || data.error != pb::ErrorCode::None as i32;
-            out[i] = Some(redirect(hints, data));
+            out[i] = Some(redirect(&reads.hints, data));
         }
         let out: Vec<pb::PartitionData> = out.into_iter().flatten().collect();
         if any || tokio::time::Instant::now() >= deadline {
@@ -221,20 +289,23 @@ struct Sub {
     seat: u64,
     /// Set once an error was reported, so it is not repeated on every loop.
     errored: bool,
+    /// The leader epoch the client named for it.
+    epoch: Option<u32>,
 }
 
 /// Runs one subscribe stream until the client goes away or the broker shuts down. No response carries more than
 /// `limit` bytes of batches (see [`response_limit`]); a client's `max_response_bytes` is capped at it.
 /// Each partition a Start adds must be one `who` may read (PERMISSION_DENIED ends the stream).
 pub async fn subscribe(
-    core: Arc<BrokerCore>,
+    reads: Reads,
     who: Arc<Grant>,
     mut requests: tonic::Streaming<pb::SubscribeRequest>,
     tx: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
     limit: u64,
     shutdown: CancellationToken,
-    hints: LeaderHints,
 ) {
+    let core = Arc::clone(&reads.core);
+    let hints = reads.hints.clone();
     let mut subs: BTreeMap<(String, u32), Sub> = BTreeMap::new();
     let max_subs = core.limits().max_subscribe_partitions as usize;
     let mut max_response: u64 = limit.min(4 * 1024 * 1024);
@@ -253,7 +324,7 @@ pub async fn subscribe(
                 .iter()
                 .map(|((topic, partition), sub)| pb::PartitionData {
                     seat: sub.seat,
-                    ..redirect(&hints, position(&core, topic, *partition, sub.offset))
+                    ..redirect(&hints, position(&reads, topic, *partition, sub.offset, sub.epoch))
                 })
                 .collect();
             if !positions.is_empty() {
@@ -285,17 +356,18 @@ pub async fn subscribe(
                     sub.errored = true;
                     batch_out.push(pb::PartitionData {
                         seat: sub.seat,
-                        ..redirect(&hints, read_one(&core, topic, *partition, sub.offset, 1))
+                        ..redirect(&hints, read_one(&reads, topic, *partition, sub.offset, 1, sub.epoch))
                     });
                 }
                 continue;
             };
-            if p.visible_end() <= sub.offset && !sub.errored && p.replica().is_none_or(|r| r.leading().is_ok()) {
+            if p.visible_end() <= sub.offset && !sub.errored && reads.check(&p, sub.epoch).is_ok() {
                 continue;
             }
+            let budget = sub.credit.min(max_response - size);
             let data = pb::PartitionData {
                 seat: sub.seat,
-                ..redirect(&hints, read_partition(&p, sub.offset, sub.credit.min(max_response - size), topic_id))
+                ..redirect(&hints, read_partition(&reads, &p, sub.offset, budget, topic_id, sub.epoch))
             };
             if data.error != pb::ErrorCode::None as i32 {
                 if !sub.errored {
@@ -390,8 +462,8 @@ fn responses(round: Vec<pb::PartitionData>) -> Vec<pb::SubscribeResponse> {
 
 /// A fetch entry for a partition the response has no room left for: its position, or why it cannot be read at
 /// `offset` (the same error a read would give), without reading any batch.
-fn unread(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::PartitionData {
-    let mut data = position(core, topic, partition, offset);
+fn unread(reads: &Reads, topic: &str, partition: u32, offset: u64, epoch: Option<u32>) -> pb::PartitionData {
+    let mut data = position(reads, topic, partition, offset, epoch);
     let (log_start, log_end) = (data.log_start_offset, data.log_end_offset);
     if data.error == pb::ErrorCode::None as i32 && (offset < log_start || offset > log_end) {
         let err = BrokerError::OffsetOutOfRange { topic: topic.to_owned(), partition, offset, log_start, log_end };
@@ -404,12 +476,13 @@ fn unread(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::Pa
 
 /// A data-less entry telling the client where a partition stands; a replicated partition's only at its leader
 /// (elsewhere: not_leader with the hint), since only the leader knows the high watermark clients may read to.
-fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::PartitionData {
-    match core.topic(topic).and_then(|t| Ok((t.id(), t.partition(partition)?))) {
+fn position(reads: &Reads, topic: &str, partition: u32, offset: u64, epoch: Option<u32>) -> pb::PartitionData {
+    match reads.core.topic(topic).and_then(|t| Ok((t.id(), t.partition(partition)?))) {
         Ok((topic_id, p)) => {
-            if let Err(e) = p.check_leading() {
-                return error_data(topic, partition, &e, topic_id);
-            }
+            let leader_epoch = match reads.check(&p, epoch) {
+                Ok(e) => e,
+                Err(e) => return error_data(topic, partition, &e, topic_id),
+            };
             let log = p.log();
             pb::PartitionData {
                 topic: topic.to_owned(),
@@ -425,6 +498,7 @@ fn position(core: &BrokerCore, topic: &str, partition: u32, offset: u64) -> pb::
                 error_offset: None,
                 seat: 0,
                 leader: None,
+                leader_epoch,
             }
         }
         Err(e) => error_data(topic, partition, &e, String::new()),
@@ -470,7 +544,13 @@ fn apply(
             for p in start.partitions {
                 subs.insert(
                     (p.topic, p.partition),
-                    Sub { offset: p.offset, credit: p.credit_bytes, seat: p.seat, errored: false },
+                    Sub {
+                        offset: p.offset,
+                        credit: p.credit_bytes,
+                        seat: p.seat,
+                        errored: false,
+                        epoch: p.leader_epoch,
+                    },
                 );
             }
         }

@@ -15,6 +15,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+use crate::cluster::manager::Replication;
 use crate::config::BrokerConfig;
 use crate::groups::GroupCoordinator;
 use crate::node::registry::BrokerCore;
@@ -168,7 +169,10 @@ pub async fn run(
         tracing::info!(listener = %l.name, addr = %local, "named listener bound");
         named.push(bound);
     }
-    let metrics = if config.metrics.enabled {
+    let ready = Arc::new(crate::readiness::Readiness::default());
+    let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
+    let tasks = TaskTracker::new();
+    if config.metrics.enabled {
         let at = config.metrics.listen;
         let bound = match tokio::net::TcpListener::bind(at).await {
             Ok(l) => l,
@@ -181,23 +185,31 @@ pub async fn run(
         if let Ok(local) = bound.local_addr() {
             tracing::info!(addr = %local, "metrics listening on /metrics");
         }
-        Some(bound)
-    } else {
-        None
-    };
+        let sources =
+            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready));
+        tasks.spawn(crate::metrics::serve(bound, sources, shutdown.clone()));
+    }
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
-    let membership = if config.cluster.enabled() {
+    let members = auth.members();
+    let joined = if config.cluster.enabled() {
         let member_addr = config.cluster.advertised_addr.clone().unwrap_or_else(|| advertised.clone());
         // Boxed: the etcd client's futures are large, and this one would otherwise live in every caller's.
-        let joining = crate::cluster::membership::Membership::join(
+        let joining = crate::cluster::startup::join(
             &config.cluster,
-            core.cluster_id(),
+            &core,
             &member_addr,
             &named_addrs,
+            &members,
+            &peer_links,
+            &ready,
+            &shutdown,
         );
         match Box::pin(joining).await {
-            Ok(m) => Some(m),
+            Ok(j) => Some((j, member_addr)),
             Err(e) => {
+                shutdown.cancel();
+                tasks.close();
+                let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
                 let closing = Arc::clone(&core);
                 let _ = tokio::task::spawn_blocking(move || closing.close()).await;
                 return Err(ServerError::Cluster(e));
@@ -216,19 +228,29 @@ pub async fn run(
         config.broker.decode_concurrency,
         shutdown.clone(),
     );
-    let tasks = TaskTracker::new();
-    let mut replication = None;
-    if let Some(m) = &membership {
+    let mut membership = None;
+    if let Some((j, member_addr)) = joined {
         let settings = crate::cluster::manager::Settings::of(&config.cluster, max_message, peer_links);
-        let r = crate::cluster::manager::Replication::new(settings, Arc::clone(&core), Arc::clone(&groups), m.client());
+        let me = settings.me;
+        // Fresh while its last read of etcd is at most three beats old.
+        let serving = crate::cluster::serving::Serving::new(me, member_addr, j.membership.lease(), settings.beat * 3);
+        let r = Replication::new(
+            settings,
+            Arc::clone(&core),
+            Arc::clone(&groups),
+            j.membership.client(),
+            serving,
+            j.membership.lease_id(),
+        );
+        for _ in 0..j.left_isr {
+            r.events().note(crate::events::Event::UncleanRestart);
+        }
         let catalog = Arc::downgrade(&r);
         groups.set_topic_ids(Box::new(move |name| catalog.upgrade().and_then(|r| r.topic_id(name))));
         tasks.spawn(Arc::clone(&r).run(shutdown.clone()));
         service = service.with_replication(Arc::clone(&r));
-        replication = Some(r);
-    }
-    if let Some(listener) = metrics {
-        tasks.spawn(crate::metrics::serve(listener, Arc::clone(&core), replication, shutdown.clone()));
+        let _ = replication_slot.set(r);
+        membership = Some(j.membership);
     }
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
@@ -278,6 +300,7 @@ pub async fn run(
             .map_err(|source| ServerError::AddrFile { path: path.clone(), source })?;
     }
     on_started(Started { addr, cluster_id: core.cluster_id().to_owned() });
+    ready.ready();
 
     let stop = shutdown.clone();
     let mut server = tokio::spawn(

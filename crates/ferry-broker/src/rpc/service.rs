@@ -15,13 +15,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::cluster::manager::Replication;
-use crate::cluster::serving;
 use crate::error::BrokerError;
 use crate::groups::GroupCoordinator;
-use crate::node::partition::Partition;
+use crate::node::partition::{Partition, Produced};
 use crate::node::registry::{BrokerCore, Topic};
 use crate::node::topic::refuse_reserved;
-use crate::rpc::auth::{Scopes, caller};
+use crate::rpc::auth::{Scopes, caller, require_member};
 
 mod groups;
 mod topics;
@@ -83,6 +82,27 @@ impl BrokerService {
         self.core
             .topic(name)
             .map_err(|e| self.replication.as_ref().and_then(|r| r.not_here(name, partition.unwrap_or(0))).unwrap_or(e))
+    }
+
+    /// The serving side of a cluster member.
+    fn serving(&self) -> Option<&crate::cluster::serving::Serving> {
+        self.replication.as_ref().map(|r| r.serving())
+    }
+
+    /// A produce to `part`, through the serving side on a cluster member.
+    async fn produce_to(&self, part: &Partition, batches: bytes::Bytes) -> Result<Produced, BrokerError> {
+        match self.serving() {
+            Some(s) => s.produce(part, batches).await,
+            None => part.produce(batches).await,
+        }
+    }
+
+    /// Waits until `produced` is acknowledged by `part`'s in-sync set (at once on a single broker).
+    async fn acknowledged(&self, part: &Partition, produced: &Produced) -> Result<(), BrokerError> {
+        match &self.replication {
+            Some(r) => r.serving().await_ack(part, produced, r.ack_timeout()).await,
+            None => Ok(()),
+        }
     }
 
     fn replication(&self) -> Result<&Arc<Replication>, BrokerError> {
@@ -192,11 +212,37 @@ impl Broker for BrokerService {
 
     async fn describe_topic(&self, req: Request<pb::DescribeTopicRequest>) -> Rpc<pb::DescribeTopicResponse> {
         let who = caller(&req)?;
-        let name = req.into_inner().name;
+        let req = req.into_inner();
+        let name = req.name;
         who.allow_topic("DescribeTopic", DESCRIBE, &name)?;
-        let t = self.core.topic(&name)?;
-        let partitions = t.partitions().iter().map(|p| p.info()).collect();
-        ok(pb::DescribeTopicResponse { topic: Some(self.core.topic_info(&t)), partitions })
+        let reads = self.reads();
+        let (info, count) = match self.core.topic(&name) {
+            Ok(t) => (self.core.topic_info(&t), t.partition_count()),
+            // A member holding no replica of a replicated topic describes it from the catalog.
+            Err(e) => match &self.replication {
+                Some(r) if r.is_replicated(&name) => {
+                    let info = r.describe(&name).await?;
+                    let count = info.partitions;
+                    (info, count)
+                }
+                _ => return Err(e.into()),
+            },
+        };
+        // Each replicated partition is described by its leader only, at the epoch the client names (KIP-320); the
+        // others point at the leader.
+        let partitions = (0..count)
+            .map(|i| {
+                let asked = req.leader_epochs.get(&i).copied();
+                match self.core.partition(&name, i).and_then(|p| reads.check(&p, asked).map(|_| p)) {
+                    Ok(p) => p.info(),
+                    Err(e) => {
+                        let (code, message, leader) = crate::rpc::fetch::classify(&reads, &name, i, &e);
+                        pb::PartitionInfo { partition: i, error: code as i32, message, leader, ..Default::default() }
+                    }
+                }
+            })
+            .collect();
+        ok(pb::DescribeTopicResponse { topic: Some(info), partitions })
     }
 
     async fn alter_partitions(&self, req: Request<pb::AlterPartitionsRequest>) -> Rpc<pb::AlterPartitionsResponse> {
@@ -238,10 +284,8 @@ impl Broker for BrokerService {
             (None, None) => self.round_robin.fetch_add(1, Ordering::Relaxed) % count.max(1),
         };
         let part = topic.partition(partition)?;
-        let produced = part.produce(req.batches).await?;
-        if let Some(r) = &self.replication {
-            serving::await_ack(&part, &produced, r.ack_timeout()).await?;
-        }
+        let produced = self.produce_to(&part, req.batches).await?;
+        self.acknowledged(&part, &produced).await?;
         ok(pb::ProduceResponse {
             partition,
             base_offset: produced.base_offset,
@@ -289,9 +333,8 @@ impl Broker for BrokerService {
         }
         let limit = crate::rpc::fetch::response_limit(self.max_batch_bytes);
         let turn = self.fetch_turns.fetch_add(1, Ordering::Relaxed) as usize;
-        let hints = self.leader_hints();
         let req = req.into_inner();
-        ok(crate::rpc::fetch::fetch(&self.core, req, self.max_fetch_wait, limit, turn, &self.shutdown, &hints).await)
+        ok(crate::rpc::fetch::fetch(&self.reads(), req, self.max_fetch_wait, limit, turn, &self.shutdown).await)
     }
 
     type SubscribeStream = ReceiverStream<Result<pb::SubscribeResponse, Status>>;
@@ -300,18 +343,9 @@ impl Broker for BrokerService {
         let who = caller(&req)?;
         who.allow("Subscribe", READ)?;
         let (tx, rx) = mpsc::channel(4);
-        let core = Arc::clone(&self.core);
         let shutdown = self.shutdown.clone();
         let limit = crate::rpc::fetch::response_limit(self.max_batch_bytes);
-        tokio::spawn(crate::rpc::fetch::subscribe(
-            core,
-            who,
-            req.into_inner(),
-            tx,
-            limit,
-            shutdown,
-            self.leader_hints(),
-        ));
+        tokio::spawn(crate::rpc::fetch::subscribe(self.reads(), who, req.into_inner(), tx, limit, shutdown));
         ok(ReceiverStream::new(rx))
     }
 
@@ -321,6 +355,7 @@ impl Broker for BrokerService {
         for lo in &req.partitions {
             who.allow_topic("ListOffsets", READ.or(Scopes::ADMIN), &lo.topic)?;
         }
+        let reads = self.reads();
         let mut out = Vec::new();
         for lo in req.partitions {
             let mut r = pb::ListOffsetsResult {
@@ -331,13 +366,21 @@ impl Broker for BrokerService {
                 offset: None,
                 log_start_offset: 0,
                 log_end_offset: 0,
+                leader: None,
+                leader_epoch: 0,
             };
-            match self.core.partition(&lo.topic, lo.partition) {
+            // A replicated partition is answered by its leader only, at the epoch the client names (KIP-320).
+            let served = self.core.partition(&lo.topic, lo.partition).and_then(|p| {
+                let epoch = reads.check(&p, lo.leader_epoch)?;
+                Ok((p, epoch))
+            });
+            match served {
                 Err(e) => {
-                    r.error = pb::ErrorCode::UnknownTopicOrPartition as i32;
-                    r.message = e.to_string();
+                    let (code, message, leader) = crate::rpc::fetch::classify(&reads, &lo.topic, lo.partition, &e);
+                    (r.error, r.message, r.leader) = (code as i32, message, leader);
                 }
-                Ok(p) => {
+                Ok((p, epoch)) => {
+                    r.leader_epoch = epoch;
                     r.log_start_offset = p.log().log_start_offset();
                     // A replicated partition's clients see its high watermark as its end.
                     r.log_end_offset = p.visible_end();
@@ -346,7 +389,7 @@ impl Broker for BrokerService {
                         Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),
                         Some(pb::list_offsets_partition::Spec::TimestampMs(ts)) => {
                             match self.lookup_timestamp(&p, ts).await {
-                                Ok(o) => r.offset = o,
+                                Ok(o) => r.offset = o.filter(|o| *o < r.log_end_offset),
                                 Err(e) => {
                                     r.error = pb::ErrorCode::StorageError as i32;
                                     r.message = e.client_message();
@@ -389,7 +432,7 @@ impl Broker for BrokerService {
     }
 
     async fn replica_fetch(&self, req: Request<pb::ReplicaFetchRequest>) -> Rpc<pb::ReplicaFetchResponse> {
-        caller(&req)?.allow("ReplicaFetch", Scopes::REPLICA)?;
+        require_member(&req, "ReplicaFetch", Some(req.get_ref().replica_id))?;
         let req = req.into_inner();
         let part = self.core.partition(&req.topic, req.partition)?;
         if self.core.topic(&req.topic)?.id() != req.topic_id {
@@ -399,14 +442,24 @@ impl Broker for BrokerService {
             ))
             .into());
         }
-        ok(serving::replica_fetch(&part, req, self.max_fetch_wait).await)
+        ok(self.replication()?.serving().replica_fetch(&part, req, self.max_fetch_wait).await)
     }
 
     async fn leader_epoch_end(&self, req: Request<pb::LeaderEpochEndRequest>) -> Rpc<pb::LeaderEpochEndResponse> {
-        caller(&req)?.allow("LeaderEpochEnd", Scopes::REPLICA)?;
+        require_member(&req, "LeaderEpochEnd", None)?;
         let req = req.into_inner();
         let part = self.core.partition(&req.topic, req.partition)?;
-        ok(serving::leader_epoch_end(&part, &req))
+        ok(crate::cluster::serving::leader_epoch_end(&part, &req))
+    }
+
+    async fn replica_state(&self, req: Request<pb::ReplicaStateRequest>) -> Rpc<pb::ReplicaStateResponse> {
+        require_member(&req, "ReplicaState", None)?;
+        ok(self.replication()?.answer_replica_state(req.get_ref()))
+    }
+
+    async fn confirm_leader(&self, req: Request<pb::ConfirmLeaderRequest>) -> Rpc<pb::ConfirmLeaderResponse> {
+        let member = require_member(&req, "ConfirmLeader", Some(req.get_ref().leader_id))?;
+        ok(self.replication()?.answer_confirm(member, req.get_ref()))
     }
 
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {
@@ -425,7 +478,7 @@ impl Broker for BrokerService {
         let who = caller(&req)?;
         let req = req.into_inner();
         who.allow_topic("ElectLeader", Scopes::ADMIN, &req.topic)?;
-        let (state, unclean) = self.replication()?.elect(&req.topic, req.partition, req.unclean).await?;
+        let (state, unclean) = self.replication()?.elect(&req.topic, req.partition, req.unclean, &req.dead).await?;
         ok(pb::ElectLeaderResponse { leader_id: state.leader, leader_epoch: state.leader_epoch, unclean })
     }
 

@@ -32,6 +32,35 @@ impl BrokerClient {
         self.client_at(&routing, address)
     }
 
+    /// The leader epoch of `topic`/`partition` this client last learnt (`None` when it knows none): requests about
+    /// the partition name it, so that only the leader of that epoch answers (Kafka's KIP-320).
+    pub fn known_leader_epoch(&self, topic: &str, partition: u32) -> Option<u32> {
+        let routing = self.inner.routing.upgrade()?;
+        let epoch = routing.leaders.lock().get(&(topic.to_owned(), partition)).map(|(e, _)| *e);
+        epoch.filter(|e| *e > 0)
+    }
+
+    /// Forgets the leader learnt for `topic`/`partition` (it answered that it does not, or may not, lead it and
+    /// named no other): the next call about it goes to the listed brokers.
+    pub fn forget_leader(&self, topic: &str, partition: u32) {
+        if let Some(routing) = self.inner.routing.upgrade() {
+            routing.leaders.lock().remove(&(topic.to_owned(), partition));
+        }
+    }
+
+    /// Takes a partition answer's leader hint (NOT_LEADER or FENCED_LEADER_EPOCH): learns the leader it names, or,
+    /// when it names none, forgets the one known and moves the listed brokers' connection on, so that another
+    /// member is asked. Returns whether a leader was learnt.
+    pub fn take_hint(&self, topic: &str, partition: u32, hint: &ferry_proto::LeaderHint) -> bool {
+        if hint.leader_id == 0 || hint.leader_address.is_empty() {
+            self.forget_leader(topic, partition);
+            self.reconnect();
+            return false;
+        }
+        let address = self.address_of(hint.leader_id, &hint.leader_address);
+        self.learn_leader(topic, partition, hint.leader_epoch, &address)
+    }
+
     /// The client of `group`'s coordinator, as this client last learnt it (from NOT_COORDINATOR answers); this
     /// client when it knows none.
     pub fn for_group(&self, group: &str) -> BrokerClient {
@@ -140,7 +169,7 @@ impl BrokerClient {
         let md = status.metadata();
         let text = |key: &str| md.get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
         match text(crate::error::REASON_KEY).as_deref() {
-            Some("not_leader") => {}
+            Some("not_leader" | "fenced_leader_epoch") => {}
             Some("not_coordinator") => {
                 let (Some(address), Some(epoch), Some(group)) = (
                     text(LEADER_ADDRESS_KEY),
@@ -164,11 +193,18 @@ impl BrokerClient {
         };
         // The hint gives the registered address; this client's listener may have another for that broker.
         let leader_id = text(LEADER_ID_KEY).and_then(|id| id.parse::<u32>().ok()).unwrap_or(0);
-        let address = self.address_of(leader_id, &address);
         let Some((topic, index)) = partition.rsplit_once('/').and_then(|(t, p)| Some((t, p.parse::<u32>().ok()?)))
         else {
             return false;
         };
+        if leader_id == 0 || address.is_empty() {
+            // No leader named (an election runs, or this member fenced itself): ask the listed brokers again.
+            self.forget_leader(topic, index);
+            self.forget_leaders_here();
+            self.reconnect();
+            return false;
+        }
+        let address = self.address_of(leader_id, &address);
         if !self.learn_leader(topic, index, epoch, &address) {
             return false;
         }

@@ -77,6 +77,8 @@ pub struct Consumer {
     buffer: VecDeque<ConsumerRecord>,
     membership: Option<Membership>,
     pending_error: Option<ClientError>,
+    /// Set when the last fetch answers named no leader for a partition.
+    leaderless: bool,
     last_commit: Instant,
     closed: bool,
     /// Most decompressed bytes one batch may inflate to: the broker's decode limit, learnt from its Metadata on
@@ -97,6 +99,7 @@ impl Consumer {
             buffer: VecDeque::new(),
             membership: None,
             pending_error: None,
+            leaderless: false,
             last_commit: Instant::now(),
             closed: false,
             decode_limit: None,
@@ -326,6 +329,7 @@ impl Consumer {
                 partition: *partition,
                 offset,
                 max_bytes: self.config.partition_max_bytes,
+                leader_epoch: self.client.known_leader_epoch(topic, *partition),
             };
             groups.entry(client.address()).or_insert_with(|| (client, Vec::new())).1.push(fetch);
         }
@@ -347,6 +351,7 @@ impl Consumer {
             answers.push(more);
         }
         let mut first_error = None;
+        self.leaderless = false;
         for (client, asked, response) in answers {
             for key in asked.keys() {
                 self.in_flight.asked.remove(key);
@@ -363,6 +368,10 @@ impl Consumer {
                 return Err(e);
             }
             self.pending_error = Some(e);
+        }
+        if self.leaderless && self.buffer.is_empty() {
+            // No broker named a leader: give the cluster a moment before asking again.
+            tokio::time::sleep(self.client.config().retry.delay(0)).await;
         }
         Ok(())
     }
@@ -385,14 +394,22 @@ impl Consumer {
                 continue;
             }
             let code = pb::ErrorCode::try_from(data.error).unwrap_or(pb::ErrorCode::StorageError);
-            // NOT_LEADER naming the leader: the next fetch goes there. Without a name it is an error like any other.
-            if code == pb::ErrorCode::NotLeader
+            // NOT_LEADER or FENCED_LEADER_EPOCH naming the leader: the next fetch goes there. Naming none (an election
+            // runs, or the broker fenced itself), the next fetch asks the listed brokers again, after a pause.
+            if matches!(code, pb::ErrorCode::NotLeader | pb::ErrorCode::FencedLeaderEpoch)
                 && let Some(hint) = &data.leader
             {
-                let address = client.address_of(hint.leader_id, &hint.leader_address);
-                client.learn_leader(&data.topic, data.partition, hint.leader_epoch, &address);
+                if !client.take_hint(&data.topic, data.partition, hint) {
+                    self.client.forget_leader(&data.topic, data.partition);
+                    self.client.reconnect();
+                    self.leaderless = true;
+                }
                 tracing::debug!(topic = %data.topic, partition = data.partition, leader = %hint.leader_address, "fetching from the leader named");
                 continue;
+            }
+            if code == pb::ErrorCode::None && data.leader_epoch > 0 {
+                // The epoch this leader serves the partition at: later fetches name it.
+                client.learn_leader(&data.topic, data.partition, data.leader_epoch, &client.address());
             }
             if code == pb::ErrorCode::OffsetOutOfRange {
                 tracing::warn!(

@@ -288,7 +288,13 @@ impl Shared {
 
     /// Re-reads a topic's partition count (DescribeTopic). NOT_FOUND is returned as the broker said it.
     async fn refresh_topic(&self, topic: &str) -> Result<u32> {
-        let response = self.client.describe_topic(ferry_proto::DescribeTopicRequest { name: topic.to_owned() }).await?;
+        let response = self
+            .client
+            .describe_topic(ferry_proto::DescribeTopicRequest {
+                name: topic.to_owned(),
+                leader_epochs: Default::default(),
+            })
+            .await?;
         let partitions = response.topic.map(|t| t.partitions).ok_or_else(|| ClientError::Protocol {
             rpc: "DescribeTopic",
             broker: self.client.address(),

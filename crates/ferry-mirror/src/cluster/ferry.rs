@@ -16,7 +16,13 @@ use crate::tp::{SourceTp, TargetTp};
 /// itself (one fetch of at most one batch).
 async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) -> Result<Option<(Batch, String)>> {
     let request = pb::FetchRequest {
-        partitions: vec![pb::PartitionFetch { topic: topic.to_owned(), partition, offset, max_bytes: 1 }],
+        partitions: vec![pb::PartitionFetch {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            max_bytes: 1,
+            leader_epoch: admin.client().known_leader_epoch(topic, partition),
+        }],
         max_wait_ms: 0,
         max_bytes: 1,
     };
@@ -25,11 +31,12 @@ async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) ->
     if let Some(hint) = response
         .partitions
         .first()
-        .filter(|d| d.error == pb::ErrorCode::NotLeader as i32)
+        .filter(|d| d.error == pb::ErrorCode::NotLeader as i32 || d.error == pb::ErrorCode::FencedLeaderEpoch as i32)
         .and_then(|d| d.leader.clone())
     {
-        let address = admin.client().address_of(hint.leader_id, &hint.leader_address);
-        admin.client().learn_leader(topic, partition, hint.leader_epoch, &address);
+        admin.client().take_hint(topic, partition, &hint);
+        let mut request = request;
+        request.partitions[0].leader_epoch = admin.client().known_leader_epoch(topic, partition);
         response = admin.client().for_partition(topic, partition).fetch(request).await?;
     }
     let Some(data) = response.partitions.into_iter().next() else { return Ok(None) };
@@ -109,6 +116,7 @@ impl SourceCluster for FerrySource {
                     topic: tp.topic().to_owned(),
                     partition: tp.partition,
                     spec: Some(pb::list_offsets_partition::Spec::Latest(true)),
+                    leader_epoch: None,
                 })
                 .collect(),
         };

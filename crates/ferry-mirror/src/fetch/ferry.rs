@@ -83,7 +83,14 @@ struct Sub {
 }
 
 fn start(tp: &SourceTp, offset: u64, credit: u64, seat: u64) -> pb::PartitionStart {
-    pb::PartitionStart { topic: tp.topic().to_owned(), partition: tp.partition, offset, credit_bytes: credit, seat }
+    pb::PartitionStart {
+        topic: tp.topic().to_owned(),
+        partition: tp.partition,
+        offset,
+        credit_bytes: credit,
+        seat,
+        leader_epoch: None,
+    }
 }
 
 fn stop_msg(tps: Vec<pb::TopicPartition>) -> pb::SubscribeRequest {

@@ -74,6 +74,7 @@ impl FetchStream {
                 partition: self.partition,
                 offset: self.pos,
                 max_bytes,
+                leader_epoch: self.client.known_leader_epoch(&self.topic, self.partition),
             }],
             max_wait_ms: 0,
             max_bytes,

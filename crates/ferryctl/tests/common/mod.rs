@@ -87,7 +87,13 @@ pub async fn read_batches(client: &BrokerClient, topic: &str, partition: u32) ->
     let mut offset = 0u64;
     loop {
         let request = pb::FetchRequest {
-            partitions: vec![pb::PartitionFetch { topic: topic.into(), partition, offset, max_bytes: 1 << 20 }],
+            partitions: vec![pb::PartitionFetch {
+                topic: topic.into(),
+                partition,
+                offset,
+                max_bytes: 1 << 20,
+                leader_epoch: None,
+            }],
             max_wait_ms: 0,
             max_bytes: 1 << 20,
         };

@@ -8,6 +8,7 @@ use ferry_proto as pb;
 
 use super::Replication;
 use crate::cluster::catalog::{self, PartitionState};
+use crate::cluster::core::election;
 use crate::error::{BrokerError, Result};
 use crate::events::Event;
 
@@ -18,20 +19,34 @@ fn unreachable(e: etcd_client::Error) -> BrokerError {
 impl Replication {
     /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses on
     /// `listener` (the registered ones for `None`).
+    /// A partition this broker leads, as the catalog says, is answered as led here only while it may act as its
+    /// leader (its lease, or the failsafe): a member cut off from etcd does not tell clients it leads (case 3 of the
+    /// fault analysis); it answers leader 0, and clients ask another member.
     pub fn placements(&self, topics: &[String], listener: Option<&str>) -> Vec<pb::PartitionPlacement> {
         let snap = self.snap.read();
+        let now = Instant::now();
+        let acts_here = |t: &str, p: u32| {
+            self.core
+                .partition(t, p)
+                .ok()
+                .and_then(|part| part.replica().map(|r| r.with_leading(|l| self.serving.authority(l, now).holds())))
+                .is_some_and(|a| a == Ok(true))
+        };
         snap.partitions
             .iter()
             .filter(|((t, _), _)| topics.is_empty() || topics.contains(t))
-            .map(|((t, p), v)| pb::PartitionPlacement {
-                topic: t.clone(),
-                partition: *p,
-                leader_id: v.state.leader,
-                leader_epoch: v.state.leader_epoch,
-                replicas: v.state.replicas.clone(),
-                isr: v.state.isr.clone(),
-                leader_address: snap.address(v.state.leader, listener).unwrap_or_default(),
-                target_replicas: v.state.target.clone().unwrap_or_default(),
+            .map(|((t, p), v)| {
+                let leader = if v.state.leader == self.s.me && !acts_here(t, *p) { 0 } else { v.state.leader };
+                pb::PartitionPlacement {
+                    topic: t.clone(),
+                    partition: *p,
+                    leader_id: leader,
+                    leader_epoch: v.state.leader_epoch,
+                    replicas: v.state.replicas.clone(),
+                    isr: v.state.isr.clone(),
+                    leader_address: snap.address(leader, listener).unwrap_or_default(),
+                    target_replicas: v.state.target.clone().unwrap_or_default(),
+                }
             })
             .collect()
     }
@@ -137,11 +152,18 @@ impl Replication {
         Ok(snap.draining.into_iter().collect())
     }
 
-    /// Elects a leader of `topic`/`partition` by hand: the first live in-sync replica in replica order; with
-    /// `unclean`, when no in-sync replica is live, the first live replica, which then starts a new partition epoch
-    /// (what only the lost replicas had is gone, and a mirror downstream sees the history change). Returns the new
-    /// state; the current one when the preferred in-sync replica already leads.
-    pub async fn elect(&self, topic: &str, partition: u32, unclean: bool) -> Result<(PartitionState, bool)> {
+    /// Elects a leader of `topic`/`partition` by hand (`core::election::manual`): the preferred live in-sync
+    /// replica; with `unclean`, when no in-sync replica is live, the live replica with the highest (last epoch, log
+    /// end), which then starts a new partition epoch. An unclean election is refused while a live replica holds a
+    /// failsafe promise to a member of the old in-sync set, unless `dead` names that member. Returns the new state
+    /// (the current one when the preferred in-sync replica already leads) and whether it was unclean.
+    pub async fn elect(
+        &self,
+        topic: &str,
+        partition: u32,
+        unclean: bool,
+        dead: &[u32],
+    ) -> Result<(PartitionState, bool)> {
         let mut etcd = self.etcd.clone();
         let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
         let Some(v) = snap.partitions.get(&(topic.to_owned(), partition)) else {
@@ -150,37 +172,21 @@ impl Replication {
                 None => BrokerError::UnknownTopic { topic: topic.to_owned() },
             });
         };
-        let live = |r: &u32| snap.brokers.contains_key(r);
+        let live: std::collections::BTreeSet<u32> = snap.brokers.keys().copied().collect();
         let state = &v.state;
-        let (next, was_unclean) = match state.replicas.iter().copied().find(|r| state.isr.contains(r) && live(r)) {
-            Some(leader) if leader == state.leader => return Ok((state.clone(), false)),
-            Some(leader) => (PartitionState { leader, leader_epoch: state.leader_epoch + 1, ..state.clone() }, false),
-            None if !unclean => {
-                return Err(BrokerError::ElectionRefused(format!(
-                    "{topic}/{partition}: no in-sync replica is live (in sync: {:?}, live replicas: {:?}); an unclean \
-                     election (--unclean) makes a live out-of-sync replica the leader and loses what only the \
-                     in-sync replicas had",
-                    state.isr,
-                    state.replicas.iter().filter(|r| live(r)).collect::<Vec<_>>()
-                )));
-            }
-            None => {
-                let Some(leader) = state.replicas.iter().copied().find(live) else {
-                    return Err(BrokerError::ElectionRefused(format!(
-                        "{topic}/{partition}: no replica is live (replicas {:?}); start one of their brokers",
-                        state.replicas
-                    )));
-                };
-                let epoch = state.leader_epoch + 1;
-                let next = PartitionState {
-                    leader,
-                    leader_epoch: epoch,
-                    isr: vec![leader],
-                    unclean_epoch: Some(epoch),
-                    ..state.clone()
-                };
-                (next, true)
-            }
+        let key = (topic.to_owned(), partition);
+        let candidates = state.replicas.iter().copied().filter(|r| live.contains(r)).collect();
+        let asks = [crate::cluster::core::controller::Action::Ask { key: key.clone(), candidates }];
+        // Preparing an unclean election, the asked replicas give no failsafe confirmation for two lease TTLs.
+        let freeze = if unclean { u32::try_from((2 * self.s.ttl).as_millis()).unwrap_or(u32::MAX) } else { 0 };
+        let reports = self.gather_reports(&asks, &snap, freeze).await;
+        let empty = std::collections::BTreeMap::new();
+        let decided = election::manual(state, &live, reports.get(&key).unwrap_or(&empty), unclean, dead)
+            .map_err(|why| BrokerError::ElectionRefused(format!("{topic}/{partition}: {why}")))?;
+        let (next, was_unclean) = match decided {
+            election::Manual::Unchanged => return Ok((state.clone(), false)),
+            election::Manual::Clean(next) => (next, false),
+            election::Manual::Unclean(next) => (next, true),
         };
         if catalog::swap_partition(&mut etcd, topic, partition, v.revision, &next, None)
             .await

@@ -10,6 +10,7 @@ use ferry_proto as pb;
 
 use super::Replication;
 use crate::cluster::catalog::{self, Replication as Mode, Snapshot};
+use crate::cluster::core::placement;
 use crate::error::{BrokerError, Result};
 use crate::groups::CLUSTER_OFFSETS_TOPIC;
 use crate::node::registry::now_ms;
@@ -50,8 +51,8 @@ impl Replication {
         if let Ok(local) = self.core.topic(name) {
             return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: local.id() });
         }
-        let states =
-            catalog::place(&snap, partitions, mode.replicas()).ok_or_else(|| not_enough_brokers(name, &snap, mode))?;
+        let states = placement::place(&snap, partitions, mode.replicas())
+            .ok_or_else(|| not_enough_brokers(name, &snap, mode))?;
         let record = TopicMeta {
             name: name.to_owned(),
             topic_id: uuid::Uuid::new_v4().to_string(),
@@ -81,7 +82,7 @@ impl Replication {
         if snap.topics.contains_key(CLUSTER_OFFSETS_TOPIC) {
             return;
         }
-        let Some(states) = catalog::place(snap, cluster.partitions(), Mode::Raft3.replicas()) else { return };
+        let Some(states) = placement::place(snap, cluster.partitions(), Mode::Raft3.replicas()) else { return };
         let record = TopicMeta {
             name: CLUSTER_OFFSETS_TOPIC.to_owned(),
             topic_id: uuid::Uuid::new_v4().to_string(),
@@ -169,7 +170,7 @@ impl Replication {
                 return Ok(self.info(name, &record));
             }
             let mode = record.replication;
-            let states = catalog::place(&snap, count - current, mode.replicas())
+            let states = placement::place(&snap, count - current, mode.replicas())
                 .ok_or_else(|| not_enough_brokers(name, &snap, mode))?;
             record.partitions = count;
             if catalog::grow_topic(&mut etcd, name, revision, &record, current, &states).await.map_err(unreachable)? {

@@ -12,14 +12,17 @@ use super::Partition;
 use crate::error::{BrokerError, Result};
 use crate::node::producer_state::ProducerStates;
 use crate::node::replica::PartitionState;
-use crate::node::replica::{Leading, NotLeading, Replica};
+use crate::node::replica::{Leading, NotLeading};
 
 impl Partition {
-    /// A client's read of a replicated partition (see [`Partition::read`]).
-    pub(super) fn read_replicated(&self, replica: &Replica, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+    /// A client's read of a replicated partition, up to `end`, what the leader's rules allow
+    /// (`cluster::serving::read` decides it): `Ok(Some(end))` reads below `end`; `Ok(None)` serves nothing new yet
+    /// (an offset up to the log end waits, it is not out of range); `Err` refuses. Batches end at a batch
+    /// boundary at or below `end` (every replica's log end is one).
+    pub fn read_within(&self, offset: u64, max_bytes: u64, end: Result<Option<u64>>) -> Result<ReadResult> {
         let leo = self.log.log_end_offset();
-        let end = replica.readable_end(leo);
         let log_start = self.log.log_start_offset();
+        let hw = self.replica.as_ref().map_or(leo, |r| r.hw().min(leo));
         let empty = |end: u64| ReadResult {
             batches: Bytes::new(),
             next_offset: offset,
@@ -27,12 +30,11 @@ impl Partition {
             log_end_offset: end,
             epoch: self.log.epoch(),
         };
-        match end {
-            Err(n) => Err(self.not_leader(n)),
-            Ok(None) if offset <= leo && offset >= log_start => Ok(empty(replica.hw().min(leo))),
-            Ok(Some(end)) if offset >= end && offset <= leo => Ok(empty(end)),
-            Ok(None) => self.read_log(offset, max_bytes),
-            Ok(Some(end)) => {
+        match end? {
+            None if offset <= leo && offset >= log_start => Ok(empty(hw)),
+            Some(end) if offset >= end && offset <= leo => Ok(empty(end)),
+            None => self.read_log(offset, max_bytes),
+            Some(end) => {
                 let mut r = self.read_log(offset, max_bytes)?;
                 cut_at(&mut r, offset, end);
                 Ok(r)
@@ -40,12 +42,9 @@ impl Partition {
         }
     }
 
-    /// `Ok` when this broker may answer for the partition: it is not replicated, or this replica leads it.
-    pub fn check_leading(&self) -> Result<()> {
-        match self.replica.as_ref().map(|r| r.leading()) {
-            Some(Err(n)) => Err(self.not_leader(n)),
-            _ => Ok(()),
-        }
+    /// The NOT_LEADER error of this partition, naming who this replica thinks leads.
+    pub fn not_leader_error(&self, n: NotLeading) -> BrokerError {
+        self.not_leader(n)
     }
 
     pub(super) fn not_leader(&self, n: NotLeading) -> BrokerError {

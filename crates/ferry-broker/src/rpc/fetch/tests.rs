@@ -8,7 +8,7 @@ const MAX_BATCH: u64 = 64 * 1024;
 
 /// A broker core whose batches are at most 64 KiB, with `topic` of `partitions` partitions, each holding
 /// `batches` batches of ~50 KiB.
-async fn core_with_backlog(partitions: u32, batches: usize) -> (tempfile::TempDir, BrokerCore) {
+async fn core_with_backlog(partitions: u32, batches: usize) -> (tempfile::TempDir, Arc<BrokerCore>) {
     let dir = tempfile::tempdir().unwrap();
     let config = LogConfig { max_batch_bytes: MAX_BATCH, ..LogConfig::default() };
     let core = BrokerCore::open(ferry_storage::fs::os(), dir.path(), Some("test"), config, Default::default()).unwrap();
@@ -22,7 +22,7 @@ async fn core_with_backlog(partitions: u32, batches: usize) -> (tempfile::TempDi
             p.produce(b.build(0, 0)).await.unwrap();
         }
     }
-    (dir, core)
+    (dir, Arc::new(core))
 }
 
 fn request(partitions: u32, offsets: &[u64], max_bytes: u64) -> pb::FetchRequest {
@@ -33,6 +33,7 @@ fn request(partitions: u32, offsets: &[u64], max_bytes: u64) -> pb::FetchRequest
                 partition: p,
                 offset: offsets[p as usize],
                 max_bytes: 1024 * 1024,
+                leader_epoch: None,
             })
             .collect(),
         max_wait_ms: 0,
@@ -84,7 +85,15 @@ async fn a_fetch_never_carries_more_than_the_response_limit_and_loses_nothing() 
     let mut responses = 0;
     while offsets.iter().any(|&o| o < 300) {
         // The client asks for far more than one message may carry (16 MiB total, 1 MiB per partition).
-        let r = fetch(&core, request(4, &offsets, 16 * 1024 * 1024), Duration::ZERO, limit, 0, &token, &None).await;
+        let r = fetch(
+            &Reads::single(Arc::clone(&core)),
+            request(4, &offsets, 16 * 1024 * 1024),
+            Duration::ZERO,
+            limit,
+            0,
+            &token,
+        )
+        .await;
         let total: u64 = r.partitions.iter().map(|d| d.batches.len() as u64).sum();
         assert!(total <= limit, "response of {total} bytes, limit {limit}");
         assert!(total > 0, "no progress at {offsets:?}");
@@ -112,7 +121,15 @@ async fn successive_fetches_serve_different_partitions_first() {
     let limit = response_limit(MAX_BATCH);
     let token = CancellationToken::new();
     for turn in 0..8 {
-        let r = fetch(&core, request(4, &[0; 4], 16 * 1024 * 1024), Duration::ZERO, limit, turn, &token, &None).await;
+        let r = fetch(
+            &Reads::single(Arc::clone(&core)),
+            request(4, &[0; 4], 16 * 1024 * 1024),
+            Duration::ZERO,
+            limit,
+            turn,
+            &token,
+        )
+        .await;
         // The answer keeps the request's order; the partition of this turn was read first and got data.
         let order: Vec<u32> = r.partitions.iter().map(|d| d.partition).collect();
         assert_eq!(order, vec![0, 1, 2, 3]);
@@ -128,7 +145,8 @@ async fn partitions_without_room_report_their_position_or_range_error() {
     let limit = response_limit(MAX_BATCH);
     let token = CancellationToken::new();
     // The total budget is one byte: partition 0 gets one whole batch, the others no data.
-    let r = fetch(&core, request(3, &[0, 50, 999], 1), Duration::ZERO, limit, 0, &token, &None).await;
+    let r =
+        fetch(&Reads::single(Arc::clone(&core)), request(3, &[0, 50, 999], 1), Duration::ZERO, limit, 0, &token).await;
     let d = &r.partitions;
     assert_eq!((d[0].error, d[0].next_offset), (pb::ErrorCode::None as i32, 50));
     assert!(!d[0].batches.is_empty());
@@ -152,14 +170,21 @@ async fn a_partition_this_broker_cannot_answer_for_points_at_the_leader_the_cata
         })
     }));
     let ask = |topic: &str, partition: u32| pb::FetchRequest {
-        partitions: vec![pb::PartitionFetch { topic: topic.into(), partition, offset: 0, max_bytes: 1024 }],
+        partitions: vec![pb::PartitionFetch {
+            topic: topic.into(),
+            partition,
+            offset: 0,
+            max_bytes: 1024,
+            leader_epoch: None,
+        }],
         max_wait_ms: 0,
         max_bytes: 1024,
     };
     // Held here: read as usual. Unknown here and named by the catalog: not_leader with the leader.
-    let here = fetch(&core, ask("t", 0), Duration::ZERO, limit, 0, &token, &hints).await;
+    let reads = Reads::new(Arc::clone(&core), None, hints.clone());
+    let here = fetch(&reads, ask("t", 0), Duration::ZERO, limit, 0, &token).await;
     assert_eq!((here.partitions[0].error, here.partitions[0].leader.is_none()), (pb::ErrorCode::None as i32, true));
-    let away = fetch(&core, ask("elsewhere", 2), Duration::ZERO, limit, 0, &token, &hints).await;
+    let away = fetch(&reads, ask("elsewhere", 2), Duration::ZERO, limit, 0, &token).await;
     let d = &away.partitions[0];
     assert_eq!(d.error, pb::ErrorCode::NotLeader as i32);
     assert_eq!(
@@ -169,7 +194,8 @@ async fn a_partition_this_broker_cannot_answer_for_points_at_the_leader_the_cata
     assert_eq!(d.message, "this broker does not lead elsewhere/2: broker 3 at 10.0.0.3:7411 does (leader epoch 7)");
     // Unknown to the catalog as well (or on a single broker): unknown_topic_or_partition, as before.
     for hints in [&hints, &None] {
-        let nowhere = fetch(&core, ask("nowhere", 0), Duration::ZERO, limit, 0, &token, hints).await;
+        let reads = Reads::new(Arc::clone(&core), None, hints.clone());
+        let nowhere = fetch(&reads, ask("nowhere", 0), Duration::ZERO, limit, 0, &token).await;
         assert_eq!(nowhere.partitions[0].error, pb::ErrorCode::UnknownTopicOrPartition as i32);
         assert_eq!(nowhere.partitions[0].leader, None);
     }

@@ -10,7 +10,6 @@ use ferry_proto as pb;
 use tonic::Request;
 
 use super::{BrokerService, READ, Rpc, ok};
-use crate::cluster::serving;
 use crate::error::BrokerError;
 use crate::groups::CLUSTER_OFFSETS_TOPIC;
 use crate::node::partition::Partition;
@@ -50,9 +49,20 @@ impl BrokerService {
         let Some(replica) = part.replica() else {
             return Err(BrokerError::Internal(format!("{CLUSTER_OFFSETS_TOPIC}/{k} is not replicated")));
         };
-        let leading = match replica.leading() {
+        // Only a leader that may act as one (its lease, or the failsafe) coordinates.
+        let leading = match r
+            .serving()
+            .check_leading(&part, None)
+            .map_err(|_| ())
+            .and_then(|_| replica.leading().map_err(|_| ()))
+        {
             Ok(l) => l,
-            Err(n) => {
+            Err(()) => {
+                let n = replica.leading().err().unwrap_or(crate::node::replica::NotLeading {
+                    leader: 0,
+                    epoch: replica.leader_epoch(),
+                    address: String::new(),
+                });
                 if self.groups.unload_partition(k) {
                     tracing::info!(
                         partition = k,
@@ -164,26 +174,26 @@ impl BrokerService {
         self.groups.check_commit(&req)?;
         let Some(cluster) = self.groups.cluster() else { return ok(pb::CommitOffsetsResponse {}) };
         let commit = cluster.encode(&req.group, &req.offsets, &|t| self.groups.topic_id(t));
-        let timeout = self.replication()?.ack_timeout();
         for batch in &commit.batches {
-            let produced = at.part.produce(batch.clone()).await.map_err(|e| self.lost_coordination(&req.group, e))?;
-            serving::await_ack(&at.part, &produced, timeout).await?;
+            let produced =
+                self.produce_to(&at.part, batch.clone()).await.map_err(|e| self.lost_coordination(&req.group, e))?;
+            self.acknowledged(&at.part, &produced).await?;
         }
         cluster.apply(at.k, at.epoch, commit);
-        self.compact_if_due(&at, timeout).await;
+        self.compact_if_due(&at).await;
         ok(pb::CommitOffsetsResponse {})
     }
 
     /// Compacts the offsets partition when it is due (see `ClusterOffsets::compaction`): every offset is written
     /// again, and once the in-sync replicas hold them, the segments before them are deleted (the followers follow
     /// the leader's log start). A failure leaves harmless copies and is retried after the next commit.
-    async fn compact_if_due(&self, at: &Coordinating, timeout: std::time::Duration) {
+    async fn compact_if_due(&self, at: &Coordinating) {
         let Some(cluster) = self.groups.cluster() else { return };
         let Some(batches) = cluster.compaction(at.k, at.part.log().stats().size_bytes) else { return };
         let start = at.part.log().log_end_offset();
         for batch in batches {
-            let written = match at.part.produce(batch).await {
-                Ok(produced) => serving::await_ack(&at.part, &produced, timeout).await,
+            let written = match self.produce_to(&at.part, batch).await {
+                Ok(produced) => self.acknowledged(&at.part, &produced).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = written {

@@ -11,13 +11,25 @@ use tonic::Request;
 
 use super::{BrokerService, Rpc, SHAPE_MIRROR, append_error, ok, shape_scopes};
 use crate::cluster::catalog::Replication as Mode;
-use crate::cluster::serving;
 use crate::error::{BrokerError, RefusalKind};
 use crate::node::partition::Produced;
 use crate::node::topic::{MirrorMark, TopicSettings, refuse_reserved};
 use crate::rpc::auth::{Scopes, caller};
 
 impl BrokerService {
+    /// The mirror's append to `part`, through the serving side on a cluster member.
+    async fn append_mirrored_to(
+        &self,
+        part: &crate::node::partition::Partition,
+        batches: bytes::Bytes,
+        source_log_start: u64,
+    ) -> Result<(OffsetAppendOutcome, u32), BrokerError> {
+        match self.replication.as_ref() {
+            Some(r) => r.serving().append_mirrored(part, batches, source_log_start).await,
+            None => part.append_mirrored(batches, source_log_start, None).await,
+        }
+    }
+
     /// The replication manager, when `name` is one of the cluster's replicated topics.
     fn replicated(&self, name: &str) -> Option<&Arc<crate::cluster::manager::Replication>> {
         self.replication.as_ref().filter(|r| r.is_replicated(name))
@@ -27,6 +39,12 @@ impl BrokerService {
     pub(super) fn leader_hints(&self) -> crate::rpc::fetch::LeaderHints {
         let r = Arc::clone(self.replication.as_ref()?);
         Some(Arc::new(move |topic: &str, partition: u32| r.leader_hint(topic, partition)))
+    }
+
+    /// What reads go through: the partitions, and on a cluster member its serving side and leader hints.
+    pub(super) fn reads(&self) -> crate::rpc::fetch::Reads {
+        let serving = self.replication.as_ref().map(|r| r.serving().clone());
+        crate::rpc::fetch::Reads::new(Arc::clone(&self.core), serving, self.leader_hints())
     }
 
     pub(super) async fn create_topic_rpc(&self, req: Request<pb::CreateTopicRequest>) -> Rpc<pb::CreateTopicResponse> {
@@ -143,19 +161,20 @@ impl BrokerService {
                 start,
             ));
         }
-        let (outcome, leader_epoch) = match part.append_mirrored(req.batches, req.source_log_start_offset).await {
-            Ok(o) => o,
-            Err(BrokerError::AppendRefused { offset, kind, reason, .. }) => {
-                let code = match kind {
-                    RefusalKind::Gap => pb::ErrorCode::GapRefused,
-                    RefusalKind::Straddle => pb::ErrorCode::StraddlesEnd,
-                    RefusalKind::EpochRegressed => pb::ErrorCode::EpochRegressed,
-                };
-                let (leo, start) = (part.visible_end(), part.log().log_start_offset());
-                return ok(append_error(code, format!("batch at offset {offset}: {reason}"), leo, start));
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (outcome, leader_epoch) =
+            match self.append_mirrored_to(&part, req.batches, req.source_log_start_offset).await {
+                Ok(o) => o,
+                Err(BrokerError::AppendRefused { offset, kind, reason, .. }) => {
+                    let code = match kind {
+                        RefusalKind::Gap => pb::ErrorCode::GapRefused,
+                        RefusalKind::Straddle => pb::ErrorCode::StraddlesEnd,
+                        RefusalKind::EpochRegressed => pb::ErrorCode::EpochRegressed,
+                    };
+                    let (leo, start) = (part.visible_end(), part.log().log_start_offset());
+                    return ok(append_error(code, format!("batch at offset {offset}: {reason}"), leo, start));
+                }
+                Err(e) => return Err(e.into()),
+            };
         if let (Some(r), OffsetAppendOutcome::Appended { log_end_offset, .. }) = (&self.replication, &outcome)
             && part.replica().is_some()
             && *log_end_offset > 0
@@ -169,7 +188,7 @@ impl BrokerService {
                 log_end_offset: *log_end_offset,
                 leader_epoch,
             };
-            serving::await_ack(&part, &held, r.ack_timeout()).await?;
+            r.serving().await_ack(&part, &held, r.ack_timeout()).await?;
         }
         let start = part.log().log_start_offset();
         let visible = |leo: u64| if part.replica().is_some() { part.visible_end().min(leo) } else { leo };
