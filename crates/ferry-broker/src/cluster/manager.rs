@@ -253,9 +253,9 @@ impl Replication {
         }
     }
 
-    /// Retires this broker's replica of `topic`/`p`, which a move took elsewhere: its fetcher stops, it steps
-    /// down, and its data goes (its log is emptied down to its start). When no partition of the topic is placed
-    /// here any more, the local topic goes whole.
+    /// Retires this broker's replica of `topic`/`p`, which a move took elsewhere (or was never placed here): its
+    /// fetcher stops, it steps down, and it is closed and removed with its data. When no partition of the topic is
+    /// placed here any more, the local topic goes whole.
     async fn retire(&self, topic: &str, p: u32, snap: &Snapshot) {
         let Ok(part) = self.core.partition(topic, p) else { return };
         let Some(replica) = part.replica() else { return };
@@ -264,16 +264,10 @@ impl Replication {
             return;
         }
         let key = (topic.to_owned(), p);
-        let was_active = !matches!(replica.role(), Role::Idle) || self.fetchers.lock().await.contains_key(&key);
-        let holds_data = part.log().log_end_offset() > part.log().log_start_offset();
-        if !was_active && !holds_data {
-            return;
-        }
         self.stop_fetcher(&key).await;
         replica.step_down();
-        let start = part.log().log_start_offset();
-        if let Err(e) = part.truncate_replica(start).await {
-            tracing::warn!(topic, partition = p, error = %e, "cannot drop the data of a replica moved off this broker");
+        if let Err(e) = self.core.remove_replica(topic, p).await {
+            tracing::warn!(topic, partition = p, error = %e, "cannot remove a replica moved off this broker");
         }
         tracing::info!(
             event = "replica_retired",
@@ -299,7 +293,7 @@ impl Replication {
                 record.topic_id
             )));
         }
-        t.partition(p)
+        self.core.open_replica(topic, p).await
     }
 
     async fn apply_role(

@@ -33,7 +33,8 @@ const DELETED_PREFIX: &str = "__ferry_deleted_";
 pub struct Topic {
     dir: PathBuf,
     meta: RwLock<TopicMeta>,
-    partitions: RwLock<Vec<Arc<Partition>>>,
+    /// One slot per partition; a replicated topic's slot is empty on a member that holds no replica of it.
+    partitions: RwLock<Vec<Option<Arc<Partition>>>>,
 }
 
 impl Topic {
@@ -57,19 +58,35 @@ impl Topic {
         self.partitions.read().len() as u32
     }
 
-    /// All partitions.
+    /// The partitions held here (all of a single broker's topic; a replicated topic's replicas on this member).
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.read().clone()
+        self.partitions.read().iter().flatten().cloned().collect()
     }
 
-    /// One partition.
+    /// Whether this broker holds partition `index`.
+    pub fn holds(&self, index: u32) -> bool {
+        self.partitions.read().get(index as usize).is_some_and(Option::is_some)
+    }
+
+    /// One partition: unknown past the count; [`BrokerError::NotLeader`] (leader unknown here) for a replicated
+    /// partition this member holds no replica of (the service names the catalog's leader instead).
     pub fn partition(&self, index: u32) -> Result<Arc<Partition>> {
         let parts = self.partitions.read();
-        parts.get(index as usize).cloned().ok_or_else(|| BrokerError::UnknownPartition {
-            topic: self.meta.read().name.clone(),
-            partition: index,
-            count: parts.len() as u32,
-        })
+        match parts.get(index as usize) {
+            Some(Some(p)) => Ok(Arc::clone(p)),
+            Some(None) => Err(BrokerError::NotLeader {
+                topic: self.meta.read().name.clone(),
+                partition: index,
+                leader: 0,
+                address: String::new(),
+                epoch: 0,
+            }),
+            None => Err(BrokerError::UnknownPartition {
+                topic: self.meta.read().name.clone(),
+                partition: index,
+                count: parts.len() as u32,
+            }),
+        }
     }
 }
 
@@ -187,19 +204,36 @@ impl BrokerCore {
     }
 
     fn open_topic(&self, dir: PathBuf, meta: TopicMeta) -> Result<Topic> {
-        let partitions = self.partition_opener()(&meta, &dir, 0..meta.partitions)?;
-        Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(partitions) })
+        // A replicated topic's replicas are the partition directories this member holds.
+        let wanted: Vec<u32> = if meta.replication.is_single() {
+            (0..meta.partitions).collect()
+        } else {
+            let mut held = Vec::new();
+            for p in 0..meta.partitions {
+                let part_dir = dir.join(p.to_string());
+                if self.fs.is_dir(&part_dir).map_err(|source| BrokerError::Io { path: part_dir.clone(), source })? {
+                    held.push(p);
+                }
+            }
+            held
+        };
+        let opened = self.partition_opener()(&meta, &dir, &wanted)?;
+        let mut slots: Vec<Option<Arc<Partition>>> = vec![None; meta.partitions as usize];
+        for (p, part) in wanted.into_iter().zip(opened) {
+            slots[p as usize] = Some(part);
+        }
+        Ok(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(slots) })
     }
 
     /// What opens partitions `range` of a topic in `dir`, on the blocking pool or at startup: each as a replica
     /// of this broker when the topic is replicated.
     fn partition_opener(
         &self,
-    ) -> impl Fn(&TopicMeta, &Path, std::ops::Range<u32>) -> Result<Vec<Arc<Partition>>> + Send + 'static {
+    ) -> impl Fn(&TopicMeta, &Path, &[u32]) -> Result<Vec<Arc<Partition>>> + Send + 'static {
         let (fs, defaults, producers, arrivals) =
             (self.fs.clone(), self.defaults.clone(), self.producers, self.arrivals.clone());
         let broker_id = self.broker_id;
-        move |meta: &TopicMeta, dir: &Path, range: std::ops::Range<u32>| {
+        move |meta: &TopicMeta, dir: &Path, range: &[u32]| {
             let cfg = meta.log_config(&defaults);
             let replica_on = if meta.replication.is_single() {
                 None
@@ -207,7 +241,8 @@ impl BrokerCore {
                 Some((broker_id.unwrap_or(0), meta.replication.min_insync(meta.risk_phase)))
             };
             range
-                .map(|p| {
+                .iter()
+                .map(|&p| {
                     Partition::open(
                         &fs,
                         &meta.name,
@@ -336,20 +371,75 @@ impl BrokerCore {
             replication: Replication::Single,
             risk_phase: false,
         };
-        self.materialize(meta).await
+        let all: Vec<u32> = (0..partitions).collect();
+        self.materialize(meta, all).await
     }
 
-    /// Creates this broker's replicas of replicated topic `name` as the catalog describes it, unless they exist.
+    /// Creates this broker's topic `name` of the replicated topic `record` describes, with no replica opened yet,
+    /// unless it exists (see [`BrokerCore::open_replica`]).
     pub async fn ensure_replicas(&self, name: &str, record: &TopicMeta) -> Result<Arc<Topic>> {
         let _admin = self.admin.lock().await;
         if let Some(existing) = self.topics.read().get(name) {
             return Ok(Arc::clone(existing));
         }
-        self.materialize(record.clone()).await
+        self.materialize(record.clone(), Vec::new()).await
     }
 
-    /// Writes a new topic's directories and metadata and opens its partitions. The caller holds the admin lock.
-    async fn materialize(&self, meta: TopicMeta) -> Result<Arc<Topic>> {
+    /// Opens this member's replica `p` of the replicated topic `name` (a partition placed on it), unless it is
+    /// open.
+    pub async fn open_replica(&self, name: &str, p: u32) -> Result<Arc<Partition>> {
+        let topic = self.topic(name)?;
+        if let Ok(part) = topic.partition(p) {
+            return Ok(part);
+        }
+        let _admin = self.admin.lock().await;
+        if let Ok(part) = topic.partition(p) {
+            return Ok(part);
+        }
+        if p >= topic.partition_count() {
+            return Err(BrokerError::UnknownPartition { topic: name.to_owned(), partition: p, count: topic.partition_count() });
+        }
+        let meta = topic.meta();
+        let (dir, open) = (topic.dir.clone(), self.partition_opener());
+        let part = tokio::task::spawn_blocking(move || open(&meta, &dir, &[p]))
+            .await
+            .map_err(|e| BrokerError::Internal(e.to_string()))??
+            .pop()
+            .ok_or_else(|| BrokerError::Internal("opening a replica answered nothing".into()))?;
+        topic.partitions.write()[p as usize] = Some(Arc::clone(&part));
+        tracing::info!(topic = name, partition = p, "replica opened on this member");
+        Ok(part)
+    }
+
+    /// Closes and removes this member's replica `p` of replicated topic `name` (a move took it elsewhere): its
+    /// slot empties and its directory goes.
+    pub async fn remove_replica(&self, name: &str, p: u32) -> Result<()> {
+        let _admin = self.admin.lock().await;
+        let topic = self.topic(name)?;
+        let Some(part) = topic.partitions.write().get_mut(p as usize).and_then(Option::take) else { return Ok(()) };
+        let (dir, fs) = (topic.dir.join(p.to_string()), self.fs.clone());
+        let trash = topic.dir.join(format!("{DELETED_PREFIX}{p}"));
+        let parent = topic.dir.clone();
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            let _ = part.log().close();
+            let io = |path: &Path| {
+                let path = path.to_owned();
+                move |source| BrokerError::Io { path, source }
+            };
+            fs.rename(&dir, &trash).map_err(io(&dir))?;
+            fs.sync_dir(&parent).map_err(io(&parent))?;
+            fs.remove_dir_all(&trash).map_err(io(&trash))?;
+            fs.sync_dir(&parent).map_err(io(&parent))
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(e.to_string()))??;
+        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    /// Writes a new topic's directories and metadata and opens partitions `open` of it. The caller holds the admin
+    /// lock.
+    async fn materialize(&self, meta: TopicMeta, open_now: Vec<u32>) -> Result<Arc<Topic>> {
         let name = meta.name.clone();
         let dir = self.data_dir.join(&name);
         let topic = {
@@ -360,10 +450,14 @@ impl BrokerCore {
             tokio::task::spawn_blocking(move || -> Result<Topic> {
                 ferry_storage::fs::sync_new_dirs(&*fs, &dir)
                     .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
-                let parts = open(&meta, &dir, 0..meta.partitions)?;
+                let parts = open(&meta, &dir, &open_now)?;
+                let mut slots: Vec<Option<Arc<Partition>>> = vec![None; meta.partitions as usize];
+                for (p, part) in open_now.iter().zip(parts) {
+                    slots[*p as usize] = Some(part);
+                }
                 // topic.json last: a crash before this leaves a directory without metadata, which is ignored.
                 meta.store(&*fs, &dir)?;
-                Ok(Topic { dir: dir.clone(), meta: RwLock::new(meta), partitions: RwLock::new(parts) })
+                Ok(Topic { dir: dir.clone(), meta: RwLock::new(meta), partitions: RwLock::new(slots) })
             })
             .await
             .map_err(|e| BrokerError::Internal(e.to_string()))??
@@ -434,10 +528,14 @@ impl BrokerCore {
         let dir = topic.dir.clone();
         let fs = self.fs.clone();
         let open = self.partition_opener();
-        let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<Partition>>> {
-            let parts = open(&meta, &dir, current..count)?;
+        // A replicated topic's new partitions open as they are placed on this member (`open_replica`).
+        let new: Vec<u32> = if meta.replication.is_single() { (current..count).collect() } else { Vec::new() };
+        let new_parts = tokio::task::spawn_blocking(move || -> Result<Vec<Option<Arc<Partition>>>> {
+            let parts = open(&meta, &dir, &new)?;
             meta.store(&*fs, &dir)?;
-            Ok(parts)
+            let mut slots: Vec<Option<Arc<Partition>>> = parts.into_iter().map(Some).collect();
+            slots.resize((count - current) as usize, None);
+            Ok(slots)
         })
         .await
         .map_err(|e| BrokerError::Internal(e.to_string()))??;

@@ -84,6 +84,18 @@ impl BrokerService {
             .map_err(|e| self.replication.as_ref().and_then(|r| r.not_here(name, partition.unwrap_or(0))).unwrap_or(e))
     }
 
+    /// Partition `p` of `topic` for a call that only its leader may answer: a replicated partition this member
+    /// holds no replica of is NOT_LEADER naming the leader the catalog names (rather than no one).
+    fn placed(&self, topic: &Topic, p: u32) -> Result<Arc<Partition>, BrokerError> {
+        topic.partition(p).map_err(|e| match e {
+            BrokerError::NotLeader { leader: 0, ref topic, partition, .. } => {
+                let named = self.replication.as_ref().and_then(|r| r.not_here(topic, partition));
+                named.filter(|n| matches!(n, BrokerError::NotLeader { leader, .. } if *leader != 0)).unwrap_or(e)
+            }
+            e => e,
+        })
+    }
+
     /// The serving side of a cluster member.
     fn serving(&self) -> Option<&crate::cluster::serving::Serving> {
         self.replication.as_ref().map(|r| r.serving())
@@ -283,7 +295,7 @@ impl Broker for BrokerService {
             (None, Some(key)) => ferry_proto::partition_for_key(key, count),
             (None, None) => self.round_robin.fetch_add(1, Ordering::Relaxed) % count.max(1),
         };
-        let part = topic.partition(partition)?;
+        let part = self.placed(&topic, partition)?;
         let produced = self.produce_to(&part, req.batches).await?;
         self.acknowledged(&part, &produced).await?;
         ok(pb::ProduceResponse {
@@ -306,7 +318,9 @@ impl Broker for BrokerService {
         let who = caller(&req)?;
         let req = req.into_inner();
         who.allow_topic("EpochEnd", Scopes::MIRROR, &req.topic)?;
-        let part = self.core.partition(&req.topic, req.partition)?;
+        let topic = self.local_topic(&req.topic, Some(req.partition))?;
+        let part = self.placed(&topic, req.partition)?;
+        self.reads().check(&part, None)?;
         ok(match part.log().epoch_end(req.epoch) {
             Some(e) => pb::EpochEndResponse { found: true, epoch: e.epoch, end_offset: e.end_offset },
             // An epoch older than all the partition knows ended where its known history begins (KIP-279): the

@@ -143,7 +143,7 @@ impl BrokerService {
         who.allow_topic("AppendWithOffsets", Scopes::MIRROR, &req.topic)?;
         refuse_reserved(&req.topic)?;
         let topic = self.local_topic(&req.topic, Some(req.partition))?;
-        let part = topic.partition(req.partition)?;
+        let part = self.placed(&topic, req.partition)?;
         let (leo, start) = (part.visible_end(), part.log().log_start_offset());
         let Some(mark) = topic.mirror() else {
             let err = BrokerError::NotAMirrorTopic { topic: req.topic.clone(), what: "append with offsets" };
