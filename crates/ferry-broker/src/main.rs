@@ -85,7 +85,18 @@ fn main() -> ExitCode {
                 stop.cancel();
             }
         });
-        let options = RunOptions { addr_file: args.addr_file, ..RunOptions::default() };
+        // Tests only: a journal of what was made durable, so that a test can cut the power under this process.
+        let fs = match std::env::var_os(ferry_storage::fs::SYNC_JOURNAL_VAR) {
+            Some(path) => match ferry_storage::fs::JournalFs::open(std::path::Path::new(&path)) {
+                Ok(j) => Some(std::sync::Arc::new(j) as ferry_storage::fs::FsRef),
+                Err(e) => {
+                    eprintln!("error: cannot open the sync journal {}: {e}", path.to_string_lossy());
+                    return ExitCode::from(1);
+                }
+            },
+            None => None,
+        };
+        let options = RunOptions { addr_file: args.addr_file, fs };
         let result = ferry_broker::run(config, options, shutdown, |_| {}).await;
         handle.close();
         match result {

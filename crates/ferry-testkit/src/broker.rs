@@ -38,9 +38,25 @@ pub struct BrokerBuilder {
     data_dir: Option<PathBuf>,
     program: Option<PathBuf>,
     start_timeout: Duration,
+    port: u16,
+    journal: bool,
 }
 
 impl BrokerBuilder {
+    /// Listens on this loopback port (reserved by the caller, e.g. with [`crate::reserve_port`]) instead of a
+    /// free one picked at start: other members' links (proxies) can then point at it before it starts.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Runs the broker on the journaled file layer (`FERRY_TEST_SYNC_JOURNAL`), so that
+    /// [`BrokerProcess::power_loss`] can drop what it never synced.
+    pub fn sync_journal(mut self) -> Self {
+        self.journal = true;
+        self
+    }
+
     /// The cluster id passed as `--cluster-id`. Default: a fresh `test-cluster-{pid}-{n}`, distinct for every
     /// broker the test process starts (so two brokers are two clusters unless a test says otherwise).
     pub fn cluster_id(mut self, id: impl Into<String>) -> Self {
@@ -105,17 +121,21 @@ impl BrokerBuilder {
             }
         };
         let config_path = layout.config_path.clone();
-        let args = broker_args(&config_path, 0, &data_dir, &cluster_id, &layout.addr_file);
+        let args = broker_args(&config_path, self.port, &data_dir, &cluster_id, &layout.addr_file);
+        let journal = self.journal.then(|| layout.dir.path().join("sync.journal"));
         let mut spec = ChildSpec::new(BROKER_BIN, program, &layout.log_path).args(args).current_dir(layout.dir.path());
         // Many brokers share the host in tests: each serves its metrics on a port of its own unless told otherwise.
         // (Set first: a test's own setting, pushed after it, wins.)
         spec = spec.env(METRICS_LISTEN_VAR, "127.0.0.1:0");
+        if let Some(j) = &journal {
+            spec = spec.env(ferry_storage::fs::SYNC_JOURNAL_VAR, j.display().to_string());
+        }
         for (k, v) in self.envs {
             spec = spec.env(k, v);
         }
         let server = Server::start(layout, spec, self.start_timeout).await?;
         tracing::info!(addr = %server.addr(), %cluster_id, data_dir = %data_dir.display(), "broker started");
-        Ok(BrokerProcess { server, data_dir, cluster_id, config_path })
+        Ok(BrokerProcess { server, data_dir, cluster_id, config_path, journal })
     }
 }
 
@@ -126,6 +146,7 @@ pub struct BrokerProcess {
     data_dir: PathBuf,
     cluster_id: String,
     config_path: PathBuf,
+    journal: Option<PathBuf>,
 }
 
 impl BrokerProcess {
@@ -138,6 +159,8 @@ impl BrokerProcess {
             data_dir: None,
             program: None,
             start_timeout: DEFAULT_START_TIMEOUT,
+            port: 0,
+            journal: false,
         }
     }
 
@@ -220,6 +243,26 @@ impl BrokerProcess {
     /// Kills the broker with SIGKILL (a crash: no clean-shutdown marker) and reaps it.
     pub async fn kill9(&mut self) -> Result<ExitStatus> {
         self.server.kill9().await
+    }
+
+    /// Cuts the power under the broker: kills it with SIGKILL, then drops every byte and directory entry it never
+    /// made durable (see `ferry_storage::fs::drop_unsynced`). Needs [`BrokerBuilder::sync_journal`]. Returns
+    /// what was dropped; [`BrokerProcess::restart`] then starts it on what a rebooted machine would find.
+    pub async fn power_loss(&mut self) -> Result<ferry_storage::fs::Dropped> {
+        let Some(journal) = self.journal.clone() else {
+            return Err(Error::Io {
+                action: "cut the power (start the broker with sync_journal()) for",
+                path: self.data_dir.clone(),
+                source: std::io::Error::other("no sync journal"),
+            });
+        };
+        self.kill9().await?;
+        let data = self.data_dir.clone();
+        ferry_storage::fs::drop_unsynced(&journal, &data).map_err(|source| Error::Io {
+            action: "drop the unsynced data of",
+            path: data,
+            source,
+        })
     }
 
     /// Sends SIGTERM and waits up to `deadline` for a graceful exit; past it, kills with SIGKILL and returns

@@ -38,6 +38,7 @@
 
 mod bins;
 mod broker;
+mod cluster;
 mod error;
 mod etcd;
 mod mirror;
@@ -50,6 +51,7 @@ mod wait;
 
 pub use bins::{BROKER_BIN, FERRYCTL_BIN, MIRROR_BIN, bin_dir, binary_path, workspace_root};
 pub use broker::{BrokerBuilder, BrokerProcess, METRICS_LISTEN_VAR};
+pub use cluster::{ClusterSpec, FaultyCluster};
 pub use error::{Error, Result};
 pub use etcd::{ETCD_BIN_VAR, EtcdProcess, etcd_binary};
 /// The etcd v3 client the cluster tests inspect the master with.

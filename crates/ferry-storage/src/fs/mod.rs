@@ -14,6 +14,7 @@
 //!   directory that holds it; a new directory's own entry needs its parent synced;
 //! - a write that fails may have written a prefix of what was asked.
 
+mod journal;
 mod os;
 mod sim;
 
@@ -22,6 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use journal::{Dropped, JournalFs, SYNC_JOURNAL_VAR, drop_unsynced};
 pub use os::OsFs;
 pub use sim::{PowerLoss, SimFs};
 

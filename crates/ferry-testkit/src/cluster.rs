@@ -1,0 +1,173 @@
+//! [`FaultyCluster`]: a Ferry cluster on loopback built for fault tests. One real etcd; `members` real brokers on
+//! ports reserved up front; each broker's link to etcd through a [`Proxy`] of its own, and each broker's link to
+//! each other member through a proxy of its own (`cluster.peer_addrs`). Clients reach the brokers directly. So one
+//! member can be cut off from etcd alone, or from one peer alone, while everything else goes on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::broker::BrokerProcess;
+use crate::error::Result;
+use crate::etcd::EtcdProcess;
+use crate::proxy::Proxy;
+use crate::util::reserve_port;
+
+/// What a [`FaultyCluster`] runs.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// How many members (broker ids 1..=members).
+    pub members: u32,
+    /// The cluster id.
+    pub cluster_id: String,
+    /// `cluster.lease_ttl`.
+    pub lease_ttl: Duration,
+    /// `cluster.replica_lag_max`.
+    pub replica_lag: Duration,
+    /// `cluster.ack_timeout`.
+    pub ack_timeout: Duration,
+    /// Lines of each member's `[storage]` section (e.g. `flush = "sync"`).
+    pub storage: String,
+    /// More TOML sections for each member's config.
+    pub extra: String,
+    /// Whether the members run on the journaled file layer, for [`BrokerProcess::power_loss`].
+    pub sync_journal: bool,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            members: 3,
+            cluster_id: "dc-a".into(),
+            lease_ttl: Duration::from_secs(2),
+            replica_lag: Duration::from_secs(2),
+            ack_timeout: Duration::from_secs(8),
+            storage: "flush = \"sync\"\n".into(),
+            extra: String::new(),
+            sync_journal: false,
+        }
+    }
+}
+
+/// A running cluster with a proxy on every link but the clients' (see the module docs).
+#[derive(Debug)]
+pub struct FaultyCluster {
+    /// The master.
+    pub etcd: EtcdProcess,
+    /// Broker id `i + 1` at index `i`.
+    pub brokers: Vec<BrokerProcess>,
+    spec: ClusterSpec,
+    etcd_links: Vec<Proxy>,
+    /// (from, to): the link `from` dials `to` through.
+    peer_links: BTreeMap<(u32, u32), Proxy>,
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+impl FaultyCluster {
+    /// Starts etcd, the proxies and the members, in id order.
+    pub async fn start(spec: ClusterSpec) -> Result<FaultyCluster> {
+        let etcd = EtcdProcess::start().await?;
+        let etcd_addr = etcd.url().trim_start_matches("http://").parse().map_err(|e| crate::Error::Etcd {
+            url: etcd.url().to_owned(),
+            message: format!("not a socket address: {e}"),
+        })?;
+        let n = spec.members;
+        let mut ports = Vec::new();
+        for _ in 0..n {
+            ports.push(reserve_port()?);
+        }
+        let mut etcd_links = Vec::new();
+        for _ in 0..n {
+            etcd_links.push(Proxy::start(etcd_addr).await?);
+        }
+        let mut peer_links = BTreeMap::new();
+        for from in 1..=n {
+            for to in (1..=n).filter(|to| *to != from) {
+                let upstream = format!("127.0.0.1:{}", ports[to as usize - 1]).parse().expect("loopback address");
+                peer_links.insert((from, to), Proxy::start(upstream).await?);
+            }
+        }
+        let mut brokers = Vec::new();
+        for id in 1..=n {
+            let peers: Vec<String> = (1..=n)
+                .filter(|to| *to != id)
+                .map(|to| format!("\"{to}\" = \"{}\"", peer_links[&(id, to)].addr()))
+                .collect();
+            let config = format!(
+                "[cluster]\netcd = [\"{}\"]\nbroker_id = {id}\nlease_ttl = \"{}\"\nreplica_lag_max = \"{}\"\n\
+                 ack_timeout = \"{}\"\npeer_addrs = {{ {} }}\n\n[storage]\n{}\n{}",
+                etcd_links[id as usize - 1].endpoint(),
+                secs(spec.lease_ttl),
+                secs(spec.replica_lag),
+                secs(spec.ack_timeout),
+                peers.join(", "),
+                spec.storage,
+                spec.extra,
+            );
+            let mut builder =
+                BrokerProcess::builder().cluster_id(spec.cluster_id.clone()).config(config).port(ports[id as usize - 1]);
+            if spec.sync_journal {
+                builder = builder.sync_journal();
+            }
+            brokers.push(builder.start().await?);
+        }
+        Ok(FaultyCluster { etcd, brokers, spec, etcd_links, peer_links })
+    }
+
+    /// What it runs.
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// Every member's address, in id order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.brokers.iter().map(|b| b.addr().to_string()).collect()
+    }
+
+    /// Member `id`.
+    pub fn broker(&mut self, id: u32) -> &mut BrokerProcess {
+        &mut self.brokers[id as usize - 1]
+    }
+
+    /// Member `id`'s link to etcd.
+    pub fn etcd_link(&self, id: u32) -> &Proxy {
+        &self.etcd_links[id as usize - 1]
+    }
+
+    /// Cuts member `id` off from etcd (its connections are reset, new ones refused).
+    pub fn cut_from_etcd(&self, id: u32) {
+        self.etcd_link(id).cut();
+    }
+
+    /// Gives member `id` its etcd link back.
+    pub fn heal_etcd(&self, id: u32) {
+        self.etcd_link(id).restore();
+    }
+
+    /// Cuts the links between members `a` and `b`, both ways.
+    pub fn cut_between(&self, a: u32, b: u32) {
+        for key in [(a, b), (b, a)] {
+            if let Some(p) = self.peer_links.get(&key) {
+                p.cut();
+            }
+        }
+    }
+
+    /// Gives members `a` and `b` their links back.
+    pub fn heal_between(&self, a: u32, b: u32) {
+        for key in [(a, b), (b, a)] {
+            if let Some(p) = self.peer_links.get(&key) {
+                p.restore();
+            }
+        }
+    }
+
+    /// Heals every link.
+    pub fn heal_all(&self) {
+        for p in self.etcd_links.iter().chain(self.peer_links.values()) {
+            p.restore();
+        }
+    }
+}
