@@ -108,7 +108,8 @@ async fn another_cluster_id_or_a_held_broker_id_is_refused_and_etcd_keeps_what_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_that_cannot_reach_etcd_at_start_keeps_trying_says_so_and_joins_once_it_answers() -> anyhow::Result<()> {
+async fn a_broker_that_cannot_reach_etcd_at_start_keeps_trying_says_so_and_joins_once_it_answers() -> anyhow::Result<()>
+{
     let etcd = EtcdProcess::start().await?;
     let link = ferry_testkit::Proxy::start(etcd.url().trim_start_matches("http://").parse()?).await?;
     link.cut();
@@ -123,13 +124,14 @@ async fn a_broker_that_cannot_reach_etcd_at_start_keeps_trying_says_so_and_joins
     );
     // Not ready, and it says why: it waits for etcd, naming the endpoint, and keeps trying.
     let readyz = format!("http://127.0.0.1:{metrics}/readyz");
-    let why = ferry_testkit::wait_for("the starting broker's readiness", deadline(&[Duration::from_secs(5)]), async || {
-        let Ok(r) = reqwest::get(&readyz).await else { return anyhow::Ok(None) };
-        let status = r.status();
-        let text = r.text().await?;
-        Ok((status == 503 && text.contains("attempt 2")).then_some(text))
-    })
-    .await?;
+    let why =
+        ferry_testkit::wait_for("the starting broker's readiness", deadline(&[Duration::from_secs(5)]), async || {
+            let Ok(r) = reqwest::get(&readyz).await else { return anyhow::Ok(None) };
+            let status = r.status();
+            let text = r.text().await?;
+            Ok((status == 503 && text.contains("attempt 2")).then_some(text))
+        })
+        .await?;
     assert!(why.starts_with(&format!("not ready: waiting for etcd at {}", link.endpoint())), "{why}");
     assert!(!starting.is_finished(), "it must not give up while etcd is away");
     // etcd answers: it joins, serves, and is ready.

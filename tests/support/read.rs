@@ -37,8 +37,11 @@ pub async fn read_partition(
     let end = until.map_or(p.log_end_offset, |u| u.min(p.log_end_offset));
     let mut out = PartitionRead { log_start: p.log_start_offset, log_end: end, ..Default::default() };
     let mut position = p.log_start_offset;
+    let mut redirects = 0;
     while position < end {
+        // At the partition's leader as the client knows it; a NOT_LEADER answer naming one is followed.
         let response = client
+            .for_partition(topic, partition)
             .fetch(pb::FetchRequest {
                 partitions: vec![pb::PartitionFetch {
                     topic: topic.to_owned(),
@@ -53,6 +56,14 @@ pub async fn read_partition(
             .await
             .with_context(|| format!("fetch {topic}/{partition} at {position}"))?;
         let data = &response.partitions[0];
+        let moved = data.error == pb::ErrorCode::NotLeader as i32 || data.error == pb::ErrorCode::FencedLeaderEpoch as i32;
+        if let (true, Some(hint)) = (moved, &data.leader)
+            && redirects < 10
+        {
+            redirects += 1;
+            client.take_hint(topic, partition, hint);
+            continue;
+        }
         ensure!(data.error == pb::ErrorCode::None as i32, "fetch {topic}/{partition} at {position}: {}", data.message);
         ensure!(!data.batches.is_empty(), "fetch {topic}/{partition} at {position} below {end} returned nothing");
         for item in BatchIter::new(&data.batches) {

@@ -106,8 +106,10 @@ impl FaultyCluster {
                 spec.storage,
                 spec.extra,
             );
-            let mut builder =
-                BrokerProcess::builder().cluster_id(spec.cluster_id.clone()).config(config).port(ports[id as usize - 1]);
+            let mut builder = BrokerProcess::builder()
+                .cluster_id(spec.cluster_id.clone())
+                .config(config)
+                .port(ports[id as usize - 1]);
             if spec.sync_journal {
                 builder = builder.sync_journal();
             }

@@ -227,9 +227,7 @@ impl BrokerCore {
 
     /// What opens partitions `range` of a topic in `dir`, on the blocking pool or at startup: each as a replica
     /// of this broker when the topic is replicated.
-    fn partition_opener(
-        &self,
-    ) -> impl Fn(&TopicMeta, &Path, &[u32]) -> Result<Vec<Arc<Partition>>> + Send + 'static {
+    fn partition_opener(&self) -> impl Fn(&TopicMeta, &Path, &[u32]) -> Result<Vec<Arc<Partition>>> + Send + 'static {
         let (fs, defaults, producers, arrivals) =
             (self.fs.clone(), self.defaults.clone(), self.producers, self.arrivals.clone());
         let broker_id = self.broker_id;
@@ -397,7 +395,11 @@ impl BrokerCore {
             return Ok(part);
         }
         if p >= topic.partition_count() {
-            return Err(BrokerError::UnknownPartition { topic: name.to_owned(), partition: p, count: topic.partition_count() });
+            return Err(BrokerError::UnknownPartition {
+                topic: name.to_owned(),
+                partition: p,
+                count: topic.partition_count(),
+            });
         }
         let meta = topic.meta();
         let (dir, open) = (topic.dir.clone(), self.partition_opener());

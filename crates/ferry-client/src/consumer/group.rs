@@ -79,8 +79,25 @@ async fn join(client: &BrokerClient, spec: &JoinSpec, member_id: String) -> Resu
 
 impl Membership {
     /// Joins the group and starts heartbeating. The first view is returned already marked as changed.
+    ///
+    /// While the group's coordinator cannot be found (its broker died and the cluster has not elected the next
+    /// one yet, or the listed brokers point at one that is gone), the join is tried again with backoff for up to
+    /// the session timeout, as Kafka clients look the coordinator up again.
     pub(crate) async fn join(client: BrokerClient, spec: JoinSpec) -> Result<Membership> {
-        let view = join(&client, &spec, String::new()).await?;
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0;
+        let view = loop {
+            match join(&client, &spec, String::new()).await {
+                Ok(view) => break view,
+                Err(e) if coordinator_not_found(&e) && started.elapsed() < spec.session_timeout => {
+                    let delay = client.config().retry.delay(attempt).min(spec.session_timeout / 4);
+                    attempt += 1;
+                    tracing::info!(group = %spec.group, error = %e, ?delay, "looking for the group's coordinator again");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         tracing::info!(group = %spec.group, member = %view.member_id, generation = view.generation,
             partitions = view.assignment.len(), "joined group");
         let state = Arc::new(parking_lot::Mutex::new(SharedState { view, changed: true }));
@@ -174,6 +191,13 @@ async fn heartbeat_loop(
             record(&spec.group, &state, &changed, view);
         }
     }
+}
+
+/// Whether `e` means the group's coordinator could not be reached or is not known yet (rather than a refusal).
+fn coordinator_not_found(e: &crate::error::ClientError) -> bool {
+    e.is_transport()
+        || e.is_timeout()
+        || matches!(e.reason(), Some("not_coordinator" | "not_leader" | "cluster_unavailable" | "not_acknowledged"))
 }
 
 /// Stores a new view for the consumer to apply and wakes a consumer waiting for an assignment.
