@@ -2,8 +2,8 @@
 //! every member's etcd link and peer link (docs/cluster.md, "Faults and promises"). Each test is one reproduced
 //! case; each failed on the cluster before its decision core.
 
-use ferry_client::proto as pb;
 use ferry_client::Admin;
+use ferry_client::proto as pb;
 use ferry_testkit::{ClusterSpec, deadline, wait_until};
 
 use crate::common::{IO_BUDGET, Rec, assert_same_records, plain_batch, read_partition};
@@ -236,7 +236,10 @@ async fn a_leader_cut_from_etcd_alone_stops_serving_reads_answering_as_leader_an
         };
         // Straight to L, without following a NOT_COORDINATOR hint elsewhere.
         match stale.raw().await?.join_group(request).await.map(|r| r.into_inner()) {
-            Ok(j) => panic!("broker {l}, cut off from etcd, coordinated {group}: {j:?}\n{}", cluster.brokers[l as usize - 1].logs()),
+            Ok(j) => panic!(
+                "broker {l}, cut off from etcd, coordinated {group}: {j:?}\n{}",
+                cluster.brokers[l as usize - 1].logs()
+            ),
             Err(status) => {
                 let reason = status.metadata().get("ferry-reason").and_then(|v| v.to_str().ok()).map(str::to_owned);
                 assert_eq!(reason.as_deref(), Some("not_coordinator"), "{status:?}");

@@ -88,3 +88,93 @@ async fn retention_of_unmirrored_records_while_paused_is_reported_at_once_with_t
     assert_eq!(metric(m, counter).await?, Some((gap_end - gap_start) as f64));
     Ok(())
 }
+
+/// Case 13 of the cluster analysis: retention active all along (the topic has 128 KiB of it from the start) deletes
+/// unmirrored records while the partition is paused, pass after pass; on resume the loss is reported (once, for
+/// exactly the range the target then records as a gap), and nothing of it is ever copied as if it existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_running_all_along_while_paused_is_reported_by_resume_at_the_latest() -> anyhow::Result<()> {
+    let config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"64KiB\"\n");
+    let (a, b) = tokio::join!(Dc::start_with("dc-a", &config), Dc::start("dc-b"));
+    let (a, b) = (a?, b?);
+    let config = TopicConfig { segment_bytes: Some(SEGMENT), retention_bytes: Some(RETENTION), ..Default::default() };
+    a.admin.create_topic(TOPIC, 1, config, None).await?;
+    let p = producer(&a).await?;
+    produce_range(&p, TOPIC, "copied", 0, COPIED, 300).await?;
+    let mut conf = MirrorConf::new(&a, &b);
+    conf.sync_extra = vec!["queue_bytes = \"128KiB\"".into()];
+    let mirror = start_mirror(&conf, "", "").await?;
+    let m = &mirror.process;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+
+    // About 1 MB while paused: retention deletes as it goes.
+    set_topic(m, TOPIC, "pause", "paused").await?;
+    for chunk in 0..LAGGING / 50 {
+        produce_range(&p, TOPIC, "lagging", chunk * 50, (chunk + 1) * 50, 500).await?;
+    }
+    p.close().await;
+    let retention_check = std::time::Duration::from_millis(200);
+    wait_until("source retention to pass what the mirror holds", deadline(&[retention_check, IO_BUDGET]), async || {
+        anyhow::Ok(a.offsets(TOPIC).await?[0].0 > COPIED + 500)
+    })
+    .await?;
+    set_topic(m, TOPIC, "resume", "mirroring").await?;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    let events = monitor_events(m, Some("data_lost_before_mirroring")).await?;
+    assert!(!events.is_empty(), "records deleted before they were mirrored, and no event");
+    // Every range reported is exactly a gap the target records, and the target holds nothing inside one.
+    let mut reported: Vec<(u64, u64)> = events
+        .iter()
+        .map(|e| (e["details"]["gap_start"].as_u64().unwrap(), e["details"]["gap_end"].as_u64().unwrap()))
+        .collect();
+    reported.sort_unstable();
+    let d = b.admin.describe_topic(TOPIC).await?;
+    let gaps: Vec<(u64, u64)> = d.partitions[0].gaps.iter().map(|g| (g.start, g.end)).collect();
+    assert_eq!(gaps, reported, "the target records exactly the ranges reported");
+    let target = read_partition(&b.client, TOPIC, 0, None).await?;
+    for (start, end) in &gaps {
+        assert!(target.records.iter().all(|r| !(*start..*end).contains(&r.offset)), "a record inside a gap");
+    }
+    let source = read_partition(&a.client, TOPIC, 0, None).await?;
+    let (source_start, _) = a.offsets(TOPIC).await?[0];
+    assert_same_partition("records from the source's log start", &source, &target.starting_at(source_start));
+    Ok(())
+}
+
+/// Case 13, after a restart: the mirror is killed, source retention deletes records it never copied meanwhile, and
+/// the restarted mirror reports exactly that range (once) and records it as the target's gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_while_the_mirror_is_down_is_reported_when_it_comes_back() -> anyhow::Result<()> {
+    let config = format!("{BROKER_CONFIG}[broker]\nmax_batch_bytes = \"64KiB\"\n");
+    let (a, b) = tokio::join!(Dc::start_with("dc-a", &config), Dc::start("dc-b"));
+    let (a, b) = (a?, b?);
+    let config = TopicConfig { segment_bytes: Some(SEGMENT), retention_bytes: Some(RETENTION), ..Default::default() };
+    a.admin.create_topic(TOPIC, 1, config, None).await?;
+    let p = producer(&a).await?;
+    produce_range(&p, TOPIC, "copied", 0, COPIED, 300).await?;
+    let mut mirror = start_mirror(&MirrorConf::new(&a, &b), "", "").await?;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    mirror.process.kill9().await?;
+    for chunk in 0..LAGGING / 50 {
+        produce_range(&p, TOPIC, "lagging", chunk * 50, (chunk + 1) * 50, 500).await?;
+    }
+    p.close().await;
+    let retention_check = std::time::Duration::from_millis(200);
+    wait_until("source retention to pass what the target holds", deadline(&[retention_check, IO_BUDGET]), async || {
+        anyhow::Ok(a.offsets(TOPIC).await?[0].0 > COPIED)
+    })
+    .await?;
+    let (source_start, _) = a.offsets(TOPIC).await?[0];
+    mirror.process.restart().await?;
+    let m = &mirror.process;
+    let lost =
+        wait_event(m, "data_lost_before_mirroring", TOPIC, 0, false, deadline(&[CHECK, CHECK, IO_BUDGET])).await?;
+    let range = (lost["details"]["gap_start"].as_u64().unwrap(), lost["details"]["gap_end"].as_u64().unwrap());
+    assert_eq!(range, (COPIED, source_start), "{lost}");
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    let d = b.admin.describe_topic(TOPIC).await?;
+    let gaps: Vec<(u64, u64)> = d.partitions[0].gaps.iter().map(|g| (g.start, g.end)).collect();
+    assert_eq!(gaps, vec![range]);
+    assert_eq!(monitor_events(m, Some("data_lost_before_mirroring")).await?.len(), 1);
+    Ok(())
+}

@@ -16,6 +16,7 @@ mod config;
 mod discovery;
 mod divergence;
 mod env;
+mod full_target;
 mod group_edges;
 mod groups;
 mod identical;

@@ -56,7 +56,8 @@ pub async fn read_partition(
             .await
             .with_context(|| format!("fetch {topic}/{partition} at {position}"))?;
         let data = &response.partitions[0];
-        let moved = data.error == pb::ErrorCode::NotLeader as i32 || data.error == pb::ErrorCode::FencedLeaderEpoch as i32;
+        let moved =
+            data.error == pb::ErrorCode::NotLeader as i32 || data.error == pb::ErrorCode::FencedLeaderEpoch as i32;
         if let (true, Some(hint)) = (moved, &data.leader)
             && redirects < 10
         {

@@ -85,16 +85,20 @@ fn main() -> ExitCode {
                 stop.cancel();
             }
         });
-        // Tests only: a journal of what was made durable, so that a test can cut the power under this process.
-        let fs = match std::env::var_os(ferry_storage::fs::SYNC_JOURNAL_VAR) {
-            Some(path) => match ferry_storage::fs::JournalFs::open(std::path::Path::new(&path)) {
+        // Tests only: a journal of what was made durable, so that a test can cut the power under this process, and
+        // a switch that makes the disk full.
+        let journal = std::env::var_os(ferry_storage::fs::SYNC_JOURNAL_VAR).map(std::path::PathBuf::from);
+        let full = std::env::var_os(ferry_storage::fs::DISK_FULL_FLAG_VAR).map(std::path::PathBuf::from);
+        let fs = if journal.is_some() || full.is_some() {
+            match ferry_storage::fs::JournalFs::with(journal.as_deref(), full) {
                 Ok(j) => Some(std::sync::Arc::new(j) as ferry_storage::fs::FsRef),
                 Err(e) => {
-                    eprintln!("error: cannot open the sync journal {}: {e}", path.to_string_lossy());
+                    eprintln!("error: cannot open the sync journal: {e}");
                     return ExitCode::from(1);
                 }
-            },
-            None => None,
+            }
+        } else {
+            None
         };
         let options = RunOptions { addr_file: args.addr_file, fs };
         let result = ferry_broker::run(config, options, shutdown, |_| {}).await;

@@ -43,6 +43,9 @@ pub struct PartitionOffsets {
     pub log_start_offset: u64,
     /// Log end offset.
     pub log_end_offset: u64,
+    /// How long ago, by the answering broker's clock, the log end reached its value (what a replicated
+    /// partition's readers see: its high watermark); `None` when the broker does not say.
+    pub log_end_age_ms: Option<u64>,
 }
 
 /// A topic and its partitions, as [`Admin::describe_topic`] returns them.
@@ -218,6 +221,15 @@ impl Admin {
     /// a partition whose answer points elsewhere is asked again there, a few rounds at most. A partition the broker
     /// reports an error for fails the whole call with [`ClientError::Partition`] naming it.
     pub async fn list_offsets(&self, partitions: &[(String, u32, OffsetSpec)]) -> Result<Vec<PartitionOffsets>> {
+        self.list_offsets_each(partitions).await?.into_iter().collect()
+    }
+
+    /// [`Admin::list_offsets`], with each partition's own outcome: one partition's error does not fail the others
+    /// (a probe of many partitions, some of whose leaders are being elected).
+    pub async fn list_offsets_each(
+        &self,
+        partitions: &[(String, u32, OffsetSpec)],
+    ) -> Result<Vec<Result<PartitionOffsets>>> {
         let mut answers: Vec<Option<pb::ListOffsetsResult>> = vec![None; partitions.len()];
         let mut pending: Vec<usize> = (0..partitions.len()).collect();
         for round in 0..LEADER_ROUNDS {
@@ -270,7 +282,7 @@ impl Admin {
             }
             pending = next;
         }
-        answers
+        Ok(answers
             .into_iter()
             .flatten()
             .map(|r| {
@@ -281,9 +293,10 @@ impl Admin {
                     offset: r.offset,
                     log_start_offset: r.log_start_offset,
                     log_end_offset: r.log_end_offset,
+                    log_end_age_ms: r.log_end_age_ms,
                 })
             })
-            .collect()
+            .collect())
     }
 
     /// Offsets of one partition.

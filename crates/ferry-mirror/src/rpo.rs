@@ -9,9 +9,11 @@
 //!
 //! Memory is bounded: at most [`MARKS`] marks; when full, the two neighbouring marks whose sightings are closest in
 //! time merge (the earlier sighting with the later log end), so the figure can only read high, by at most the
-//! time the merged marks span (about twice the waiting time over [`MARKS`]), never low. Record
-//! timestamps are chosen by producers, so they may shorten the figure (a record cannot have waited longer than its
-//! own age) but never lengthen it. Everything here is pure: the caller passes the clock readings.
+//! time the merged marks span (about twice the waiting time over [`MARKS`]), never low. Record timestamps play no
+//! part: producers choose them, and a producer's clock ahead would make the figure read 0 while records wait (case 9
+//! of the cluster analysis). A sighting may be dated earlier than the mirror saw it, by the source broker's own
+//! account of when its log end moved (`log_end_age_ms`); that only makes it closer to the time the records were
+//! received. Everything here is pure: the caller passes the clock readings.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -80,15 +82,9 @@ impl RpoClock {
     }
 }
 
-/// The RPO at `now`: the time since `waiting_since`, shortened (never lengthened) by the age the oldest waiting
-/// record's own timestamp gives (`now_ms` less it; a timestamp in the future makes it 0).
-pub fn rpo(waiting_since: Option<Instant>, now: Instant, oldest_timestamp_ms: Option<i64>, now_ms: i64) -> Duration {
-    let Some(since) = waiting_since else { return Duration::ZERO };
-    let clock = now.saturating_duration_since(since);
-    match oldest_timestamp_ms {
-        Some(ts) => clock.min(Duration::from_millis(u64::try_from(now_ms.saturating_sub(ts)).unwrap_or(0))),
-        None => clock,
-    }
+/// The RPO at `now`: the time since `waiting_since`.
+pub fn rpo(waiting_since: Option<Instant>, now: Instant) -> Duration {
+    waiting_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
 }
 
 #[cfg(test)]
@@ -112,7 +108,7 @@ mod tests {
                 Step::Saw(end) => c.saw_end(*end, now),
                 Step::Mirrored(offset) => c.mirrored_to(*offset, now),
             }
-            let got = rpo(c.waiting_since(c.mirrored), now, None, 0);
+            let got = rpo(c.waiting_since(c.mirrored), now);
             assert_eq!(got, Duration::from_secs(*want), "step {i} at {at}s");
         }
     }
@@ -169,17 +165,13 @@ mod tests {
     }
 
     #[test]
-    fn timestamps_only_shorten_the_figure() {
+    fn case_9_a_sighting_dated_by_the_sources_own_clock_reads_earlier_and_no_timestamp_shortens_it() {
         let t0 = Instant::now();
-        let now = t0 + 30 * S;
-        let now_ms = 1_000_000;
-        // The clock says 30 s; a record stamped 10 s ago waited at most 10 s.
-        assert_eq!(rpo(Some(t0), now, Some(now_ms - 10_000), now_ms), 10 * S);
-        // A record stamped an hour ago cannot lengthen it.
-        assert_eq!(rpo(Some(t0), now, Some(now_ms - 3_600_000), now_ms), 30 * S);
-        // A timestamp in the future (a producer's clock ahead) makes it 0; a hostile one neither overflows.
-        assert_eq!(rpo(Some(t0), now, Some(now_ms + 5_000), now_ms), Duration::ZERO);
-        assert_eq!(rpo(Some(t0), now, Some(i64::MIN), now_ms), 30 * S);
-        assert_eq!(rpo(None, now, Some(0), now_ms), Duration::ZERO);
+        let mut c = RpoClock::default();
+        // The probe at 30 s reads end 10, which the source says it reached 20 s earlier: records below 10 have
+        // waited 20 s at least, whatever their producers stamped on them.
+        c.saw_end(10, t0 + 30 * S - 20 * S);
+        assert_eq!(rpo(c.waiting_since(0), t0 + 30 * S), 20 * S);
+        assert_eq!(rpo(None, t0 + 30 * S), Duration::ZERO);
     }
 }

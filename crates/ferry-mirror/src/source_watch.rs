@@ -1,7 +1,9 @@
 //! SourceWatch: an independent probe of the source's log ends and starts, whether or not data flows.
 //!
 //! Every `source.health.check_interval` it asks the active route's source cluster for the (log start, log end) of
-//! every partition this process owns, in one ListOffsets call bounded by `source.health.timeout`. Nothing of the
+//! every partition this process owns, each at its leader (one ListOffsets per leader, whatever broker the fetch
+//! stream follows; a deposed leader cut off from etcd answers none, case 4 of the cluster analysis), bounded by
+//! `source.health.timeout`. Nothing of the
 //! fetch stream is involved, so a stream that stopped delivering positions, a lane stuck on a refusing target or a
 //! paused partition are all still measured:
 //! - the log end feeds the partition's RPO clock and the stall watchdog ([`PartitionStatus::set_probed_source`]);
@@ -82,12 +84,12 @@ impl SourceWatch {
                 return;
             }
         };
-        for (tp, log_start, log_end) in offsets {
-            if let Some(status) = self.shared.partitions.get(&tp) {
-                status.set_probed_source(log_start, log_end);
+        for p in offsets {
+            if let Some(status) = self.shared.partitions.get(&p.tp) {
+                status.set_probed_source(p.log_start, p.log_end, p.end_age);
             }
-            if let Some(link) = self.links.get(&tp) {
-                link.source_log_start(log_start);
+            if let Some(link) = self.links.get(&p.tp) {
+                link.source_log_start(p.log_start);
             }
         }
     }

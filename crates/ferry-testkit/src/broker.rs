@@ -40,9 +40,16 @@ pub struct BrokerBuilder {
     start_timeout: Duration,
     port: u16,
     journal: bool,
+    full_switch: bool,
 }
 
 impl BrokerBuilder {
+    /// Gives the broker a full-disk switch ([`BrokerProcess::set_disk_full`]).
+    pub fn disk_full_switch(mut self) -> Self {
+        self.full_switch = true;
+        self
+    }
+
     /// Listens on this loopback port (reserved by the caller, e.g. with [`crate::reserve_port`]) instead of a
     /// free one picked at start: other members' links (proxies) can then point at it before it starts.
     pub fn port(mut self, port: u16) -> Self {
@@ -123,6 +130,7 @@ impl BrokerBuilder {
         let config_path = layout.config_path.clone();
         let args = broker_args(&config_path, self.port, &data_dir, &cluster_id, &layout.addr_file);
         let journal = self.journal.then(|| layout.dir.path().join("sync.journal"));
+        let full_flag = self.full_switch.then(|| layout.dir.path().join("disk-full"));
         let mut spec = ChildSpec::new(BROKER_BIN, program, &layout.log_path).args(args).current_dir(layout.dir.path());
         // Many brokers share the host in tests: each serves its metrics on a port of its own unless told otherwise.
         // (Set first: a test's own setting, pushed after it, wins.)
@@ -130,12 +138,15 @@ impl BrokerBuilder {
         if let Some(j) = &journal {
             spec = spec.env(ferry_storage::fs::SYNC_JOURNAL_VAR, j.display().to_string());
         }
+        if let Some(f) = &full_flag {
+            spec = spec.env(ferry_storage::fs::DISK_FULL_FLAG_VAR, f.display().to_string());
+        }
         for (k, v) in self.envs {
             spec = spec.env(k, v);
         }
         let server = Server::start(layout, spec, self.start_timeout).await?;
         tracing::info!(addr = %server.addr(), %cluster_id, data_dir = %data_dir.display(), "broker started");
-        Ok(BrokerProcess { server, data_dir, cluster_id, config_path, journal })
+        Ok(BrokerProcess { server, data_dir, cluster_id, config_path, journal, full_flag })
     }
 }
 
@@ -147,6 +158,7 @@ pub struct BrokerProcess {
     cluster_id: String,
     config_path: PathBuf,
     journal: Option<PathBuf>,
+    full_flag: Option<PathBuf>,
 }
 
 impl BrokerProcess {
@@ -161,6 +173,7 @@ impl BrokerProcess {
             start_timeout: DEFAULT_START_TIMEOUT,
             port: 0,
             journal: false,
+            full_switch: false,
         }
     }
 
@@ -243,6 +256,27 @@ impl BrokerProcess {
     /// Kills the broker with SIGKILL (a crash: no clean-shutdown marker) and reaps it.
     pub async fn kill9(&mut self) -> Result<ExitStatus> {
         self.server.kill9().await
+    }
+
+    /// Makes the broker's disk full (every append fails with "no space left") or gives it room again. Needs
+    /// [`BrokerBuilder::disk_full_switch`].
+    pub fn set_disk_full(&self, full: bool) -> Result<()> {
+        let Some(flag) = &self.full_flag else {
+            return Err(Error::Io {
+                action: "switch the disk (start the broker with disk_full_switch()) of",
+                path: self.data_dir.clone(),
+                source: std::io::Error::other("no full-disk switch"),
+            });
+        };
+        let io = |source| Error::Io { action: "switch the full disk flag", path: flag.clone(), source };
+        if full {
+            std::fs::write(flag, b"full").map_err(io)
+        } else {
+            match std::fs::remove_file(flag) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+                _ => Ok(()),
+            }
+        }
     }
 
     /// Cuts the power under the broker: kills it with SIGKILL, then drops every byte and directory entry it never

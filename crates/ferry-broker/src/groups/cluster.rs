@@ -6,6 +6,12 @@
 //!
 //! Each offset records the id of the topic it was committed to: an offset of a topic deleted since (and perhaps
 //! created again under the name) is not returned, so a re-created topic starts from offset 0.
+//!
+//! Commits take effect in memory in *log order*, as a replay would see them: each commit's batches are written
+//! under the partition's write order ([`ClusterOffsets::write_order`]) and registered at their offsets, and once
+//! acknowledged every registered commit below the high watermark is applied, lowest offset first. A compaction
+//! writes memory back only when no written commit is waiting to be applied, under the same order, so it never drops
+//! a commit that was written but not yet applied.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -37,6 +43,8 @@ struct Loaded {
     map: SlotMap<Committed>,
     /// The partition's size after its last compaction, or when it was loaded.
     base_size: u64,
+    /// Commits written and not applied yet, by the last offset of the batch that holds them.
+    pending: std::collections::BTreeMap<u64, Vec<(Slot, Committed)>>,
 }
 
 /// The offsets of the groups this broker coordinates, per offsets partition.
@@ -44,19 +52,25 @@ struct Loaded {
 pub struct ClusterOffsets {
     partitions: u32,
     loaded: Mutex<HashMap<u32, Loaded>>,
+    /// Per offsets partition: taken while a commit's batches are written and registered, so registration follows
+    /// log order; and while a compaction writes.
+    orders: Mutex<HashMap<u32, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// One commit's records, as batches to write to the offsets partition.
+/// One commit's records, as batches to write to the offsets partition, each with the offsets it holds.
 pub struct CommitBatches {
-    /// The encoded batches.
-    pub batches: Vec<Bytes>,
-    entries: Vec<(Slot, Committed)>,
+    /// The encoded batches and their entries.
+    pub batches: Vec<(Bytes, Vec<(Slot, Committed)>)>,
 }
 
 impl ClusterOffsets {
     /// The store of a cluster whose offsets topic has `partitions` partitions.
     pub fn new(partitions: u32) -> ClusterOffsets {
-        ClusterOffsets { partitions: partitions.max(1), loaded: Mutex::new(HashMap::new()) }
+        ClusterOffsets {
+            partitions: partitions.max(1),
+            loaded: Mutex::new(HashMap::new()),
+            orders: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The offsets partition `group` hashes to.
@@ -143,35 +157,57 @@ impl ClusterOffsets {
                 ((group.to_owned(), o.topic.clone(), o.partition), (o.offset, o.metadata.clone(), topic_id(&o.topic)))
             })
             .collect();
-        CommitBatches { batches: encode_entries(&entries), entries }
+        CommitBatches { batches: encode_entries(&entries) }
+    }
+
+    /// The write order of offsets partition `k` (see the module docs).
+    pub fn write_order(&self, k: u32) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        std::sync::Arc::clone(self.orders.lock().entry(k).or_default())
+    }
+
+    /// Registers a written batch's entries at its last offset `last`, if `k` is still loaded at `epoch`. The
+    /// caller holds the write order.
+    pub fn register(&self, k: u32, epoch: u32, last: u64, entries: Vec<(Slot, Committed)>) {
+        if let Some(l) = self.loaded.lock().get_mut(&k).filter(|l| l.epoch == epoch) {
+            l.pending.insert(last, entries);
+        }
+    }
+
+    /// Applies, lowest offset first, every registered commit of `k` below `hw` (the partition's high watermark),
+    /// if `k` is still loaded at `epoch`.
+    pub fn apply_through(&self, k: u32, epoch: u32, hw: u64) {
+        let mut loaded = self.loaded.lock();
+        let Some(l) = loaded.get_mut(&k).filter(|l| l.epoch == epoch) else { return };
+        let later = l.pending.split_off(&hw);
+        for (_, entries) in std::mem::replace(&mut l.pending, later) {
+            for (slot, v) in entries {
+                l.map.insert(slot, v);
+            }
+        }
+    }
+
+    /// Whether every commit written to `k` has been applied (none waits for its acknowledgement).
+    pub fn settled(&self, k: u32) -> bool {
+        self.loaded.lock().get(&k).is_none_or(|l| l.pending.is_empty())
     }
 
     /// Whether partition `k`, now `size` bytes, is due a compaction; if so, the batches of every offset it holds
-    /// (written, they make every segment before them unneeded).
+    /// (written, they make every segment before them unneeded). `None` too while a written commit waits to be
+    /// applied: memory does not hold everything the log does yet. The caller holds the write order.
     pub fn compaction(&self, k: u32, size: u64) -> Option<Vec<Bytes>> {
         let loaded = self.loaded.lock();
         let l = loaded.get(&k)?;
-        if size <= COMPACT_MIN_BYTES.max(l.base_size.saturating_mul(2)) {
+        if size <= COMPACT_MIN_BYTES.max(l.base_size.saturating_mul(2)) || !l.pending.is_empty() {
             return None;
         }
         let entries: Vec<(Slot, Committed)> = l.map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        Some(encode_entries(&entries))
+        Some(encode_entries(&entries).into_iter().map(|(b, _)| b).collect())
     }
 
     /// Notes partition `k`'s size after a compaction.
     pub fn compacted(&self, k: u32, size: u64) {
         if let Some(l) = self.loaded.lock().get_mut(&k) {
             l.base_size = size;
-        }
-    }
-
-    /// Takes a written and acknowledged commit into partition `k`'s offsets, if `k` is still loaded at `epoch`.
-    pub fn apply(&self, k: u32, epoch: u32, commit: CommitBatches) {
-        let mut loaded = self.loaded.lock();
-        if let Some(l) = loaded.get_mut(&k).filter(|l| l.epoch == epoch) {
-            for (slot, v) in commit.entries {
-                l.map.insert(slot, v);
-            }
         }
     }
 
@@ -210,20 +246,20 @@ impl ClusterOffsets {
     }
 }
 
-/// Offsets as batches of at most [`BATCH_BYTES`] of records.
-fn encode_entries(entries: &[(Slot, Committed)]) -> Vec<Bytes> {
+/// Offsets as batches of at most [`BATCH_BYTES`] of records, each with the entries it holds.
+fn encode_entries(entries: &[(Slot, Committed)]) -> Vec<(Bytes, Vec<(Slot, Committed)>)> {
     let ts = crate::node::registry::now_ms();
     let mut batches = Vec::new();
     let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
-    let mut in_batch = 0u32;
-    for (i, ((g, t, p), (o, m, id))) in entries.iter().enumerate() {
+    let mut held = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let ((g, t, p), (o, m, id)) = entry;
         let value = serde_json::to_vec(&Value { o: *o, m: m.clone(), i: id.clone() }).unwrap_or_default();
-        builder.push(in_batch, ts, Some(&encode_key(g, t, *p)), Some(&value), &[]);
-        in_batch += 1;
+        builder.push(held.len() as u32, ts, Some(&encode_key(g, t, *p)), Some(&value), &[]);
+        held.push(entry.clone());
         if builder.estimated_size() >= BATCH_BYTES || i + 1 == entries.len() {
-            batches.push(builder.build(0, 0));
+            batches.push((builder.build(0, 0), std::mem::take(&mut held)));
             builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
-            in_batch = 0;
         }
     }
     batches
@@ -238,6 +274,31 @@ mod tests {
     }
 
     #[test]
+    fn case_7_commits_take_effect_in_log_order_whatever_order_they_are_acknowledged_in() {
+        let store = ClusterOffsets::new(4);
+        let k = store.partition_of("g");
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), ferry_storage::LogConfig::default()).unwrap();
+        store.load(k, 1, &log).unwrap();
+        let ids = |t: &str| format!("{t}-id");
+        let current = |t: &str| Some(format!("{t}-id"));
+        // Two commits of the same slot at offsets 10 and 11; the later is acknowledged first.
+        let first = store.encode("g", &[offset("a", 0, 5)], &ids).batches.remove(0).1;
+        let second = store.encode("g", &[offset("a", 0, 9)], &ids).batches.remove(0).1;
+        store.register(k, 1, 10, first);
+        store.register(k, 1, 11, second);
+        assert!(!store.settled(k));
+        store.apply_through(k, 1, 12);
+        assert_eq!(store.of_group("g", &current), vec![offset("a", 0, 9)], "the later commit wins, as a replay");
+        assert!(store.settled(k));
+        // A compaction waits while a written commit is not applied yet.
+        store.register(k, 1, 12, store.encode("g", &[offset("a", 0, 11)], &ids).batches.remove(0).1);
+        assert!(store.compaction(k, 10 * COMPACT_MIN_BYTES).is_none(), "memory lacks a written commit");
+        store.apply_through(k, 1, 13);
+        assert!(store.compaction(k, 10 * COMPACT_MIN_BYTES).is_some());
+    }
+
+    #[test]
     fn commits_replay_from_the_log_and_offsets_of_a_recreated_topic_are_not_returned() {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), ferry_storage::LogConfig::default()).unwrap();
@@ -247,10 +308,11 @@ mod tests {
         let ids = |t: &str| format!("{t}-id-1");
         for (group, offsets) in [("g", vec![offset("a", 0, 5), offset("b", 1, 7)]), ("g", vec![offset("a", 0, 9)])] {
             let commit = store.encode(group, &offsets, &ids);
-            for b in &commit.batches {
-                log.append(b).unwrap();
+            for (b, entries) in commit.batches {
+                let info = log.append(&b).unwrap();
+                store.register(k, 1, info.last_offset, entries);
             }
-            store.apply(k, 1, commit);
+            store.apply_through(k, 1, log.log_end_offset());
         }
         let current = |t: &str| Some(format!("{t}-id-1"));
         let expected = vec![offset("a", 0, 9), offset("b", 1, 7)];
@@ -264,8 +326,11 @@ mod tests {
         // "b" was deleted and created again: its old offset is not returned; "a"'s is.
         let recreated = |t: &str| Some(if t == "b" { "b-id-2".to_owned() } else { format!("{t}-id-1") });
         assert_eq!(other.of_group("g", &recreated), vec![offset("a", 0, 9)]);
-        // A commit applied at another epoch than the loaded one is not taken (the partition moved meanwhile).
-        other.apply(k, 1, other.encode("g", &[offset("a", 0, 100)], &ids));
+        // A commit registered at another epoch than the loaded one is not taken (the partition moved meanwhile).
+        for (_, entries) in other.encode("g", &[offset("a", 0, 100)], &ids).batches {
+            other.register(k, 1, 1_000, entries);
+        }
+        other.apply_through(k, 2, u64::MAX);
         assert_eq!(other.of_group("g", &current), expected);
         // Compaction is due once the partition passes its floor and doubles; its batches replay to the same map.
         assert!(other.compaction(k, COMPACT_MIN_BYTES).is_none());

@@ -32,6 +32,36 @@ mod replicated;
 /// partitions need none.
 pub type WriteGate<'a> = &'a (dyn Fn(&Replica) -> Result<u32> + Send + Sync);
 
+/// When a partition's readable end last moved, on this process's monotonic clock: clients learn how long ago a log
+/// end was reached (`ListOffsetsResult.log_end_age_ms`), which tells a mirror when the records below it were
+/// received here at the latest, whatever the producers' clocks say.
+#[derive(Debug, Default)]
+pub struct EndClock {
+    /// Nanoseconds after [`EndClock::base`] of the last move, plus one; 0 when it has not moved.
+    at: std::sync::atomic::AtomicU64,
+}
+
+impl EndClock {
+    fn base() -> std::time::Instant {
+        static BASE: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(std::time::Instant::now);
+        *BASE
+    }
+
+    /// The end moved now.
+    pub fn moved(&self) {
+        let n = u64::try_from(Self::base().elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        self.at.store(n, Ordering::Release);
+    }
+
+    /// How long ago it last moved.
+    pub fn age(&self) -> Option<std::time::Duration> {
+        match self.at.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(Self::base().elapsed().saturating_sub(std::time::Duration::from_nanos(n - 1))),
+        }
+    }
+}
+
 /// What a produce request wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
@@ -59,6 +89,8 @@ pub struct Partition {
     flush_behind: Arc<AtomicBool>,
     /// A replicated partition's replication state (`None` for a single broker's partition).
     replica: Option<Arc<Replica>>,
+    /// When the log end last moved by a write (a replicated partition's readers go by its HW's instead).
+    appended: EndClock,
 }
 
 impl Partition {
@@ -99,6 +131,7 @@ impl Partition {
             arrivals,
             flush_behind: Arc::new(AtomicBool::new(false)),
             replica,
+            appended: EndClock::default(),
         })
     }
 
@@ -113,6 +146,14 @@ impl Partition {
         match &self.replica {
             None => leo,
             Some(r) => r.hw().min(leo),
+        }
+    }
+
+    /// How long ago the end readers see last moved: a replicated partition's HW, else the log end.
+    pub fn end_age(&self) -> Option<std::time::Duration> {
+        match &self.replica {
+            Some(r) => r.hw_age(),
+            None => self.appended.age(),
         }
     }
 
@@ -275,6 +316,7 @@ impl Partition {
             .map_err(|e| BrokerError::Internal(format!("append task failed: {e}")))?
             .map_err(|e| self.err(e))?;
             self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
+            self.appended.moved();
             if let Some(r) = &self.replica {
                 // Followers waiting in a long poll fetch it; the cluster's serving side moves the HW.
                 r.nudge();
@@ -385,6 +427,7 @@ impl Partition {
                 producers.record(header, header.base_offset, header.last_offset());
             }
         }
+        self.appended.moved();
         self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
         Ok(outcome)
     }

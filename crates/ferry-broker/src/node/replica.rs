@@ -161,6 +161,8 @@ pub struct Replica {
     verified: AtomicBool,
     /// The smallest in-sync set a write is acknowledged with (the topic's replication mode says).
     min_insync: usize,
+    /// When the HW last moved (see [`crate::node::partition::EndClock`]).
+    hw_moved: crate::node::partition::EndClock,
 }
 
 #[derive(Debug)]
@@ -182,6 +184,7 @@ impl Replica {
             arrivals,
             verified: AtomicBool::new(false),
             min_insync,
+            hw_moved: Default::default(),
         }
     }
 
@@ -231,9 +234,15 @@ impl Replica {
         let before = self.hw.fetch_max(target, Ordering::AcqRel);
         let moved = target > before;
         if moved {
+            self.hw_moved.moved();
             self.notify();
         }
         moved
+    }
+
+    /// How long ago the HW last moved, when it has since the replica opened.
+    pub fn hw_age(&self) -> Option<std::time::Duration> {
+        self.hw_moved.age()
     }
 
     /// Sets the HW to `hw` exactly (after a truncation below it).

@@ -382,6 +382,7 @@ impl Broker for BrokerService {
                 log_end_offset: 0,
                 leader: None,
                 leader_epoch: 0,
+                log_end_age_ms: None,
             };
             // A replicated partition is answered by its leader only, at the epoch the client names (KIP-320).
             let served = self.core.partition(&lo.topic, lo.partition).and_then(|p| {
@@ -398,6 +399,7 @@ impl Broker for BrokerService {
                     r.log_start_offset = p.log().log_start_offset();
                     // A replicated partition's clients see its high watermark as its end.
                     r.log_end_offset = p.visible_end();
+                    r.log_end_age_ms = p.end_age().map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX));
                     match lo.spec {
                         Some(pb::list_offsets_partition::Spec::Earliest(_)) => r.offset = Some(r.log_start_offset),
                         Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),

@@ -7,7 +7,7 @@ use ferry_client::proto as pb;
 use ferry_client::{Admin, AppendWithOffsetsParts, BrokerClient, ClientError, OffsetSpec};
 
 use super::{
-    AppendOutcome, GroupState, Membership, Result, SourceCluster, TargetCluster, TargetLimits, TargetPartition,
+    AppendOutcome, GroupState, Membership, Probed, Result, SourceCluster, TargetCluster, TargetLimits, TargetPartition,
 };
 use crate::cluster::{EpochAnswer, TailBatch};
 use crate::tp::{SourceTp, TargetTp};
@@ -107,25 +107,21 @@ impl SourceCluster for FerrySource {
         Ok((o.log_start_offset, o.log_end_offset))
     }
 
-    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<(SourceTp, u64, u64)>> {
-        // One ListOffsets for all of them; partitions the broker answers with an error are left out.
-        let request = pb::ListOffsetsRequest {
-            partitions: tps
-                .iter()
-                .map(|tp| pb::ListOffsetsPartition {
-                    topic: tp.topic().to_owned(),
-                    partition: tp.partition,
-                    spec: Some(pb::list_offsets_partition::Spec::Latest(true)),
-                    leader_epoch: None,
-                })
-                .collect(),
-        };
-        let response = self.admin.client().list_offsets(request).await?;
-        Ok(response
-            .partitions
+    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<Probed>> {
+        // Each partition at its leader (independently of the fetch stream, which may still be at a deposed one);
+        // partitions whose leader answers with an error (an election runs) are left out.
+        let asked: Vec<(String, u32, OffsetSpec)> =
+            tps.iter().map(|tp| (tp.topic().to_owned(), tp.partition, OffsetSpec::Latest)).collect();
+        let answers = self.admin.list_offsets_each(&asked).await?;
+        Ok(answers
             .into_iter()
-            .filter(|r| r.error == pb::ErrorCode::None as i32)
-            .map(|r| (SourceTp::new(r.topic, r.partition), r.log_start_offset, r.log_end_offset))
+            .flatten()
+            .map(|o| Probed {
+                tp: SourceTp::new(o.topic, o.partition),
+                log_start: o.log_start_offset,
+                log_end: o.log_end_offset,
+                end_age: o.log_end_age_ms.map(Duration::from_millis),
+            })
             .collect())
     }
 
@@ -257,6 +253,15 @@ impl TargetCluster for FerryTarget {
             broker: self.admin.client().address(),
             message: format!("target topic {topic} has no partition {partition}"),
         })?;
+        // A replicated partition whose leader did not answer (an election runs): unknown for now, never "empty".
+        if p.error != pb::ErrorCode::None as i32 {
+            return Err(ClientError::Partition {
+                topic: topic.to_owned(),
+                partition,
+                code: pb::ErrorCode::try_from(p.error).unwrap_or(pb::ErrorCode::StorageError),
+                message: p.message.clone(),
+            });
+        }
         // The last epoch is the history's newest entry (EpochEnd of the largest epoch), not the partition's
         // current epoch, which an unclean restart of the target bumps without any batch carrying it.
         let last_epoch = if p.log_end_offset > p.log_start_offset {
@@ -299,7 +304,13 @@ impl TargetCluster for FerryTarget {
 
     async fn log_ends(&self, topic: &str) -> Result<Vec<(u32, u64)>> {
         let desc = self.admin.describe_topic(topic).await?;
-        Ok(desc.partitions.iter().map(|p| (p.partition, p.log_end_offset)).collect())
+        // Partitions whose leader did not answer are left out: unknown, not at 0 (case 15 of the cluster analysis).
+        Ok(desc
+            .partitions
+            .iter()
+            .filter(|p| p.error == pb::ErrorCode::None as i32)
+            .map(|p| (p.partition, p.log_end_offset))
+            .collect())
     }
 
     fn ferry_client(&self) -> Option<BrokerClient> {

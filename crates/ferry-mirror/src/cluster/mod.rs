@@ -116,6 +116,19 @@ impl AppendOutcome {
 /// Result of a cluster call.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
+/// One partition as the independent probe read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probed {
+    /// The partition.
+    pub tp: SourceTp,
+    /// Its log start.
+    pub log_start: u64,
+    /// Its log end (a replicated partition's high watermark).
+    pub log_end: u64,
+    /// How long ago, by the source broker's own clock, the log end reached that value; `None` when it does not say.
+    pub end_age: Option<Duration>,
+}
+
 /// What the source side offers besides fetching.
 #[async_trait::async_trait]
 pub trait SourceCluster: Send + Sync + std::fmt::Debug {
@@ -125,12 +138,12 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
     /// A partition's (log start, log end).
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
-    /// (log start, log end) of many partitions in one cheap call, for the independent probe
+    /// (log start, log end, age of the log end) of many partitions, each at its leader, for the independent probe
     /// ([`crate::source_watch`]); a partition the source cannot answer for is left out. A source without such a
     /// call answers nothing, and its fetch stream's positions alone feed the RPO clock and the stall watchdog (a
     /// Kafka source: librdkafka reads watermarks one blocking call per partition, which a probe every check
     /// interval must not queue up behind the lanes' own reads).
-    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<(SourceTp, u64, u64)>> {
+    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<Probed>> {
         let _ = tps;
         Ok(Vec::new())
     }

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use super::core::{Answer, AppendPlan, CoreConfig, EpochAnswer, Failure, Request, ResumeFacts, TailFacts};
 use crate::cluster::{AppendOutcome, SourceCluster, TargetCluster};
 use crate::egress::EgressHandle;
-use crate::events::EventBus;
+use crate::events::{Event, EventBus, EventKind};
 use crate::ratelimit::RateLimits;
 use crate::target_health::TargetHealth;
 
@@ -55,6 +55,26 @@ fn unreachable(e: &ClientError) -> bool {
         || matches!(e, ClientError::Status { code: Code::Unavailable | Code::DeadlineExceeded, .. })
 }
 
+/// Whether a failed target call is the target refusing it for good (a storage error, a full disk), rather than a
+/// moment's unavailability (no connection, a leader change, a replica catching up): repeated, it is a `sync_error`.
+fn refused_for_good(e: &ClientError) -> bool {
+    !unreachable(e)
+        && !matches!(
+            e.reason(),
+            Some(
+                "not_leader"
+                    | "not_enough_replicas"
+                    | "not_acknowledged"
+                    | "fenced_leader_epoch"
+                    | "cluster_unavailable"
+                    | "not_coordinator"
+            )
+        )
+}
+
+/// Consecutive refusals of one target call after which it is reported as a `sync_error`.
+const REFUSALS_REPORTED: u32 = 3;
+
 /// One request of one partition.
 pub(super) struct Call {
     pub io: Arc<LaneIo>,
@@ -83,6 +103,7 @@ impl Call {
         Fut: Future<Output = Result<T, ClientError>>,
     {
         let mut attempt = 0u32;
+        let (mut refusals, mut reported) = (0u32, false);
         loop {
             let result = op().await;
             match &result {
@@ -91,6 +112,27 @@ impl Call {
                 }
                 Err(e) if target && unreachable(e) => self.io.target_health.failure(&self.io.events, &e.to_string()),
                 _ => {}
+            }
+            // The target refusing the same call again and again (a full disk): a sync_error after a few attempts,
+            // cleared once it succeeds (case 14 of the cluster analysis).
+            match &result {
+                Err(e) if target && refused_for_good(e) => {
+                    refusals += 1;
+                    if refusals == REFUSALS_REPORTED && !reported {
+                        reported = true;
+                        let (topic, partition) = (self.config.target.topic(), self.config.target.partition);
+                        let reason = format!("the target refuses {topic}/{partition}: {e} (retrying)");
+                        self.io.events.emit(Event::new(EventKind::SyncError, reason).partition(topic, partition));
+                    }
+                }
+                Ok(_) if reported => {
+                    let (topic, partition) = (self.config.target.topic(), self.config.target.partition);
+                    let message = format!("the target takes {topic}/{partition} again");
+                    self.io
+                        .events
+                        .emit(Event::new(EventKind::SyncError, message).partition(topic, partition).cleared());
+                }
+                _ => refusals = 0,
             }
             match result {
                 Ok(v) => {

@@ -132,7 +132,6 @@ fn snapshot(view: &CoreView, retrying: Option<String>) -> Snapshot {
         source_log_end: view.source.log_end,
         target_log_end: view.target_log_end,
         last_error: view.last_error.clone().or(retrying),
-        oldest_timestamp_ms: view.oldest_timestamp_ms,
     }
 }
 

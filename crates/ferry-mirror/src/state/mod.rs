@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -19,10 +19,6 @@ mod rates;
 pub use self::rates::{MeterClock, RateMeter, SideRates};
 use crate::rpo::RpoClock;
 use crate::tp::SourceTp;
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
 
 /// The life of one partition in this process, as the monitor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -83,8 +79,6 @@ pub struct Snapshot {
     pub target_log_end: Option<u64>,
     /// The last error, or the failure being retried.
     pub last_error: Option<String>,
-    /// The first timestamp of the batch at the cache offset, when the lane holds it (it may shorten the RPO).
-    pub oldest_timestamp_ms: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -94,7 +88,6 @@ struct StatusInner {
     stalled: bool,
     last_progress: Instant,
     rpo: RpoClock,
-    oldest_timestamp_ms: Option<i64>,
     verify: VerifyProgress,
 }
 
@@ -210,7 +203,6 @@ impl PartitionStatus {
                 stalled: false,
                 last_progress: Instant::now(),
                 rpo: RpoClock::default(),
-                oldest_timestamp_ms: None,
                 verify: VerifyProgress::default(),
             }),
         }
@@ -219,15 +211,7 @@ impl PartitionStatus {
     /// Publishes a lane's snapshot: offsets (the target's as last read from the target, never the cache offset),
     /// state and last error (or the failure being retried).
     pub fn publish(&self, snapshot: Snapshot) {
-        let Snapshot {
-            state,
-            cache,
-            source_log_start,
-            source_log_end,
-            target_log_end,
-            last_error,
-            oldest_timestamp_ms,
-        } = snapshot;
+        let Snapshot { state, cache, source_log_start, source_log_end, target_log_end, last_error } = snapshot;
         if source_log_end > 0 || source_log_start > 0 {
             self.set_source(source_log_start, source_log_end);
         }
@@ -241,7 +225,6 @@ impl PartitionStatus {
             i.last_progress = Instant::now();
         }
         i.last_error = last_error;
-        i.oldest_timestamp_ms = oldest_timestamp_ms;
     }
 
     /// Records the source log start and end (a fetch stream position); a log end past the cache offset starts the
@@ -252,12 +235,16 @@ impl PartitionStatus {
         self.inner.lock().rpo.saw_end(log_end, Instant::now());
     }
 
-    /// Records what the independent probe (ListOffsets) read of the source: it feeds the RPO clock and the stall
-    /// watchdog, never the pipeline's own position (a probe may be older than the stream's last word).
-    pub fn set_probed_source(&self, log_start: u64, log_end: u64) {
+    /// Records what the independent probe (ListOffsets, at each partition's leader) read of the source: it feeds
+    /// the RPO clock and the stall watchdog, never the pipeline's own position (a probe may be older than the
+    /// stream's last word). `end_age` is how long ago, by the source broker's own clock, its log end reached
+    /// `log_end`: the records below it were received at least that long ago.
+    pub fn set_probed_source(&self, log_start: u64, log_end: u64, end_age: Option<Duration>) {
         self.probed_log_start.store(log_start, Ordering::Relaxed);
         self.probed_log_end.store(log_end, Ordering::Relaxed);
-        self.inner.lock().rpo.saw_end(log_end, Instant::now());
+        let now = Instant::now();
+        let seen = end_age.and_then(|a| now.checked_sub(a)).unwrap_or(now);
+        self.inner.lock().rpo.saw_end(log_end, seen);
     }
 
     /// The source log end the probe read last (0 before the first probe).
@@ -287,8 +274,7 @@ impl PartitionStatus {
     pub fn rpo(&self) -> Duration {
         let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
         let i = self.inner.lock();
-        let timestamp = (from == self.cache_offset()).then_some(i.oldest_timestamp_ms).flatten();
-        crate::rpo::rpo(i.rpo.waiting_since(from), Instant::now(), timestamp, now_ms())
+        crate::rpo::rpo(i.rpo.waiting_since(from), Instant::now())
     }
 
     /// How long the oldest waiting record has waited since the mirror first saw it (the RPO before any record
@@ -494,7 +480,7 @@ mod tests {
         s.set_cache(10);
         assert_eq!((s.behind(), s.waiting(), s.rpo()), (false, None, Duration::ZERO), "caught up");
         // The stream's last word is still 10; the probe reads 12.
-        s.set_probed_source(0, 12);
+        s.set_probed_source(0, 12, None);
         assert!(s.behind() && s.waiting().is_some());
         assert_eq!((s.view().lag, s.view().probed_source_offset), (0, 12));
         // Copied: nothing waits, whatever the stale readings say.
@@ -503,7 +489,7 @@ mod tests {
         // Records below the source's log start are gone, not waiting: a stale stream end past the cache offset
         // with a log start at the end waits for nothing.
         s.set_source(15, 15);
-        s.set_probed_source(15, 15);
+        s.set_probed_source(15, 15, None);
         assert_eq!(s.waiting(), None, "offsets 12..15 were deleted, none waits");
     }
 }

@@ -10,7 +10,9 @@
 //! - `R <from>\t<to>`: a rename (what was durable at `from` is now known under `to`);
 //! - `X <path>`: a removal (of a file, or of a directory and what it held).
 //!
-//! A broker runs on it when `FERRY_TEST_SYNC_JOURNAL` names the journal file (tests only).
+//! A broker runs on it when `FERRY_TEST_SYNC_JOURNAL` names the journal file (tests only). It can also play a full
+//! disk: while the file `FERRY_TEST_DISK_FULL_FLAG` names exists, every append fails with `StorageFull`, as a
+//! write to a full disk does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -25,22 +27,41 @@ use super::{FileRef, FileSystem, FsFile, LockGuard, OpenMode, OsFs};
 /// The environment variable that makes a broker run on a [`JournalFs`] writing to the file it names.
 pub const SYNC_JOURNAL_VAR: &str = "FERRY_TEST_SYNC_JOURNAL";
 
+/// The environment variable naming the file whose existence makes a broker's [`JournalFs`] act as a full disk.
+pub const DISK_FULL_FLAG_VAR: &str = "FERRY_TEST_DISK_FULL_FLAG";
+
 /// The real file system with a journal of what was made durable (see the module docs).
 #[derive(Debug, Clone)]
 pub struct JournalFs {
-    journal: Arc<Mutex<File>>,
+    journal: Option<Arc<Mutex<File>>>,
+    full_flag: Option<PathBuf>,
 }
 
 impl JournalFs {
     /// Journals to `path` (appended to: a restarted process goes on with the same journal).
     pub fn open(path: &Path) -> io::Result<JournalFs> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(JournalFs { journal: Arc::new(Mutex::new(file)) })
+        JournalFs::with(Some(path), None)
+    }
+
+    /// Journals to `journal` when given, and acts as a full disk while `full_flag` exists.
+    pub fn with(journal: Option<&Path>, full_flag: Option<PathBuf>) -> io::Result<JournalFs> {
+        let journal = match journal {
+            Some(p) => Some(Arc::new(Mutex::new(OpenOptions::new().create(true).append(true).open(p)?))),
+            None => None,
+        };
+        Ok(JournalFs { journal, full_flag })
     }
 
     fn record(&self, line: String) -> io::Result<()> {
         // One write per record: a kill between records leaves whole lines.
-        self.journal.lock().write_all(line.as_bytes())
+        match &self.journal {
+            Some(j) => j.lock().write_all(line.as_bytes()),
+            None => Ok(()),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.full_flag.as_ref().is_some_and(|f| f.exists())
     }
 }
 
@@ -57,6 +78,9 @@ impl FsFile for JournalFile {
     }
 
     fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
+        if self.fs.full() && parts.iter().any(|p| !p.is_empty()) {
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "no space left on device (a test's full disk)"));
+        }
         self.inner.append(parts)
     }
 

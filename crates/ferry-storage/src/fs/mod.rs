@@ -23,7 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use journal::{Dropped, JournalFs, SYNC_JOURNAL_VAR, drop_unsynced};
+pub use journal::{DISK_FULL_FLAG_VAR, Dropped, JournalFs, SYNC_JOURNAL_VAR, drop_unsynced};
 pub use os::OsFs;
 pub use sim::{PowerLoss, SimFs};
 

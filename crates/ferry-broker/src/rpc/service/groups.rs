@@ -174,12 +174,22 @@ impl BrokerService {
         self.groups.check_commit(&req)?;
         let Some(cluster) = self.groups.cluster() else { return ok(pb::CommitOffsetsResponse {}) };
         let commit = cluster.encode(&req.group, &req.offsets, &|t| self.groups.topic_id(t));
-        for batch in &commit.batches {
-            let produced =
-                self.produce_to(&at.part, batch.clone()).await.map_err(|e| self.lost_coordination(&req.group, e))?;
-            self.acknowledged(&at.part, &produced).await?;
+        // Written and registered in log order; applied, in that order, once acknowledged.
+        let mut written = Vec::new();
+        {
+            let order = cluster.write_order(at.k);
+            let _order = order.lock().await;
+            for (batch, entries) in commit.batches {
+                let produced =
+                    self.produce_to(&at.part, batch).await.map_err(|e| self.lost_coordination(&req.group, e))?;
+                cluster.register(at.k, at.epoch, produced.last_offset, entries);
+                written.push(produced);
+            }
         }
-        cluster.apply(at.k, at.epoch, commit);
+        for produced in &written {
+            self.acknowledged(&at.part, produced).await?;
+        }
+        cluster.apply_through(at.k, at.epoch, at.part.visible_end());
         self.compact_if_due(&at).await;
         ok(pb::CommitOffsetsResponse {})
     }
@@ -189,6 +199,9 @@ impl BrokerService {
     /// the leader's log start). A failure leaves harmless copies and is retried after the next commit.
     async fn compact_if_due(&self, at: &Coordinating) {
         let Some(cluster) = self.groups.cluster() else { return };
+        // Under the write order, and only once every written commit is applied (see `ClusterOffsets::compaction`).
+        let order = cluster.write_order(at.k);
+        let Ok(_order) = order.try_lock() else { return };
         let Some(batches) = cluster.compaction(at.k, at.part.log().stats().size_bytes) else { return };
         let start = at.part.log().log_end_offset();
         for batch in batches {

@@ -89,8 +89,6 @@ pub struct CoreView {
     pub last_error: Option<String>,
     /// Bytes of batches waiting.
     pub pending_bytes: u64,
-    /// The first record timestamp of the batch at the cache offset, when it is pending here.
-    pub oldest_timestamp_ms: Option<i64>,
 }
 
 /// Why the outstanding request was sent, where the answer alone does not say.
@@ -214,11 +212,6 @@ impl PartitionCore {
             source: self.source.clone(),
             last_error: self.last_error.clone(),
             pending_bytes: self.pending_bytes,
-            oldest_timestamp_ms: self
-                .pending
-                .front()
-                .filter(|p| p.batch.base_offset() == self.cache)
-                .map(|p| p.batch.header().first_timestamp),
         }
     }
 
