@@ -131,11 +131,33 @@ fn segments(
 /// same segment files, byte for byte, and that they are not empty.
 pub async fn stop_and_compare(cluster: &mut FaultyCluster, topic: &str, partition: u32) -> anyhow::Result<()> {
     let holders: Vec<u32> = placement(cluster, 1, topic, partition).await?.replicas;
+    stop_all(cluster).await?;
+    compare(cluster, topic, partition, &holders)
+}
+
+/// [`stop_and_compare`] for partitions `0..partitions`.
+pub async fn stop_and_compare_all(cluster: &mut FaultyCluster, topic: &str, partitions: u32) -> anyhow::Result<()> {
+    let mut holders = Vec::new();
+    for p in 0..partitions {
+        holders.push(placement(cluster, 1, topic, p).await?.replicas);
+    }
+    stop_all(cluster).await?;
+    for (p, h) in holders.iter().enumerate() {
+        compare(cluster, topic, p as u32, h)?;
+    }
+    Ok(())
+}
+
+async fn stop_all(cluster: &mut FaultyCluster) -> anyhow::Result<()> {
     for b in &mut cluster.brokers {
         if b.is_running() {
             assert_eq!(b.terminate(crate::common::STOP_GRACE).await?.code(), Some(0), "{}", b.logs());
         }
     }
+    Ok(())
+}
+
+fn compare(cluster: &FaultyCluster, topic: &str, partition: u32, holders: &[u32]) -> anyhow::Result<()> {
     let first = segments(cluster.brokers[holders[0] as usize - 1].data_dir(), topic, partition)?;
     assert!(first.values().any(|b| !b.is_empty()), "broker {} holds no data", holders[0]);
     for id in &holders[1..] {

@@ -46,10 +46,9 @@ async fn a_follower_back_from_a_power_loss_is_not_elected_and_no_acknowledged_re
 
     // F loses its page cache and comes back at once, holding the first 50 records; the leader crashes meanwhile.
     let dropped = cluster.broker(f).power_loss().await?;
-    assert!(!dropped.truncated.is_empty(), "the power loss dropped nothing: {dropped:?}");
+    assert!(dropped != Default::default(), "the power loss dropped nothing");
     cluster.broker(leader).kill9().await?;
     cluster.broker(f).restart().await?;
-    assert!(cluster.broker(f).logs().contains("event=\"unclean_restart\""), "{}", cluster.broker(f).logs());
 
     let next = wait_placement(&cluster, g, TOPIC, 0, deadline(&[ttl, ttl, IO_BUDGET]), |p| {
         p.leader_id != 0 && p.leader_id != leader
@@ -58,6 +57,7 @@ async fn a_follower_back_from_a_power_loss_is_not_elected_and_no_acknowledged_re
     assert_eq!(next.leader_id, g, "the follower back from a power loss was elected: {next:?}");
     let got = read_partition(&client_of(&cluster, g), TOPIC, 0).await;
     assert_same_records("the new leader's log", &acked, &got);
+    assert!(cluster.broker(f).logs().contains("event=\"unclean_restart\""), "{}", cluster.broker(f).logs());
 
     // F catches up from G and re-enters the in-sync set; its copy then equals G's, record for record.
     acked.extend(produce(&producer, TOPIC, 0, 100..120).await?);

@@ -20,6 +20,8 @@ mod jepsen;
 mod lifecycle;
 mod limits;
 mod mirror_append;
+mod nemesis;
+mod power_losses;
 mod produce_consume;
 mod raft3;
 mod raft3_catalog;

@@ -6,6 +6,9 @@
 //! member does not subscribe to the item's topic, the next member (cyclically) that does takes it. Any change of
 //! the assignment bumps the generation; members learn it on their next heartbeat (eager rebalancing).
 //!
+//! On a cluster, a group's generations start at its coordinator's leader epoch (of the offsets partition) times
+//! 2^32: a member that still holds a generation of a deposed coordinator is never confused with one of the new.
+//!
 //! **Commits** from a member must carry the current generation (fencing a member that was expelled). Commits
 //! without membership (empty member id, generation 0) are for manual assignment and tools, and are refused while
 //! the group has active members.
@@ -300,7 +303,10 @@ impl GroupCoordinator {
                 key: "groups.max_members",
             });
         }
-        let group = groups.entry(req.group.clone()).or_default();
+        // On a cluster a group's generations start above every one an earlier coordinator gave (the leader epoch
+        // of its offsets partition is the high half), so two coordinators never hand out the same generation.
+        let base = self.cluster().and_then(|c| c.loaded_epoch(c.partition_of(&req.group))).map_or(0, |e| u64::from(e) << 32);
+        let group = groups.entry(req.group.clone()).or_insert_with(|| Group { generation: base, ..Group::default() });
         group.members.insert(
             member_id.clone(),
             Member {
