@@ -348,9 +348,19 @@ impl Admin {
     /// Elects a leader of `topic`/`partition` (see `ElectLeader` in broker.proto); `unclean` allows a live replica
     /// out of sync when no in-sync one is live.
     pub async fn elect_leader(&self, topic: &str, partition: u32, unclean: bool) -> Result<pb::ElectLeaderResponse> {
-        self.client
-            .elect_leader(pb::ElectLeaderRequest { topic: topic.to_owned(), partition, unclean, dead: Vec::new() })
-            .await
+        self.elect_leader_naming_dead(topic, partition, unclean, Vec::new()).await
+    }
+
+    /// [`Admin::elect_leader`], naming members of the old in-sync set the operator knows to be down: an unclean
+    /// election is not refused for a failsafe promise a live replica still holds to one of them.
+    pub async fn elect_leader_naming_dead(
+        &self,
+        topic: &str,
+        partition: u32,
+        unclean: bool,
+        dead: Vec<u32>,
+    ) -> Result<pb::ElectLeaderResponse> {
+        self.client.elect_leader(pb::ElectLeaderRequest { topic: topic.to_owned(), partition, unclean, dead }).await
     }
 
     /// Every group.

@@ -50,6 +50,10 @@ pub enum ClusterCommand {
         /// Allow an out-of-sync replica (records may be lost; a mirror downstream sees the history change).
         #[arg(long)]
         unclean: bool,
+        /// Members of the old in-sync set you know to be down: an unclean election is refused while a live
+        /// replica still holds a failsafe promise to one of them, unless it is named here.
+        #[arg(long, value_name = "ID[,ID]", value_delimiter = ',', requires = "unclean")]
+        dead: Vec<u32>,
     },
 }
 
@@ -60,8 +64,8 @@ pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()>
         ClusterCommand::Drain { broker_id, cancel, no_wait, wait } => {
             drain(global, broker_id, cancel, no_wait, wait).await
         }
-        ClusterCommand::Elect { topic, partition, unclean } => {
-            let elected = Admin::new(global.client()?).elect_leader(&topic, partition, unclean).await?;
+        ClusterCommand::Elect { topic, partition, unclean, dead } => {
+            let elected = Admin::new(global.client()?).elect_leader_naming_dead(&topic, partition, unclean, dead).await?;
             let how = if elected.unclean { "uncleanly: a new partition epoch starts" } else { "from the in-sync set" };
             println!(
                 "{topic}/{partition}: broker {} leads at leader epoch {} (elected {how})",
