@@ -18,7 +18,10 @@
 //! - acknowledgement latency p50 and p99 of each mode with the producer paced at half that mode's maximum (one record
 //!   in 64 timed, so the timing costs the load generator little CPU);
 //! - failover time, from `kill -9` of the raft3 leader to the next acknowledged write of a paced producer, for
-//!   several rounds, as a multiple of the lease TTL (target <= 3x).
+//!   several rounds, as a multiple of the lease TTL (target <= 3x);
+//! - what self-fencing and the failsafe cost in steady state: raft3 produce on this cluster against the same on a
+//!   second cluster whose members run with fencing off (`FERRY_BENCH_NO_FENCING=1`, a benchmark-only switch),
+//!   alternating rounds, throughput and CPU per GB side by side, `RATIO fenced / unfenced`.
 //!
 //! Numbers are printed, never asserted: the machine is shared and noisy.
 
@@ -147,7 +150,65 @@ async fn run() -> anyhow::Result<()> {
         wait_for_isr(&client, 3).await?;
     }
     println!("RATIO worst failover / lease TTL: {worst:.2}  (target <= 3)");
+    drop(brokers);
+    fencing_cost(&program, &payload).await
+}
+
+/// Three members of a cluster of their own under `etcd`, with `env` set.
+async fn members(
+    etcd: &EtcdProcess,
+    program: &std::path::Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Vec<BrokerProcess>> {
+    let mut brokers = Vec::new();
+    for id in 1..=3 {
+        let mut b = BrokerProcess::builder().program(program).env("RUST_LOG", "warn").cluster_id("bench");
+        for (k, v) in env {
+            b = b.env(*k, *v);
+        }
+        brokers.push(b.config(member_config(etcd, id)).start().await?);
+    }
+    Ok(brokers)
+}
+
+/// raft3 produce with self-fencing on and off, each on its own cluster, alternating rounds; one cluster runs at a
+/// time (the other idles), so both see the same machine.
+async fn fencing_cost(program: &std::path::Path, payload: &Bytes) -> anyhow::Result<()> {
+    const ROUNDS: usize = 2;
+    let mut runs = Vec::new();
+    for env in [&[][..], &[(ferry_broker_no_fencing(), "1")][..]] {
+        let etcd = EtcdProcess::start().await?;
+        let brokers = members(&etcd, program, env).await?;
+        let addrs: Vec<String> = brokers.iter().map(|b| b.addr().to_string()).collect();
+        let client = BrokerClient::new(ClientConfig::new(addrs))?;
+        Admin::new(client.clone()).create_replicated_topic("raft3", 1, "raft3").await?;
+        wait_for_isr(&client, 3).await?;
+        runs.push((etcd, brokers, client));
+    }
+    let (mut mb, mut cost) = ([0.0f64; 2], [0.0f64; 2]);
+    for _ in 0..ROUNDS {
+        for (i, (_, brokers, client)) in runs.iter().enumerate() {
+            let pids: Vec<u32> = brokers.iter().map(|b| b.pid()).collect();
+            let run = busy(&pids, throughput(client, "raft3", payload, MAX_IN_FLIGHT)).await?;
+            mb[i] += run.0.0 / ROUNDS as f64;
+            cost[i] += run.1.brokers() / (run.0.0 / 1e3) / ROUNDS as f64;
+        }
+    }
+    println!(
+        "raft3 produce with self-fencing: {:.1} MB/s, brokers' CPU {:.2} core-s per GB; without: {:.1} MB/s, {:.2} core-s per GB ({ROUNDS} alternating rounds each)",
+        mb[0], cost[0], mb[1], cost[1]
+    );
+    println!(
+        "RATIO fenced / unfenced raft3 produce: {:.2}  (target ~1.0: fencing costs nothing measurable)",
+        mb[0] / mb[1]
+    );
+    println!("RATIO unfenced / fenced brokers' CPU per GB: {:.2}  (target ~1.0)", cost[1] / cost[0]);
     Ok(())
+}
+
+/// The broker's benchmark-only switch that turns self-fencing off (`cluster::serving::NO_FENCING_VAR`).
+fn ferry_broker_no_fencing() -> &'static str {
+    "FERRY_BENCH_NO_FENCING"
 }
 
 /// Cores kept busy during a run: by each broker, by this process (the producer), and the machine's idle share.

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use ferry_client::proto as pb;
 use ferry_testkit::{ClusterSpec, Signal, deadline};
-use std::sync::Mutex as StdMutex;
 use rand::Rng;
+use std::sync::Mutex as StdMutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{IO_BUDGET, Rec, headers, read_partition};
-use crate::faults::{client, cluster_with_topic, producer, record, wait_placement};
+use crate::faults::{client, cluster_with_topic, placement, producer, record, wait_placement};
 
 const TOPIC: &str = "nemesis";
 
@@ -64,7 +64,12 @@ struct Seen {
 }
 
 /// Polls `partition` from offset 0 through every member until `stop`, recording every record read.
-async fn reader(cluster_client: ferry_client::BrokerClient, partition: u32, seen: Arc<Mutex<Seen>>, stop: CancellationToken) {
+async fn reader(
+    cluster_client: ferry_client::BrokerClient,
+    partition: u32,
+    seen: Arc<Mutex<Seen>>,
+    stop: CancellationToken,
+) {
     let mut offset = 0u64;
     let mut last: Option<u64> = None;
     while !stop.is_cancelled() {
@@ -131,11 +136,14 @@ async fn reader(cluster_client: ferry_client::BrokerClient, partition: u32, seen
     }
 }
 
+/// Generation -> (member, its assignment), as each member was told.
+type Generations = Arc<Mutex<BTreeMap<u64, Vec<(&'static str, Vec<u32>)>>>>;
+
 /// A group member through raw calls, recording (generation -> its assignment) as the coordinator gives it.
 async fn member(
     cluster_client: ferry_client::BrokerClient,
     name: &'static str,
-    seen: Arc<Mutex<BTreeMap<u64, Vec<(&'static str, Vec<u32>)>>>>,
+    seen: Generations,
     stop: CancellationToken,
 ) {
     let group = "nemesis-group";
@@ -182,7 +190,8 @@ async fn member(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_reads_two_histories() -> anyhow::Result<()> {
+async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_reads_two_histories()
+-> anyhow::Result<()> {
     let (seed, mut rng) = ferry_testkit::seeded_rng("nemesis")?;
     let spec = ClusterSpec { sync_journal: true, ..ClusterSpec::default() };
     let mut cluster = cluster_with_topic(spec, TOPIC, PARTITIONS, "raft3").await?;
@@ -210,7 +219,7 @@ async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_r
     for partition in 0..PARTITIONS {
         tasks.push(tokio::spawn(reader(client(&cluster), partition, Arc::clone(&seen), stop.clone())));
     }
-    let generations: Arc<Mutex<BTreeMap<u64, Vec<(&'static str, Vec<u32>)>>>> = Arc::default();
+    let generations: Generations = Arc::default();
     for name in ["member-a", "member-b"] {
         tasks.push(tokio::spawn(member(client(&cluster), name, Arc::clone(&generations), stop.clone())));
     }
@@ -264,10 +273,29 @@ async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_r
     // Heal, let every partition get all three replicas in sync, then stop the load and check.
     cluster.heal_all();
     for partition in 0..PARTITIONS {
-        wait_placement(&cluster, 1, TOPIC, partition, deadline(&[ttl, ttl, IO_BUDGET, IO_BUDGET]), |p| {
+        let healed = wait_placement(&cluster, 1, TOPIC, partition, deadline(&[ttl, ttl, IO_BUDGET, IO_BUDGET]), |p| {
             p.leader_id != 0 && p.isr.len() == 3
         })
-        .await?;
+        .await;
+        if let Err(e) = healed {
+            let now = placement(&cluster, 1, TOPIC, partition).await;
+            for (i, b) in cluster.brokers.iter().enumerate() {
+                let logs = b.logs();
+                let tail: Vec<&str> = logs.lines().rev().take(150).collect();
+                eprintln!("==== broker {} (last lines, newest first)\n{}", i + 1, tail.join("\n"));
+            }
+            let mut etcd = cluster.etcd.client().await?;
+            let keys = etcd.get("/ferry/", Some(ferry_testkit::etcd_client::GetOptions::new().with_prefix())).await?;
+            for kv in keys.kvs() {
+                eprintln!(
+                    "etcd {} = {} (lease {})",
+                    String::from_utf8_lossy(kv.key()),
+                    String::from_utf8_lossy(kv.value()),
+                    kv.lease()
+                );
+            }
+            panic!("seed {seed}, faults {log:?}: {e}; the placement now: {now:?}");
+        }
     }
     stop.cancel();
     for t in tasks {
@@ -285,7 +313,11 @@ async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_r
         // acknowledgement was lost to a fault), never fewer.
         let at: BTreeMap<u64, &Rec> = log.iter().map(|r| (r.offset, r)).collect();
         for a in &mine {
-            assert_eq!(at.get(&a.offset), Some(&a), "{context}: acknowledged record {a:?} is not in the log at its offset");
+            assert_eq!(
+                at.get(&a.offset),
+                Some(&a),
+                "{context}: acknowledged record {a:?} is not in the log at its offset"
+            );
         }
         let values: BTreeSet<&Option<bytes::Bytes>> = log.iter().map(|r| &r.value).collect();
         assert_eq!(values.len(), log.len(), "{context}: a record appears twice in {TOPIC}/{partition}");

@@ -10,6 +10,7 @@
 mod common;
 
 mod active_active;
+mod cluster_faults;
 mod clusters;
 mod commits;
 mod config;

@@ -148,6 +148,7 @@ impl Admin {
         let topic = self.require("DescribeTopic", response.topic)?;
         let mut partitions: std::collections::BTreeMap<u32, PartitionInfo> =
             response.partitions.into_iter().map(|p| (p.partition, p)).collect();
+        let mut backoff = self.client.config().retry.backoff();
         for round in 0..LEADER_ROUNDS {
             let redirected: Vec<u32> = partitions
                 .values()
@@ -158,7 +159,7 @@ impl Admin {
                 break;
             }
             if round > 0 {
-                tokio::time::sleep(self.client.config().retry.delay(round - 1)).await;
+                tokio::time::sleep(backoff.next().unwrap_or_default()).await;
             }
             let mut by_leader: std::collections::BTreeMap<String, (BrokerClient, Vec<u32>)> = Default::default();
             for p in redirected {
@@ -232,12 +233,13 @@ impl Admin {
     ) -> Result<Vec<Result<PartitionOffsets>>> {
         let mut answers: Vec<Option<pb::ListOffsetsResult>> = vec![None; partitions.len()];
         let mut pending: Vec<usize> = (0..partitions.len()).collect();
+        let mut backoff = self.client.config().retry.backoff();
         for round in 0..LEADER_ROUNDS {
             if pending.is_empty() {
                 break;
             }
             if round > 0 {
-                tokio::time::sleep(self.client.config().retry.delay(round - 1)).await;
+                tokio::time::sleep(backoff.next().unwrap_or_default()).await;
             }
             let mut by_leader: std::collections::BTreeMap<String, (BrokerClient, Vec<usize>)> = Default::default();
             for &i in &pending {

@@ -396,6 +396,7 @@ impl BrokerClient {
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let policy = self.inner.config.retry;
+        let mut backoff = policy.backoff();
         let (mut attempt, mut redirects) = (0u32, 0u32);
         loop {
             let at = match route {
@@ -428,7 +429,7 @@ impl BrokerClient {
                         tracing::debug!(rpc, %error, attempt, "retrying at the leader");
                         continue;
                     }
-                    let delay = policy.delay(attempt - 1);
+                    let delay = backoff.next().unwrap_or(policy.max_backoff);
                     tracing::debug!(rpc, %error, attempt, ?delay, "retrying");
                     tokio::time::sleep(delay).await;
                 }

@@ -1,11 +1,11 @@
-//! Exponential backoff with jitter, shared by the connection's retries of idempotent calls and the producer's
-//! delivery loop.
-//!
-//! Written here rather than taken from `backoff`/`tokio-retry` because the retry loops interleave it with
-//! reconnecting to the next broker and with a delivery deadline; the policy itself is a few lines and this keeps
-//! it a pure, testable function of the attempt number.
+//! The retry policy: exponential backoff with jitter, built on the `backon` crate, which every retry loop of Ferry
+//! uses (the client's calls and producer deliveries, the mirror's fetches, appends and alarms, the broker's links to
+//! etcd and its peers). A loop takes the policy's [`RetryPolicy::backoff`] iterator once and asks it for the next
+//! delay after each failure; the policy is configured per call site.
 
 use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
 use crate::error::{Result, config_err};
 
@@ -14,13 +14,13 @@ use crate::error::{Result, config_err};
 pub struct RetryPolicy {
     /// Delay before the first retry.
     pub initial_backoff: Duration,
-    /// Upper bound of any delay.
+    /// Upper bound of any delay (before jitter).
     pub max_backoff: Duration,
     /// Growth factor per attempt (≥ 1).
-    pub multiplier: f64,
-    /// Fraction of each delay that is randomised away (0 = none, 1 = "full jitter"), so that many clients cut off
-    /// together do not come back in lockstep.
-    pub jitter: f64,
+    pub multiplier: f32,
+    /// Whether each delay gets a random extra of up to itself, so that many clients cut off together do not come
+    /// back in lockstep.
+    pub jitter: bool,
     /// Attempts in total (the first try included) for idempotent calls of [`crate::BrokerClient`]. The producer
     /// ignores it and retries until its delivery timeout.
     pub max_attempts: u32,
@@ -29,13 +29,13 @@ pub struct RetryPolicy {
 impl Eq for RetryPolicy {}
 
 impl Default for RetryPolicy {
-    /// 100 ms doubling up to 5 s, 20 % jitter, 5 attempts.
+    /// 100 ms doubling up to 5 s, with jitter, 5 attempts.
     fn default() -> Self {
         RetryPolicy {
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
             multiplier: 2.0,
-            jitter: 0.2,
+            jitter: true,
             max_attempts: 5,
         }
     }
@@ -47,9 +47,6 @@ impl RetryPolicy {
         if !(self.multiplier >= 1.0 && self.multiplier.is_finite()) {
             return Err(config_err("retry.multiplier", format!("{} must be a finite number >= 1", self.multiplier)));
         }
-        if !(0.0..=1.0).contains(&self.jitter) {
-            return Err(config_err("retry.jitter", format!("{} must be within 0..=1", self.jitter)));
-        }
         if self.max_attempts == 0 {
             return Err(config_err("retry.max_attempts", "must be at least 1"));
         }
@@ -59,18 +56,30 @@ impl RetryPolicy {
         Ok(())
     }
 
-    /// The delay before retry number `retry` (0 = the first retry), given a uniform random number in `[0, 1)`:
-    /// `min(max, initial * multiplier^retry) * (1 - jitter * unit)`.
-    pub fn delay_with(&self, retry: u32, unit: f64) -> Duration {
-        let base = self.initial_backoff.as_secs_f64() * self.multiplier.powi(retry.min(64) as i32);
-        let capped = base.min(self.max_backoff.as_secs_f64());
-        let factor = 1.0 - self.jitter * unit.clamp(0.0, 1.0);
-        Duration::from_secs_f64((capped * factor).max(0.0))
+    /// The delays of successive retries, without end (the caller stops by attempts or a deadline).
+    pub fn backoff(&self) -> ExponentialBackoff {
+        self.build()
     }
+}
 
-    /// The delay before retry number `retry`, with fresh randomness.
-    pub fn delay(&self, retry: u32) -> Duration {
-        self.delay_with(retry, rand::random::<f64>())
+impl BackoffBuilder for RetryPolicy {
+    type Backoff = ExponentialBackoff;
+
+    fn build(self) -> ExponentialBackoff {
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(self.initial_backoff)
+            .with_max_delay(self.max_backoff)
+            .with_factor(self.multiplier)
+            .without_max_times();
+        if self.jitter { builder.with_jitter().build() } else { builder.build() }
+    }
+}
+
+impl BackoffBuilder for &RetryPolicy {
+    type Backoff = ExponentialBackoff;
+
+    fn build(self) -> ExponentialBackoff {
+        (*self).build()
     }
 }
 
@@ -80,37 +89,31 @@ mod tests {
 
     #[test]
     fn delays_grow_exponentially_up_to_the_cap() {
-        let p = RetryPolicy { jitter: 0.0, ..RetryPolicy::default() };
-        let ms: Vec<u128> = (0..8).map(|i| p.delay_with(i, 0.5).as_millis()).collect();
+        let p = RetryPolicy { jitter: false, ..RetryPolicy::default() };
+        let ms: Vec<u128> = p.backoff().take(8).map(|d| d.as_millis()).collect();
         assert_eq!(ms, vec![100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(p.delay_with(u32::MAX, 0.0), Duration::from_secs(5));
+        assert_eq!(p.backoff().nth(1000), Some(Duration::from_secs(5)), "without end");
     }
 
     #[test]
-    fn jitter_shrinks_a_delay_within_its_fraction() {
+    fn jitter_adds_at_most_the_delay_itself() {
         let p = RetryPolicy::default();
-        assert_eq!(p.delay_with(2, 0.0), Duration::from_millis(400));
-        assert_eq!(p.delay_with(2, 1.0), Duration::from_millis(320));
-        assert_eq!(p.delay_with(2, 0.5), Duration::from_millis(360));
         for _ in 0..200 {
-            let d = p.delay(3);
-            assert!(d > Duration::from_millis(639) && d <= Duration::from_millis(800), "{d:?}");
+            let d = p.backoff().nth(2).unwrap();
+            assert!(d >= Duration::from_millis(400) && d < Duration::from_millis(800), "{d:?}");
         }
     }
 
     #[test]
-    fn invalid_policies_name_the_field() {
-        let bad = [
+    fn bad_fields_are_named() {
+        for (policy, field) in [
             (RetryPolicy { multiplier: 0.5, ..Default::default() }, "retry.multiplier"),
-            (RetryPolicy { jitter: 1.5, ..Default::default() }, "retry.jitter"),
             (RetryPolicy { max_attempts: 0, ..Default::default() }, "retry.max_attempts"),
             (RetryPolicy { max_backoff: Duration::from_millis(1), ..Default::default() }, "retry.max_backoff"),
-        ];
-        for (policy, field) in bad {
-            match policy.validate() {
-                Err(crate::ClientError::Config { field: f, .. }) => assert_eq!(f, field),
-                other => panic!("{field}: {other:?}"),
-            }
+        ] {
+            let err = policy.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
         }
+        assert!(RetryPolicy::default().validate().is_ok());
     }
 }

@@ -40,7 +40,7 @@ fn record(value: &str, timestamp: i64) -> ProducerRecord {
 
 /// A producer whose retries wait `backoff`, exactly (no jitter).
 async fn producer(client: BrokerClient, backoff: Duration) -> Producer {
-    let retry = RetryPolicy { initial_backoff: backoff, max_backoff: backoff, jitter: 0.0, ..RetryPolicy::default() };
+    let retry = RetryPolicy { initial_backoff: backoff, max_backoff: backoff, jitter: false, ..RetryPolicy::default() };
     Producer::new(client, ProducerConfig { retry, ..ProducerConfig::default() }).await.unwrap()
 }
 

@@ -66,7 +66,7 @@ pub fn retry_policy() -> RetryPolicy {
         initial_backoff: Duration::from_millis(200),
         max_backoff: Duration::from_secs(5),
         multiplier: 2.0,
-        jitter: 0.2,
+        jitter: true,
         max_attempts: u32::MAX,
     }
 }
@@ -77,8 +77,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ferry_client::ClientError>>,
 {
-    let policy = retry_policy();
-    let mut attempt = 0u32;
+    let mut backoff = retry_policy().backoff();
     loop {
         match f().await {
             Ok(v) => return Some(v),
@@ -86,9 +85,8 @@ where
         }
         tokio::select! {
             _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(policy.delay(attempt)) => {}
+            _ = tokio::time::sleep(backoff.next().unwrap_or_default()) => {}
         }
-        attempt = attempt.saturating_add(1);
     }
 }
 

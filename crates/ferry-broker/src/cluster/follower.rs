@@ -53,6 +53,16 @@ pub async fn run(part: Arc<Partition>, client: PeerClient, follow: Follow, stop:
     let mut unverified = part.replica().is_some_and(|r| !r.verified());
     let mut reconciled = false;
     let mut failing = false;
+    // A beat after the first failure, growing to four beats while it lasts (the leader may be gone: the manager
+    // stops this fetcher once etcd names the next one).
+    let backoff = || {
+        backon::ExponentialBuilder::default()
+            .with_min_delay(follow.retry)
+            .with_max_delay(follow.retry * 4)
+            .with_jitter()
+            .without_max_times()
+    };
+    let mut delays = backon::BackoffBuilder::build(backoff());
     while !stop.is_cancelled() {
         let step = if reconciled {
             let fetched = fetch_once(&part, client.clone(), &follow, &stop).await;
@@ -68,6 +78,7 @@ pub async fn run(part: Arc<Partition>, client: PeerClient, follow: Follow, stop:
         match step {
             Ok(()) => {
                 if failing {
+                    delays = backon::BackoffBuilder::build(backoff());
                     tracing::info!(
                         topic = part.topic(),
                         partition = part.index(),
@@ -100,7 +111,7 @@ pub async fn run(part: Arc<Partition>, client: PeerClient, follow: Follow, stop:
                 }
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(follow.retry) => {}
+                    _ = tokio::time::sleep(delays.next().unwrap_or(follow.retry)) => {}
                 }
             }
         }

@@ -206,21 +206,28 @@ impl Replication {
                 quiet_until = Some(Instant::now() + self.s.ttl);
             }
             *self.snap.write() = snap.clone();
+            let mut stages = Stages::new(asked);
             self.sync_topics(&snap).await;
+            stages.done("topics");
             self.apply_roles(&snap).await;
+            stages.done("roles");
             self.maintain_isr(&mut etcd).await;
+            stages.done("isr");
             let act = quiet_until.is_none_or(|t| Instant::now() >= t);
             let mut controller = self.controller.lock().await;
             let may_act = self.serving.lease().valid(Instant::now());
             if controller.keep(&mut etcd, self.s.me, &snap, may_act).await && act {
                 let asks = core_controller::step(&snap, &BTreeMap::new(), true);
                 let reports = self.gather_reports(&asks, &snap, 0).await;
+                stages.done("reports");
                 let actions = core_controller::step(&snap, &reports, true);
                 if let Err(e) = controller.apply(&mut etcd, &actions, &self.events).await {
                     tracing::warn!(error = %e, "controller beat failed; will retry");
                 }
                 self.ensure_offsets_topic(&mut etcd, &snap).await;
+                stages.done("controller");
             }
+            stages.report(self.s.ttl);
         }
         let _ = failsafe.await;
         let fetchers: Vec<Fetcher> = self.fetchers.lock().await.drain().map(|(_, f)| f).collect();
@@ -557,6 +564,33 @@ impl Replication {
             address: snap.brokers.get(&v.state.leader).cloned().unwrap_or_default(),
             epoch: v.state.leader_epoch,
         })
+    }
+}
+
+/// How long each stage of one beat took, to name a beat that ran long (a stage waiting on a lock or a peer).
+struct Stages {
+    started: Instant,
+    last: Instant,
+    took: Vec<(&'static str, Duration)>,
+}
+
+impl Stages {
+    fn new(started: Instant) -> Stages {
+        Stages { started, last: Instant::now(), took: vec![("catalog", Instant::now() - started)] }
+    }
+
+    fn done(&mut self, stage: &'static str) {
+        let now = Instant::now();
+        self.took.push((stage, now - self.last));
+        self.last = now;
+    }
+
+    /// Logs the stages when the beat took longer than `limit`.
+    fn report(&self, limit: Duration) {
+        let total = self.started.elapsed();
+        if total > limit {
+            tracing::warn!(event = "slow_beat", ?total, stages = ?self.took, "a beat of the replication manager ran long");
+        }
     }
 }
 

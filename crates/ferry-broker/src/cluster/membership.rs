@@ -127,6 +127,8 @@ struct Registration {
     /// when there are none.
     listeners: String,
     ttl: Duration,
+    /// etcd's endpoints, to connect the renewal anew when its connection stops answering.
+    endpoints: Vec<String>,
 }
 
 /// The backoff between attempts to reach etcd at start: 200 ms doubling to 5 s, with jitter, for as long as it
@@ -227,7 +229,14 @@ impl Connected {
         let ttl = section.lease_ttl;
         let listeners =
             if listeners.is_empty() { String::new() } else { serde_json::to_string(listeners).unwrap_or_default() };
-        let registration = Registration { key: broker_key(id), id, advertised: advertised.to_owned(), listeners, ttl };
+        let registration = Registration {
+            key: broker_key(id),
+            id,
+            advertised: advertised.to_owned(),
+            listeners,
+            ttl,
+            endpoints: section.etcd.clone(),
+        };
         let clock = Arc::new(LeaseClock::new(ttl));
         // A previous incarnation killed moments ago still holds the key until its lease runs out: wait that long.
         let waited_from = Instant::now();
@@ -347,28 +356,73 @@ async fn renew(
     let mut beat = tokio::time::interval(r.ttl / 3);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut failures = 0u32;
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return lease,
             _ = beat.tick() => {}
         }
+        if failures >= 2 {
+            // Two renewals in a row failed: the connection itself may be stuck (streams hang where unary calls
+            // pass, after etcd was frozen). A new one for the renewals.
+            let options = ConnectOptions::new().with_connect_timeout(r.ttl / 3).with_timeout(r.ttl / 3);
+            if let Ok(Ok(fresh)) =
+                tokio::time::timeout(r.ttl / 3, Client::connect(r.endpoints.clone(), Some(options))).await
+            {
+                client = fresh;
+                stream = None;
+            }
+        }
         let sent = Instant::now();
-        let renewed = match stream.take() {
-            Some(open) => Ok(open),
-            None => client.lease_keep_alive(lease).await,
+        // The whole exchange is bounded by a third of the TTL: a keep-alive stream that stopped answering (etcd
+        // frozen, a half-open connection) is dropped and opened again at the next beat, never waited on for good.
+        let exchange = async {
+            match stream.take() {
+                Some((mut keeper, mut answers)) => {
+                    keeper.keep_alive().await?;
+                    let answer = answers.message().await?;
+                    let ttl = answer.map(|a| a.ttl());
+                    if ttl.is_some_and(|ttl| ttl > 0) {
+                        stream = Some((keeper, answers));
+                    }
+                    Ok(ttl)
+                }
+                // Opening the stream renews once and reads that answer; a lease etcd no longer knows is refused.
+                None => match client.lease_keep_alive(lease).await {
+                    Ok(open) => {
+                        stream = Some(open);
+                        Ok(Some(r.ttl.as_secs().max(1) as i64))
+                    }
+                    Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => Ok(Some(0)),
+                    Err(e) => Err(e),
+                },
+            }
         };
-        let renewed = match renewed {
-            Ok((mut keeper, mut answers)) => match keeper.keep_alive().await {
-                Ok(()) => answers.message().await.map(|a| {
-                    let ttl = a.map(|a| a.ttl());
-                    stream = Some((keeper, answers));
-                    ttl
-                }),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
+        let mut renewed = match tokio::time::timeout(r.ttl / 3, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                stream = None;
+                Err(etcd_client::Error::LeaseKeepAliveError(
+                    "etcd did not answer the keep-alive within a third of the TTL".into(),
+                ))
+            }
         };
+        if renewed.is_err() && failures >= 2 {
+            // The keep-alive path keeps failing: ask etcd plainly whether the lease still lives, so that a lease
+            // that expired meanwhile is replaced even while the streams are broken.
+            let asked = tokio::time::timeout(r.ttl / 3, client.lease_time_to_live(lease, None)).await;
+            if let Ok(Ok(answer)) = asked {
+                if answer.ttl() <= 0 {
+                    renewed = Ok(Some(0));
+                }
+            }
+        }
+        failures = if matches!(renewed, Ok(Some(_))) { 0 } else { failures + 1 };
+        if failures > 0 && failures % 10 == 0 {
+            let error = renewed.as_ref().err().map(|e| e.to_string()).unwrap_or_else(|| "stream closed".into());
+            tracing::warn!(broker_id = r.id, failures, error, "membership lease renewals still failing");
+        }
         match renewed {
             Ok(Some(ttl)) if ttl > 0 => {
                 clock.renewed(sent);
@@ -382,17 +436,18 @@ async fn renew(
                 clock.lost();
                 tracing::warn!(broker_id = r.id, "membership lease expired; registering again");
                 let sent = Instant::now();
-                match register(&mut client, &r).await {
-                    Ok(Ok(new)) => {
+                match tokio::time::timeout(r.ttl, register(&mut client, &r)).await {
+                    Err(_) => tracing::warn!(broker_id = r.id, "registering again timed out; will retry"),
+                    Ok(Ok(Ok(new))) => {
                         lease = new;
                         lease_id.store(new, Ordering::Release);
                         clock.renewed(sent);
                         tracing::info!(broker_id = r.id, "registered again");
                     }
-                    Ok(Err(holder)) => {
+                    Ok(Ok(Err(holder))) => {
                         tracing::error!(broker_id = r.id, %holder, "broker id taken by another member meanwhile");
                     }
-                    Err(e) => tracing::warn!(broker_id = r.id, error = %e, "registering again failed; will retry"),
+                    Ok(Err(e)) => tracing::warn!(broker_id = r.id, error = %e, "registering again failed; will retry"),
                 }
             }
             Ok(None) => {

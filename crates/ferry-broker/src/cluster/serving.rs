@@ -36,13 +36,27 @@ pub struct Serving {
     etcd_contact: Arc<AtomicU64>,
     /// How recent that read must be for this member to count as reaching etcd.
     fresh_within: Duration,
+    /// Benchmarks only (`FERRY_BENCH_NO_FENCING`): every leader acts as one, lease or not, so that a benchmark can
+    /// measure what self-fencing costs beside a run without it. Never in production.
+    unfenced: bool,
 }
+
+/// The environment variable that turns self-fencing off, for a benchmark's side-by-side run only.
+pub const NO_FENCING_VAR: &str = "FERRY_BENCH_NO_FENCING";
 
 impl Serving {
     /// The serving side of member `me` (advertised at `address`), whose lease `lease` tracks; it counts as reaching
     /// etcd while its last successful read of it is at most `fresh_within` old.
     pub fn new(me: u32, address: String, lease: Arc<LeaseClock>, fresh_within: Duration) -> Serving {
-        Serving { me, address, lease, base: Instant::now(), etcd_contact: Arc::new(AtomicU64::new(0)), fresh_within }
+        Serving {
+            me,
+            address,
+            lease,
+            base: Instant::now(),
+            etcd_contact: Arc::new(AtomicU64::new(0)),
+            fresh_within,
+            unfenced: std::env::var_os(NO_FENCING_VAR).is_some_and(|v| v == "1"),
+        }
     }
 
     /// This member's id.
@@ -71,6 +85,9 @@ impl Serving {
 
     /// The leader's authority at `now`.
     pub fn authority(&self, l: &Leading, now: Instant) -> Authority {
+        if self.unfenced {
+            return Authority::Lease;
+        }
         fencing::authority(now, self.lease.until(), l.failsafe_until)
     }
 

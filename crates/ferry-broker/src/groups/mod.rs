@@ -305,7 +305,8 @@ impl GroupCoordinator {
         }
         // On a cluster a group's generations start above every one an earlier coordinator gave (the leader epoch
         // of its offsets partition is the high half), so two coordinators never hand out the same generation.
-        let base = self.cluster().and_then(|c| c.loaded_epoch(c.partition_of(&req.group))).map_or(0, |e| u64::from(e) << 32);
+        let base =
+            self.cluster().and_then(|c| c.loaded_epoch(c.partition_of(&req.group))).map_or(0, |e| u64::from(e) << 32);
         let group = groups.entry(req.group.clone()).or_insert_with(|| Group { generation: base, ..Group::default() });
         group.members.insert(
             member_id.clone(),

@@ -85,13 +85,12 @@ impl Membership {
     /// the session timeout, as Kafka clients look the coordinator up again.
     pub(crate) async fn join(client: BrokerClient, spec: JoinSpec) -> Result<Membership> {
         let started = tokio::time::Instant::now();
-        let mut attempt = 0;
+        let mut backoff = client.config().retry.backoff();
         let view = loop {
             match join(&client, &spec, String::new()).await {
                 Ok(view) => break view,
                 Err(e) if coordinator_not_found(&e) && started.elapsed() < spec.session_timeout => {
-                    let delay = client.config().retry.delay(attempt).min(spec.session_timeout / 4);
-                    attempt += 1;
+                    let delay = backoff.next().unwrap_or(spec.session_timeout / 4).min(spec.session_timeout / 4);
                     tracing::info!(group = %spec.group, error = %e, ?delay, "looking for the group's coordinator again");
                     tokio::time::sleep(delay).await;
                 }

@@ -371,7 +371,7 @@ impl Consumer {
         }
         if self.leaderless && self.buffer.is_empty() {
             // No broker named a leader: give the cluster a moment before asking again.
-            tokio::time::sleep(self.client.config().retry.delay(0)).await;
+            tokio::time::sleep(self.client.config().retry.initial_backoff).await;
         }
         Ok(())
     }

@@ -275,7 +275,7 @@ async fn deliver(
     mut first: Option<(Failure, bool)>,
 ) -> Result<ProduceResponse> {
     let deadline = batch.oldest + shared.config.delivery_timeout;
-    let mut retry = 0u32;
+    let mut backoff = shared.config.retry.backoff();
     // Whether an earlier attempt of this batch may have been written (its answer was lost): then it must never be
     // sent under another producer id, or it could be written twice.
     let mut maybe_written = false;
@@ -342,8 +342,7 @@ async fn deliver(
                 Err(_) => retriable = true,
             }
         }
-        let delay = shared.config.retry.delay(retry);
-        retry = retry.saturating_add(1);
+        let delay = backoff.next().unwrap_or(shared.config.retry.max_backoff);
         if final_error.is_none() && !retriable {
             final_error = Some(error.clone());
         }

@@ -247,7 +247,7 @@ impl FetcherInner {
         let Some(old) = this.sets.lock().get(&from).cloned() else { return };
         if from == to {
             let (this, tp) = (Arc::clone(this), tp.clone());
-            let delay = this.retry.delay(0);
+            let delay = this.retry.initial_backoff;
             this.tasks.clone().spawn(async move {
                 tokio::select! {
                     _ = this.stop.cancelled() => {}
@@ -284,7 +284,7 @@ impl FetchLoop {
         let mut routes: watch::Receiver<Arc<ActiveRoute>> = self.egress.subscribe();
         let mut session = (self.factory)();
         let changed = self.set.changed();
-        let mut attempt = 0u32;
+        let mut backoff = self.retry.backoff();
         loop {
             // Without partitions there is nothing to fetch: wait for work.
             while self.set.is_empty() {
@@ -299,10 +299,9 @@ impl FetchLoop {
                 tracing::error!(route = %route.name, %reason, "not fetching over a route into another cluster");
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                    _ = tokio::time::sleep(backoff.next().unwrap_or_default()) => {}
                     _ = routes.changed() => {}
                 }
-                attempt = attempt.saturating_add(1);
                 continue;
             }
             let started = tokio::time::Instant::now();
@@ -313,13 +312,13 @@ impl FetchLoop {
                         return;
                     }
                     tracing::info!(from = %route.name, to = %routes.borrow().name, "route changed; restarting the fetch session");
-                    attempt = 0;
+                    backoff = self.retry.backoff();
                     continue;
                 }
             };
             match end {
                 SessionEnd::Shutdown => return,
-                SessionEnd::Drained => attempt = 0,
+                SessionEnd::Drained => backoff = self.retry.backoff(),
                 SessionEnd::Failed(reason) if self.set.leader() != ROUTE => {
                     // A leader's session failed (it died, or leads elsewhere now): its partitions go back to the
                     // route's brokers, whose answers name the new leaders. The route itself is judged by its own.
@@ -328,13 +327,12 @@ impl FetchLoop {
                     // and each round trip to a dead broker would be immediate. A session that ran a while resets the
                     // backoff; the wait stays short, for a failover not to wait on it.
                     if started.elapsed() > LEADER_RETRY_MAX {
-                        attempt = 0;
+                        backoff = self.retry.backoff();
                     }
                     tokio::select! {
                         _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(self.retry.delay(attempt).min(LEADER_RETRY_MAX)) => {}
+                        _ = tokio::time::sleep(backoff.next().unwrap_or_default().min(LEADER_RETRY_MAX)) => {}
                     }
-                    attempt = attempt.saturating_add(1);
                     let (_, lanes) = self.set.snapshot();
                     for link in lanes {
                         self.set.relocate(&link.tp, ROUTE);
@@ -346,10 +344,9 @@ impl FetchLoop {
                     route.cluster.reconnect();
                     tokio::select! {
                         _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                        _ = tokio::time::sleep(backoff.next().unwrap_or_default()) => {}
                         _ = routes.changed() => {}
                     }
-                    attempt = attempt.saturating_add(1);
                 }
             }
         }

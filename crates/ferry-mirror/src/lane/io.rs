@@ -102,7 +102,7 @@ impl Call {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let mut attempt = 0u32;
+        let mut backoff = self.io.retry.backoff();
         let (mut refusals, mut reported) = (0u32, false);
         loop {
             let result = op().await;
@@ -143,8 +143,7 @@ impl Call {
                 Err(e) => {
                     let side = if target { "target" } else { "source" };
                     *self.note.lock() = Some(format!("{side}: {e}"));
-                    tokio::time::sleep(self.io.retry.delay(attempt)).await;
-                    attempt = attempt.saturating_add(1);
+                    tokio::time::sleep(backoff.next().unwrap_or(self.io.retry.max_backoff)).await;
                 }
             }
         }

@@ -65,7 +65,8 @@ pub async fn run(cmd: ClusterCommand, global: &GlobalOpts) -> anyhow::Result<()>
             drain(global, broker_id, cancel, no_wait, wait).await
         }
         ClusterCommand::Elect { topic, partition, unclean, dead } => {
-            let elected = Admin::new(global.client()?).elect_leader_naming_dead(&topic, partition, unclean, dead).await?;
+            let elected =
+                Admin::new(global.client()?).elect_leader_naming_dead(&topic, partition, unclean, dead).await?;
             let how = if elected.unclean { "uncleanly: a new partition epoch starts" } else { "from the in-sync set" };
             println!(
                 "{topic}/{partition}: broker {} leads at leader epoch {} (elected {how})",

@@ -1,0 +1,253 @@
+//! The mirror between clusters under source faults (cases 4 and 15 of the cluster analysis, and the mirror's side
+//! of the nemesis): a source cluster whose members' etcd and peer links run through proxies, a target cluster of
+//! four members (more than the topic's three replicas), and the real mirror between them.
+//!
+//! 1. The source leader is cut off from etcd alone: the mirror does not stay on it. The records acknowledged by the
+//!    new leader reach the target, and while they wait longer than a check the partition's RPO is above 0.
+//! 2. A seeded random nemesis on the source (kill -9, SIGSTOP, cut from etcd, a peer cut, etcd stopped), one fault
+//!    at a time: the target ends identical to the source, with every acknowledged record; at every sample, an
+//!    acknowledged record missing from the target for longer than two checks means an RPO above 0; and no
+//!    `sync_error` says the target lost records it held (case 15: probes of a member without the partition).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use ferry_testkit::{ClusterSpec, FaultyCluster, MirrorProcess, Signal, deadline, wait_until};
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+use crate::watch::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: u32 = 2;
+
+fn all_client(c: &FaultyCluster) -> BrokerClient {
+    BrokerClient::new(ClientConfig::new(c.addrs())).expect("loopback")
+}
+
+/// A source cluster of three with a raft3 topic, a target cluster of four, and the mirror between them.
+async fn setup() -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)> {
+    ferry_testkit::init_tracing();
+    let source = FaultyCluster::start(ClusterSpec::default()).await?;
+    let target =
+        FaultyCluster::start(ClusterSpec { members: 4, cluster_id: "dc-b".into(), ..ClusterSpec::default() }).await?;
+    Admin::new(all_client(&source)).create_replicated_topic(TOPIC, PARTITIONS, "raft3").await?;
+    let conf = MirrorConf {
+        include: vec![format!("^{TOPIC}$")],
+        exclude: Vec::new(),
+        ..MirrorConf::between("dc-a", source.addrs().join("\", \""), "dc-b", target.addrs().join("\", \""))
+    };
+    let toml = conf.toml().replacen("[target]\n", "[target]\nreplication = \"source\"\n", 1);
+    let mirror = MirrorProcess::builder(toml).start().await?;
+    Ok((source, target, mirror))
+}
+
+/// Every record of `topic` on a cluster, per partition, read at each partition's leader.
+async fn read_cluster(client: &BrokerClient, partitions: u32) -> anyhow::Result<Vec<PartitionData>> {
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        out.push(read_partition(client, TOPIC, p, None).await?);
+    }
+    Ok(out)
+}
+
+/// Acknowledged records: (partition, offset) -> when acknowledged.
+type Acked = Arc<Mutex<BTreeMap<(u32, u64), Instant>>>;
+
+fn record_of(partition: u32, i: u64) -> ProducerRecord {
+    record(TOPIC, &format!("p{partition}"), i, 100).with_partition(partition)
+}
+
+/// Produces to every partition until `stop`, one record awaited at a time per partition.
+fn load(
+    client: BrokerClient,
+    acked: Acked,
+    stop: CancellationToken,
+) -> Vec<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    (0..PARTITIONS)
+        .map(|partition| {
+            let (client, acked, stop) = (client.clone(), Arc::clone(&acked), stop.clone());
+            tokio::spawn(async move {
+                let config = ProducerConfig { delivery_timeout: deadline(&[IO_BUDGET]), ..Default::default() };
+                let p = Producer::new(client, config).await?;
+                let mut i = 0;
+                while !stop.is_cancelled() {
+                    let delivered = match p.send(record_of(partition, i)).await {
+                        Ok(delivery) => delivery.await.ok(),
+                        Err(_) => None,
+                    };
+                    if let Some(ack) = delivered {
+                        acked.lock().unwrap_or_else(|e| e.into_inner()).insert((partition, ack.offset), Instant::now());
+                    }
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                p.close().await;
+                Ok(())
+            })
+        })
+        .collect()
+}
+
+/// Samples the mirror every [`CHECK`]: an acknowledged record the target lacks (at or past the partition's cache
+/// offset) for longer than two checks must come with an RPO above 0. Returns the violations.
+fn rpo_watch(mirror_url: String, acked: Acked, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let mut violations = Vec::new();
+        while !stop.is_cancelled() {
+            tokio::time::sleep(CHECK).await;
+            let Ok(r) = reqwest::get(format!("{mirror_url}/api/v1/partitions?topic={TOPIC}")).await else { continue };
+            let Ok(doc) = r.json::<serde_json::Value>().await else { continue };
+            let now = Instant::now();
+            for p in doc["partitions"].as_array().into_iter().flatten() {
+                let (Some(partition), Some(cache), Some(rpo)) =
+                    (p["partition"].as_u64(), p["cache_offset"].as_u64(), p["rpo_seconds"].as_f64())
+                else {
+                    continue;
+                };
+                let acked = acked.lock().unwrap_or_else(|e| e.into_inner());
+                let oldest =
+                    acked.range((partition as u32, cache)..(partition as u32, u64::MAX)).map(|(_, t)| *t).min();
+                if let Some(at) = oldest
+                    && now.duration_since(at) > 2 * CHECK
+                    && rpo == 0.0
+                {
+                    violations.push(format!(
+                        "{TOPIC}/{partition}: a record acknowledged {:?} ago is not on the target (cache {cache}), RPO 0",
+                        now.duration_since(at)
+                    ));
+                }
+            }
+        }
+        violations
+    })
+}
+
+async fn leader_of(source: &FaultyCluster, partition: u32) -> anyhow::Result<u32> {
+    let meta = all_client(source).metadata_for(vec![TOPIC.into()]).await?;
+    let p = meta.partitions.iter().find(|p| p.partition == partition).map_or(0, |p| p.leader_id);
+    anyhow::ensure!(p != 0, "{TOPIC}/{partition} has no leader");
+    Ok(p)
+}
+
+/// The end: heal, stop the load, wait until the target holds the source's log ends, and compare.
+async fn settle(
+    source: &FaultyCluster,
+    target: &FaultyCluster,
+    mirror: &MirrorProcess,
+    acked: &Acked,
+) -> anyhow::Result<()> {
+    let (s, t) = (all_client(source), all_client(target));
+    wait_until("the target to equal the source", io_deadline(), async || -> anyhow::Result<bool> {
+        let (a, b) = (read_cluster(&s, PARTITIONS).await?, read_cluster(&t, PARTITIONS).await?);
+        Ok(a.iter().zip(&b).all(|(x, y)| x.log_end == y.log_end))
+    })
+    .await?;
+    let (a, b) = (read_cluster(&s, PARTITIONS).await?, read_cluster(&t, PARTITIONS).await?);
+    for (p, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_same_partition(&format!("{TOPIC}/{p}"), x, y);
+        for (partition, offset) in acked.lock().unwrap_or_else(|e| e.into_inner()).keys() {
+            if *partition == p as u32 {
+                assert!(
+                    x.records.iter().any(|r| r.offset == *offset),
+                    "acknowledged {p}/{offset} is not in the source"
+                );
+            }
+        }
+    }
+    let lost = monitor_events(mirror, Some("sync_error")).await?;
+    let lost: Vec<_> = lost.iter().filter(|e| e["message"].as_str().is_some_and(|m| m.contains("lost"))).collect();
+    assert!(lost.is_empty(), "the mirror said the target lost records it held: {lost:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_4_a_source_leader_cut_from_etcd_does_not_keep_the_mirror_and_the_rpo_counts_the_wait()
+-> anyhow::Result<()> {
+    let (source, target, mirror) = setup().await?;
+    let acked: Acked = Arc::default();
+    let stop = CancellationToken::new();
+    let watch = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
+    let loads = load(all_client(&source), Arc::clone(&acked), stop.clone());
+    tokio::time::sleep(2 * CHECK).await;
+    let leader = leader_of(&source, 0).await?;
+    source.cut_from_etcd(leader);
+    // The new leader takes the load; the mirror follows it, not the cut-off member.
+    wait_until("a new source leader of partition 0", deadline(&[source.spec().lease_ttl, IO_BUDGET]), async || {
+        anyhow::Ok(leader_of(&source, 0).await.is_ok_and(|l| l != leader))
+    })
+    .await?;
+    tokio::time::sleep(4 * CHECK).await;
+    stop.cancel();
+    for l in loads {
+        l.await??;
+    }
+    source.heal_all();
+    settle(&source, &target, &mirror, &acked).await?;
+    let violations = watch.await?;
+    assert!(violations.is_empty(), "{violations:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_counts_every_wait() -> anyhow::Result<()> {
+    let (seed, mut rng) = ferry_testkit::seeded_rng("mirror nemesis")?;
+    let (mut source, target, mirror) = setup().await?;
+    let ttl = source.spec().lease_ttl;
+    let acked: Acked = Arc::default();
+    let stop = CancellationToken::new();
+    let watch = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
+    let loads = load(all_client(&source), Arc::clone(&acked), stop.clone());
+    let secs = std::env::var("FERRY_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let started = Instant::now();
+    let mut faults = Vec::new();
+    while started.elapsed() < Duration::from_secs(secs) {
+        let victim = rng.random_range(1..=3u32);
+        let hold = ttl + Duration::from_millis(rng.random_range(0..ttl.as_millis() as u64));
+        let kind = rng.random_range(0..5);
+        faults.push(format!("{kind} on {victim} for {hold:?}"));
+        match kind {
+            0 => {
+                source.broker(victim).kill9().await?;
+                tokio::time::sleep(hold).await;
+                source.broker(victim).restart().await?;
+            }
+            1 => {
+                source.broker(victim).suspend(deadline(&[ttl])).await?;
+                tokio::time::sleep(hold).await;
+                source.broker(victim).resume()?;
+            }
+            2 => {
+                source.cut_from_etcd(victim);
+                tokio::time::sleep(hold).await;
+                source.heal_etcd(victim);
+            }
+            3 => {
+                let other = victim % 3 + 1;
+                source.cut_between(victim, other);
+                tokio::time::sleep(hold).await;
+                source.heal_between(victim, other);
+            }
+            _ => {
+                source.etcd.send_signal(Signal::STOP)?;
+                tokio::time::sleep(hold).await;
+                source.etcd.send_signal(Signal::CONT)?;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+    }
+    source.heal_all();
+    stop.cancel();
+    for l in loads {
+        l.await??;
+    }
+    settle(&source, &target, &mirror, &acked)
+        .await
+        .map_err(|e| anyhow::anyhow!("seed {seed}, faults {faults:?}: {e}"))?;
+    let violations = watch.await?;
+    assert!(violations.is_empty(), "seed {seed}, faults {faults:?}: {violations:?}");
+    Ok(())
+}
