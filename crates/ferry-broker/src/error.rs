@@ -534,48 +534,29 @@ pub const COORDINATOR_GROUP_KEY: &str = "ferry-coordinator-group";
 impl From<BrokerError> for Status {
     fn from(err: BrokerError) -> Status {
         let mut s = status(err.code(), err.reason(), err.client_message());
-        if let BrokerError::NotLeader { topic, partition, leader, address, epoch } = &err {
-            let md = s.metadata_mut();
-            let values = [
-                (LEADER_ID_KEY, leader.to_string()),
-                (LEADER_EPOCH_KEY, epoch.to_string()),
-                (LEADER_ADDRESS_KEY, address.clone()),
-                (LEADER_PARTITION_KEY, format!("{topic}/{partition}")),
-            ];
-            for (key, value) in values {
-                if let Ok(v) = value.parse() {
-                    md.insert(key, v);
-                }
-            }
-        }
+        // A leader hint: the leader's id, epoch and address, and what the hint is about.
         let hint = match &err {
-            BrokerError::LeaderFenced { topic, partition, .. } => Some((topic, *partition, 0, String::new(), 0)),
+            BrokerError::NotLeader { topic, partition, leader, address, epoch } => {
+                Some((*leader, *epoch, address.clone(), LEADER_PARTITION_KEY, format!("{topic}/{partition}")))
+            }
+            BrokerError::LeaderFenced { topic, partition, .. } => {
+                Some((0, 0, String::new(), LEADER_PARTITION_KEY, format!("{topic}/{partition}")))
+            }
             BrokerError::FencedLeaderEpoch { topic, partition, leader, address, current, .. } => {
-                Some((topic, *partition, *leader, address.clone(), *current))
+                Some((*leader, *current, address.clone(), LEADER_PARTITION_KEY, format!("{topic}/{partition}")))
+            }
+            BrokerError::NotCoordinator { group, leader, address, epoch } => {
+                Some((*leader, *epoch, address.clone(), COORDINATOR_GROUP_KEY, group.clone()))
             }
             _ => None,
         };
-        if let Some((topic, partition, leader, address, epoch)) = hint {
+        if let Some((leader, epoch, address, about_key, about)) = hint {
             let md = s.metadata_mut();
             let values = [
                 (LEADER_ID_KEY, leader.to_string()),
                 (LEADER_EPOCH_KEY, epoch.to_string()),
                 (LEADER_ADDRESS_KEY, address),
-                (LEADER_PARTITION_KEY, format!("{topic}/{partition}")),
-            ];
-            for (key, value) in values {
-                if let Ok(v) = value.parse() {
-                    md.insert(key, v);
-                }
-            }
-        }
-        if let BrokerError::NotCoordinator { group, leader, address, epoch } = &err {
-            let md = s.metadata_mut();
-            let values = [
-                (LEADER_ID_KEY, leader.to_string()),
-                (LEADER_EPOCH_KEY, epoch.to_string()),
-                (LEADER_ADDRESS_KEY, address.clone()),
-                (COORDINATOR_GROUP_KEY, group.clone()),
+                (about_key, about),
             ];
             for (key, value) in values {
                 if let Ok(v) = value.parse() {

@@ -5,6 +5,7 @@
 //! same name cannot interleave. Lookups take a short read lock on the registry map.
 
 mod data_dir;
+mod replicas;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -373,72 +374,6 @@ impl BrokerCore {
         self.materialize(meta, all).await
     }
 
-    /// Creates this broker's topic `name` of the replicated topic `record` describes, with no replica opened yet,
-    /// unless it exists (see [`BrokerCore::open_replica`]).
-    pub async fn ensure_replicas(&self, name: &str, record: &TopicMeta) -> Result<Arc<Topic>> {
-        let _admin = self.admin.lock().await;
-        if let Some(existing) = self.topics.read().get(name) {
-            return Ok(Arc::clone(existing));
-        }
-        self.materialize(record.clone(), Vec::new()).await
-    }
-
-    /// Opens this member's replica `p` of the replicated topic `name` (a partition placed on it), unless it is
-    /// open.
-    pub async fn open_replica(&self, name: &str, p: u32) -> Result<Arc<Partition>> {
-        let topic = self.topic(name)?;
-        if let Ok(part) = topic.partition(p) {
-            return Ok(part);
-        }
-        let _admin = self.admin.lock().await;
-        if let Ok(part) = topic.partition(p) {
-            return Ok(part);
-        }
-        if p >= topic.partition_count() {
-            return Err(BrokerError::UnknownPartition {
-                topic: name.to_owned(),
-                partition: p,
-                count: topic.partition_count(),
-            });
-        }
-        let meta = topic.meta();
-        let (dir, open) = (topic.dir.clone(), self.partition_opener());
-        let part = tokio::task::spawn_blocking(move || open(&meta, &dir, &[p]))
-            .await
-            .map_err(|e| BrokerError::Internal(e.to_string()))??
-            .pop()
-            .ok_or_else(|| BrokerError::Internal("opening a replica answered nothing".into()))?;
-        topic.partitions.write()[p as usize] = Some(Arc::clone(&part));
-        tracing::info!(topic = name, partition = p, "replica opened on this member");
-        Ok(part)
-    }
-
-    /// Closes and removes this member's replica `p` of replicated topic `name` (a move took it elsewhere): its
-    /// slot empties and its directory goes.
-    pub async fn remove_replica(&self, name: &str, p: u32) -> Result<()> {
-        let _admin = self.admin.lock().await;
-        let topic = self.topic(name)?;
-        let Some(part) = topic.partitions.write().get_mut(p as usize).and_then(Option::take) else { return Ok(()) };
-        let (dir, fs) = (topic.dir.join(p.to_string()), self.fs.clone());
-        let trash = topic.dir.join(format!("{DELETED_PREFIX}{p}"));
-        let parent = topic.dir.clone();
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            let _ = part.log().close();
-            let io = |path: &Path| {
-                let path = path.to_owned();
-                move |source| BrokerError::Io { path, source }
-            };
-            fs.rename(&dir, &trash).map_err(io(&dir))?;
-            fs.sync_dir(&parent).map_err(io(&parent))?;
-            fs.remove_dir_all(&trash).map_err(io(&trash))?;
-            fs.sync_dir(&parent).map_err(io(&parent))
-        })
-        .await
-        .map_err(|e| BrokerError::Internal(e.to_string()))??;
-        self.arrivals.send_modify(|n| *n = n.wrapping_add(1));
-        Ok(())
-    }
-
     /// Writes a new topic's directories and metadata and opens partitions `open` of it. The caller holds the admin
     /// lock.
     async fn materialize(&self, meta: TopicMeta, open_now: Vec<u32>) -> Result<Arc<Topic>> {
@@ -555,28 +490,6 @@ impl BrokerCore {
         meta.settings.merge(&changes);
         self.replace_meta(&topic, meta).await?;
         Ok(topic)
-    }
-
-    /// Takes a replicated topic's config, mirror mark and promotion from its catalog record into the local
-    /// metadata, when they differ. Returns whether anything changed.
-    pub async fn apply_catalog(
-        &self,
-        name: &str,
-        settings: &TopicSettings,
-        mirror: &Option<MirrorMark>,
-        promoted_ms: Option<i64>,
-    ) -> Result<bool> {
-        let _admin = self.admin.lock().await;
-        let topic = self.topic(name)?;
-        let mut meta = topic.meta();
-        if meta.settings == *settings && meta.mirror == *mirror && meta.promoted_ms == promoted_ms {
-            return Ok(false);
-        }
-        meta.settings = settings.clone();
-        meta.mirror = mirror.clone();
-        meta.promoted_ms = promoted_ms;
-        self.replace_meta(&topic, meta).await?;
-        Ok(true)
     }
 
     /// Stores a topic's new metadata, then gives every partition the log config it implies. The caller holds the

@@ -161,8 +161,8 @@ pub struct Replica {
     verified: AtomicBool,
     /// The smallest in-sync set a write is acknowledged with (the topic's replication mode says).
     min_insync: usize,
-    /// When the HW last moved (see [`crate::node::partition::EndClock`]).
-    hw_moved: crate::node::partition::EndClock,
+    /// When the HW last moved (see [`crate::node::end_clock::EndClock`]).
+    hw_moved: crate::node::end_clock::EndClock,
 }
 
 #[derive(Debug)]

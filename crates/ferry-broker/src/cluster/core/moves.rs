@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::catalog::PartitionState;
+use crate::node::replica::PartitionState;
 use crate::node::topic::Replication;
 
 /// The target of a move that `state` needs now, if any: each replica that is being `draining`, or (double_write)
