@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod node;
 pub mod readiness;
 pub mod rpc;
+pub mod state;
 
 pub use config::{BrokerConfig, Overrides};
 pub use error::BrokerError;

@@ -224,7 +224,7 @@ impl Replication {
                 if let Err(e) = controller.apply(&mut etcd, &actions, &self.events).await {
                     tracing::warn!(error = %e, "controller beat failed; will retry");
                 }
-                self.ensure_offsets_topic(&mut etcd, &snap).await;
+                self.ensure_internal_topics(&mut etcd, &snap).await;
                 stages.done("controller");
             }
             stages.report(self.s.ttl);

@@ -2,6 +2,7 @@
 //! producer state and, on a cluster member, the replicated partition's state and leader-epoch history.
 
 pub mod end_clock;
+pub mod internal;
 pub mod leader_epochs;
 pub mod partition;
 pub mod producer_state;

@@ -195,7 +195,10 @@ impl BrokerCore {
             let meta = TopicMeta::load(&*fs, &path)?;
             // The broker's own partitions live under reserved names; of those only a cluster's replicated internal
             // topics (the offsets partitions) are topics.
-            if name.starts_with(RESERVED_PREFIX) && meta.replication.is_single() {
+            if name.starts_with(RESERVED_PREFIX)
+                && meta.replication.is_single()
+                && crate::node::internal::find(&name).is_none()
+            {
                 continue;
             }
             let topic = core.open_topic(path, meta)?;
@@ -371,6 +374,17 @@ impl BrokerCore {
             risk_phase: false,
         };
         let all: Vec<u32> = (0..partitions).collect();
+        self.materialize(meta, all).await
+    }
+
+    /// Creates a single broker's internal state topic `t` (see `node::internal`) unless it exists.
+    pub async fn ensure_internal(&self, t: &crate::node::internal::InternalTopic) -> Result<Arc<Topic>> {
+        let _admin = self.admin.lock().await;
+        if let Some(existing) = self.topics.read().get(t.name) {
+            return Ok(Arc::clone(existing));
+        }
+        let meta = t.meta(Replication::Single, uuid::Uuid::new_v4().to_string(), now_ms());
+        let all: Vec<u32> = (0..t.partitions).collect();
         self.materialize(meta, all).await
     }
 

@@ -252,6 +252,14 @@ pub async fn run(
         let _ = replication_slot.set(r);
         membership = Some(j.membership);
     }
+    // Internal state topics: a single broker's are local topics made now; a cluster's controller makes them.
+    if membership.is_none() {
+        for t in crate::node::internal::INTERNAL_TOPICS {
+            core.ensure_internal(t).await?;
+        }
+    }
+    service =
+        service.with_state(Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned())));
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)

@@ -21,6 +21,7 @@ use crate::node::partition::{Partition, Produced};
 use crate::node::registry::{BrokerCore, Topic};
 use crate::node::topic::refuse_reserved;
 use crate::rpc::auth::{Scopes, caller, require_member};
+use crate::state::StateLogs;
 
 mod groups;
 mod topics;
@@ -43,6 +44,8 @@ pub struct BrokerService {
     replication: Option<Arc<Replication>>,
     /// Taken while a coordinator loads an offsets partition, so that it loads once.
     coordinator_loads: Arc<tokio::sync::Mutex<()>>,
+    /// The internal state topics' reader and writer (see `crate::state`).
+    state: Arc<StateLogs>,
 }
 
 impl BrokerService {
@@ -56,6 +59,7 @@ impl BrokerService {
         shutdown: CancellationToken,
     ) -> BrokerService {
         let max_batch_bytes = core.defaults().max_batch_bytes;
+        let state = Arc::new(StateLogs::new(Arc::clone(&core), None));
         BrokerService {
             core,
             groups,
@@ -66,6 +70,7 @@ impl BrokerService {
             fetch_turns: Arc::new(AtomicU32::new(0)),
             decodes: Arc::new(Semaphore::new(decode_concurrency.max(1))),
             shutdown,
+            state,
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -74,6 +79,12 @@ impl BrokerService {
     /// Serves a cluster member's replicated topics through `replication`.
     pub fn with_replication(mut self, replication: Arc<Replication>) -> BrokerService {
         self.replication = Some(replication);
+        self
+    }
+
+    /// Keeps the internal state topics through `state` (built over the same core and replication).
+    pub fn with_state(mut self, state: Arc<StateLogs>) -> BrokerService {
+        self.state = state;
         self
     }
 

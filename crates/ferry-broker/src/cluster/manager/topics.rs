@@ -75,33 +75,38 @@ impl Replication {
         Ok(self.info(name, &record))
     }
 
-    /// As controller: creates the cluster's replicated offsets topic when it does not exist yet and three brokers
-    /// can take its replicas (flushed on every write, as a single broker's committed offsets are).
-    pub(super) async fn ensure_offsets_topic(&self, etcd: &mut etcd_client::Client, snap: &Snapshot) {
-        let Some(cluster) = self.groups.cluster() else { return };
-        if snap.topics.contains_key(CLUSTER_OFFSETS_TOPIC) {
-            return;
+    /// As controller: creates the cluster's replicated internal topics (the committed offsets, and every internal
+    /// state topic of `node::internal`) that do not exist yet, once three brokers can take their replicas. Each is
+    /// flushed on every write, as a single broker's committed offsets are.
+    pub(super) async fn ensure_internal_topics(&self, etcd: &mut etcd_client::Client, snap: &Snapshot) {
+        let mut wanted = Vec::new();
+        if let Some(cluster) = self.groups.cluster() {
+            let offsets = crate::node::internal::InternalTopic {
+                name: CLUSTER_OFFSETS_TOPIC,
+                partitions: cluster.partitions(),
+                segment_bytes: 4 << 20,
+                retention_ms: 0,
+            };
+            wanted.push(offsets);
         }
-        let Some(states) = placement::place(snap, cluster.partitions(), Mode::Raft3.replicas()) else { return };
-        let record = TopicMeta {
-            name: CLUSTER_OFFSETS_TOPIC.to_owned(),
-            topic_id: uuid::Uuid::new_v4().to_string(),
-            partitions: cluster.partitions(),
-            replication: Mode::Raft3,
-            created_ms: now_ms(),
-            settings: TopicSettings { flush: Some("sync".into()), segment_bytes: Some(4 << 20), ..Default::default() },
-            mirror: None,
-            promoted_ms: None,
-            risk_phase: false,
-        };
-        match catalog::create_topic(etcd, CLUSTER_OFFSETS_TOPIC, &record, &states).await {
-            Ok(true) => tracing::info!(
-                topic = CLUSTER_OFFSETS_TOPIC,
-                partitions = record.partitions,
-                "created the cluster's replicated offsets topic; each partition's leader coordinates its groups"
-            ),
-            Ok(false) => {}
-            Err(e) => tracing::debug!(error = %e, "creating the offsets topic failed; next beat retries"),
+        wanted.extend(crate::node::internal::INTERNAL_TOPICS.iter().copied());
+        for t in wanted {
+            if snap.topics.contains_key(t.name) {
+                continue;
+            }
+            let Some(states) = placement::place(snap, t.partitions, Mode::Raft3.replicas()) else { return };
+            let record = t.meta(Mode::Raft3, uuid::Uuid::new_v4().to_string(), now_ms());
+            match catalog::create_topic(etcd, t.name, &record, &states).await {
+                Ok(true) => tracing::info!(
+                    topic = t.name,
+                    partitions = record.partitions,
+                    "created a replicated internal topic; each partition's leader owns the state of its keys"
+                ),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(topic = t.name, error = %e, "creating an internal topic failed; next beat retries")
+                }
+            }
         }
     }
 
