@@ -98,5 +98,5 @@ async fn the_state_survives_a_restart() {
     let logs = open(dir.path()).await;
     let owners: Owners<Registers> = Owners::new(&TOPIC);
     let g = owners.lock(&logs, 0).await.unwrap();
-    assert_eq!(g.state().0.get(&b"kept".to_vec()).map(|(v, _)| v.clone()), Some(b"yes".to_vec()));
+    assert_eq!(g.state().0.get(b"kept".as_slice()).map(|(v, _)| v.clone()), Some(b"yes".to_vec()));
 }

@@ -139,7 +139,8 @@ mod tests {
         let until = lease_until(t0, TTL);
         assert_eq!(until, t0 + Duration::from_secs(9), "the TTL from the send time, less a tenth");
         let s = Duration::from_secs;
-        let cases: [(&str, Instant, Option<Instant>, Option<Instant>, bool); 6] = [
+        type Case = (&'static str, Instant, Option<Instant>, Option<Instant>, bool);
+        let cases: [Case; 6] = [
             ("within the lease", t0 + s(8), Some(until), None, true),
             ("case 3: cut off from etcd, past the lease", t0 + s(9), Some(until), None, false),
             ("never held one", t0, None, None, false),

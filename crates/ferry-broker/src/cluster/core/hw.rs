@@ -232,7 +232,8 @@ mod tests {
         let fenced = Authority::Fenced("lease lapsed".into());
         let isr3: &[u32] = &[1, 2, 3];
         let isr1: &[u32] = &[1];
-        let cases: [(&str, Option<u32>, &[u32], u64, &Authority, Ack); 6] = [
+        type Case<'a> = (&'a str, Option<u32>, &'a [u32], u64, &'a Authority, Ack);
+        let cases: [Case<'_>; 6] = [
             ("past the high watermark", Some(4), isr3, 11, &Authority::Lease, Ack::Acked),
             ("not yet", Some(4), isr3, 10, &Authority::Lease, Ack::Waiting),
             (
