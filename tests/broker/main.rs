@@ -12,6 +12,7 @@ mod config_env;
 mod double_write;
 mod drain;
 mod faults;
+mod fence;
 mod ferryctl;
 mod groups;
 mod hostile;

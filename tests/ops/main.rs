@@ -17,6 +17,8 @@ mod common;
 mod support;
 
 mod api_errors;
+mod dr_failback;
+mod dr_failover;
 mod failover;
 mod lag;
 mod rules_reload;

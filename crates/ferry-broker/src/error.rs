@@ -4,6 +4,8 @@
 use ferry_storage::StorageError;
 use tonic::{Code, Status};
 
+mod client;
+
 /// The gRPC metadata key of an error's stable reason name (`unknown_topic`, `producer_expired`, ...). The code says
 /// what kind of failure it is; the reason says which rule, so a client can act on it without parsing the message.
 /// docs/broker.md lists every reason with its code.
@@ -82,6 +84,26 @@ pub enum BrokerError {
         topic: String,
         /// Alias (or id) of the cluster it mirrors.
         source_cluster: String,
+    },
+    /// A write to a fenced topic (a failover made it read-only so that what it holds is final).
+    #[error("topic \"{topic}\" is fenced at epoch {epoch} ({reason}); it is read-only, reads go on")]
+    TopicFenced {
+        /// Topic name.
+        topic: String,
+        /// The fence epoch.
+        epoch: u64,
+        /// Why: names the failover.
+        reason: String,
+    },
+    /// A job record written by compare-and-set on a version that is no longer its version.
+    #[error("job {job:?} is at version {current}, not {expected}: another run of it wrote first; read it again")]
+    JobConflict {
+        /// The job id.
+        job: String,
+        /// The version the writer read.
+        expected: u64,
+        /// The version it is at.
+        current: u64,
     },
     /// A mirror-only operation on a topic that is not a mirror topic.
     #[error("topic \"{topic}\" is not a mirror topic (created locally or promoted); {what} is refused")]
@@ -405,6 +427,8 @@ impl BrokerError {
             BrokerError::ShrinkPartitions { .. } => "partitions_only_grow",
             BrokerError::MirrorTopicReadOnly { .. } => "mirror_topic_read_only",
             BrokerError::NotAMirrorTopic { .. } => "not_a_mirror_topic",
+            BrokerError::TopicFenced { .. } => "topic_fenced",
+            BrokerError::JobConflict { .. } => "job_conflict",
             BrokerError::BatchTooLarge { .. } => "batch_too_large",
             BrokerError::CorruptBatch { .. } => "corrupt_batch",
             BrokerError::MalformedBatch { .. } => "malformed_batch",
@@ -446,6 +470,8 @@ impl BrokerError {
             BrokerError::ShrinkPartitions { .. }
             | BrokerError::MirrorTopicReadOnly { .. }
             | BrokerError::NotAMirrorTopic { .. }
+            | BrokerError::TopicFenced { .. }
+            | BrokerError::JobConflict { .. }
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
             | BrokerError::Group { .. }
@@ -465,57 +491,6 @@ impl BrokerError {
             | BrokerError::Io { .. }
             | BrokerError::DataDirInUse { .. }
             | BrokerError::Internal(_) => Code::Internal,
-        }
-    }
-}
-
-/// A storage error as a client may read it: what went wrong, without the broker's on-disk paths (the data
-/// directory's layout is the operator's business, and a path can name things a client should not learn).
-fn storage_without_paths(e: &StorageError) -> String {
-    match e {
-        StorageError::Io { source, .. } => format!("I/O error on a partition file: {source}"),
-        StorageError::OffsetOutOfRange { offset, log_start, log_end, .. } => {
-            format!("offset {offset} is out of range: the log holds [{log_start}, {log_end})")
-        }
-        StorageError::BatchTooLarge { offset, size, max, .. } => {
-            format!("batch of {size} bytes at offset {offset} exceeds max_batch_bytes ({max})")
-        }
-        StorageError::InvalidBatch { offset, source, .. } => format!("invalid batch at offset {offset}: {source}"),
-        StorageError::CorruptSegment { position, offset, source, .. } => format!(
-            "corrupt batch in a segment at byte {position}{}: {source}",
-            offset.map(|o| format!(" (batch offset {o})")).unwrap_or_default()
-        ),
-        StorageError::OffsetAppendRefused { offset, reason, .. } => {
-            format!("offset append refused at offset {offset}: {reason}")
-        }
-        StorageError::OffsetOverflow { offset, .. } => {
-            format!("offsets of a batch (or a log start) at {offset} would pass the largest offset, 2^63 - 2")
-        }
-        StorageError::BadFile { reason, .. } => format!("unexpected content in a partition file: {reason}"),
-        StorageError::Closed { .. } => "the partition's log is closed".into(),
-    }
-}
-
-impl BrokerError {
-    /// The message sent to clients: [`Display`](std::fmt::Display), except that storage and I/O errors leave out
-    /// the broker's on-disk paths (they are logged, with the paths, where the error is answered).
-    pub fn client_message(&self) -> String {
-        match self {
-            BrokerError::Storage { topic, partition, source } => {
-                tracing::warn!(topic, partition, error = %self, "storage error answered to a client");
-                format!(
-                    "storage error on {topic}/{partition}: {}; the broker's log names the file",
-                    storage_without_paths(source)
-                )
-            }
-            BrokerError::Io { source, .. } => {
-                tracing::warn!(error = %self, "I/O error answered to a client");
-                format!("I/O error on a broker metadata file: {source}; the broker's log names the file")
-            }
-            BrokerError::DataDirInUse { holder, .. } => {
-                format!("the data directory is in use by another broker ({holder})")
-            }
-            other => other.to_string(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod groups;
+pub mod jobs;
 pub mod metrics;
 pub mod node;
 pub mod readiness;

@@ -11,6 +11,10 @@ use ferry_proto::list_offsets_partition::Spec;
 use crate::connection::BrokerClient;
 use crate::error::{ClientError, Result};
 
+mod dr;
+
+pub use dr::{Job, TopicOutcome};
+
 pub use ferry_proto::{
     AppendWithOffsetsResponse, CommittedOffset, DescribeGroupResponse, EpochEndResponse, GroupSummary,
     MetadataResponse, MirrorSource, OffsetRange, PartitionInfo, TopicConfig, TopicInfo,
@@ -46,6 +50,11 @@ pub struct PartitionOffsets {
     /// How long ago, by the answering broker's clock, the log end reached its value (what a replicated
     /// partition's readers see: its high watermark); `None` when the broker does not say.
     pub log_end_age_ms: Option<u64>,
+    /// The fence in force at the answering leader, when the topic is fenced there.
+    pub fence_epoch: Option<u64>,
+    /// The end of the answering broker's own log (a replicated partition's `log_end_offset` is its high
+    /// watermark): with a fence in force and both equal, what the partition holds is final.
+    pub stored_end_offset: u64,
 }
 
 /// A topic and its partitions, as [`Admin::describe_topic`] returns them.
@@ -296,6 +305,8 @@ impl Admin {
                     log_start_offset: r.log_start_offset,
                     log_end_offset: r.log_end_offset,
                     log_end_age_ms: r.log_end_age_ms,
+                    fence_epoch: r.fence_epoch,
+                    stored_end_offset: r.stored_end_offset,
                 })
             })
             .collect())

@@ -13,6 +13,9 @@ use ferry_proto as pb;
 use crate::connection::{BrokerClient, Retry};
 use crate::error::Result;
 
+/// The broker's internal topic of job records (one partition).
+pub const JOBS_TOPIC: &str = "__ferry_jobs";
+
 macro_rules! unary {
     ($(#[$doc:meta])* $method:ident, $rpc:literal, $req:ty, $resp:ty, $retry:expr) => {
         $(#[$doc])*
@@ -199,6 +202,35 @@ impl BrokerClient {
         /// Describes a group: members, assignment, committed offsets.
         describe_group, "DescribeGroup", pb::DescribeGroupRequest, pb::DescribeGroupResponse, idempotent,
         at_coordinator);
+
+    unary!(
+        /// Fences topics, or lifts their fences (setting a state: repeating it changes nothing).
+        fence_topics, "FenceTopics", pb::FenceTopicsRequest, pb::FenceTopicsResponse, idempotent);
+    unary!(
+        /// Promotes topics as one cut (idempotent by protocol).
+        promote_topics, "PromoteTopics", pb::PromoteTopicsRequest, pb::PromoteTopicsResponse, idempotent);
+    unary!(
+        /// Marks a topic as a mirror topic (setting a state).
+        mark_mirror, "MarkMirror", pb::MarkMirrorRequest, pb::MarkMirrorResponse, idempotent);
+
+    /// Writes a job record, at the leader of the jobs topic; not repeated after an unknown outcome (a repeat
+    /// would be refused as a version conflict: the caller reads the job again).
+    pub async fn put_job(&self, request: pb::PutJobRequest) -> Result<pb::PutJobResponse> {
+        self.call_partition(JOBS_TOPIC, 0, "PutJob", Retry::Once, |conn| {
+            let (mut c, request) = (conn.raw(), request.clone());
+            async move { c.put_job(request).await }
+        })
+        .await
+    }
+
+    /// Reads a job record, at the leader of the jobs topic.
+    pub async fn get_job(&self, request: pb::GetJobRequest) -> Result<pb::GetJobResponse> {
+        self.call_partition(JOBS_TOPIC, 0, "GetJob", Retry::Idempotent, |conn| {
+            let (mut c, request) = (conn.raw(), request.clone());
+            async move { c.get_job(request).await }
+        })
+        .await
+    }
 
     /// Long-poll fetch. The timeout is the request timeout plus the request's `max_wait_ms`.
     pub async fn fetch(&self, request: pb::FetchRequest) -> Result<pb::FetchResponse> {

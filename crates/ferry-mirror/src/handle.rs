@@ -35,6 +35,8 @@ pub struct MirrorHandle {
     pub links: Links,
     /// Target reachability.
     pub target_health: Arc<TargetHealth>,
+    /// Failover jobs.
+    pub failover: Arc<crate::failover::Failover>,
 }
 
 impl MirrorHandle {

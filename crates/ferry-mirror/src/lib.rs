@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod config;
 pub mod egress;
 pub mod events;
+pub mod failover;
 pub mod fetch;
 pub mod group_sync;
 pub mod handle;

@@ -157,6 +157,7 @@ pub async fn run(
         metrics: metrics.clone(),
         links: Arc::clone(&links),
         target_health: Arc::clone(&target_health),
+        failover: Arc::new(crate::failover::Failover::default()),
     };
     // The monitor serves from here on, also while the target is down and while the pipeline drains; it stops last.
     let monitor_stop = root.child_token();
@@ -286,6 +287,20 @@ pub async fn run(
         metrics.clone(),
     );
     tasks.spawn(verifier.run(components.clone()));
+    handle.failover.ready(crate::failover::Deps {
+        mirror: config.name.clone(),
+        source_kind: config.source.kind,
+        target_kind: config.target.kind,
+        target: Arc::clone(&target),
+        egress: egress.clone(),
+        topics: topics_rx.clone(),
+        groups: (!config.groups.include.is_empty())
+            .then(|| GroupSync::new(groups_rx.clone(), topics_rx.clone(), Arc::clone(&target), egress.clone())),
+        shared: Arc::clone(&shared),
+        links: Arc::clone(&links),
+        events: events.clone(),
+        poll: Duration::from_millis(200),
+    });
     tasks.spawn(GroupSync::new(groups_rx, topics_rx, Arc::clone(&target), egress.clone()).run(components.clone()));
 
     tracing::info!(mirror = %config.name, source = %config.source.cluster, target = %config.target.cluster, "ferry-mirror running");

@@ -106,6 +106,17 @@ impl EpochState {
         self.current = self.latest().saturating_add(1);
     }
 
+    /// Makes the next local append's epoch at least `floor` and above every epoch in the history. Returns whether
+    /// anything changed.
+    pub fn raise_to(&mut self, floor: u32) -> bool {
+        let want = floor.max(self.last_history_epoch().map_or(0, |e| e.saturating_add(1)));
+        if self.current >= want {
+            return false;
+        }
+        self.current = want;
+        true
+    }
+
     fn encode(&self) -> String {
         let mut out = format!("{EPOCH_MAGIC}\ncurrent {}\n", self.current);
         for (epoch, start) in &self.history {

@@ -165,6 +165,18 @@ impl Log {
         Ok(epoch)
     }
 
+    /// Makes the epoch of the next local append at least `floor` and above every epoch in the history (a promoted
+    /// mirror topic's first write after its promotion), durably, unless it already is. Returns the epoch.
+    pub fn raise_epoch(&self, floor: u32) -> Result<u32> {
+        let _w = self.core.writer.lock();
+        let mut epochs = self.core.state.read().epochs.clone();
+        if epochs.raise_to(floor) {
+            epochs.store(&*self.core.fs, &self.core.dir)?;
+            self.core.state.write().epochs = epochs;
+        }
+        Ok(self.core.state.read().epochs.latest())
+    }
+
     /// `EpochEnd(epoch)`, or `None` when the history holds no epoch <= `epoch`. A log that never had a batch
     /// appended has an empty history and answers `None` for every epoch, even its current one.
     pub fn epoch_end(&self, epoch: u32) -> Option<EpochEnd> {

@@ -9,7 +9,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::common::GlobalOpts;
-use crate::{cluster, consume, demo, mirror, produce, topic};
+use crate::{cluster, consume, demo, dr, mirror, produce, topic};
 
 /// Ferry's operator CLI.
 #[derive(Parser)]
@@ -45,6 +45,10 @@ pub enum Command {
     /// A broker cluster's members and replicated partitions (leader, epoch, replicas, ISR, lag).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Fail over: fence the source topics, drain them to the target and promote it as one cut (a job in the mirror).
+    Failover(dr::failover::FailoverArgs),
+    /// Fail back: keep what the old primary wrote after the split, and make it a mirror of the new primary.
+    Failback(dr::failback::FailbackArgs),
 }
 
 impl Command {
@@ -57,6 +61,8 @@ impl Command {
             Command::Mirror(args) => mirror::run(args.command, args.format, global).await,
             Command::Demo(args) => demo::run(args, global).await,
             Command::Cluster(cmd) => cluster::run(cmd, global).await,
+            Command::Failover(args) => dr::failover::run(args, global).await,
+            Command::Failback(args) => dr::failback::run(args, global).await,
         }
     }
 }

@@ -7,6 +7,7 @@ mod cluster;
 mod common;
 mod consume;
 mod demo;
+mod dr;
 mod mirror;
 mod monitor;
 mod output;

@@ -316,6 +316,17 @@ pub fn status_text(s: &StatusDoc, addr: &str) -> String {
     out.push_str(&format!("Target:        {}\n", if s.target_down { "DOWN" } else { "reachable" }));
     let paused = if s.paused_topics.is_empty() { "none".to_owned() } else { s.paused_topics.join(", ") };
     out.push_str(&format!("Topics:        {} mirrored, paused: {paused}\n", s.totals.topics));
+    if let Some(f) = &s.failover {
+        let state = match (&f.error, f.running) {
+            (_, true) => "running".to_owned(),
+            (Some(e), false) => format!("stopped: {e}; run the failover command again to resume"),
+            (None, false) => "not running".to_owned(),
+        };
+        out.push_str(&format!(
+            "Failover:      {} at step {} ({} topics, fence epoch {}), {state}\n",
+            f.job, f.step, f.topics, f.fence_epoch
+        ));
+    }
     let states: Vec<String> =
         s.totals.partitions_by_state.iter().filter(|(_, n)| **n > 0).map(|(state, n)| format!("{n} {state}")).collect();
     let states = if states.is_empty() { String::new() } else { format!(" ({})", states.join(", ")) };

@@ -317,6 +317,7 @@ mod tests {
             created_ms: 5,
             replication: "raft3".into(),
             risk_phase: false,
+            ..Default::default()
         };
         let partitions = vec![PartitionInfo {
             partition: 0,

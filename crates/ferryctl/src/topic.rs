@@ -225,7 +225,11 @@ fn describe_text(topic: &TopicInfo, partitions: &[PartitionInfo]) -> String {
     out.push_str(&format!("Topic id:    {}\n", topic.topic_id));
     out.push_str(&format!("Partitions:  {}\n", topic.partitions));
     out.push_str(&format!("Config:      {}\n", config_text(topic.config.as_ref())));
-    out.push_str(&format!("Mirror of:   {}\n\n", mirror_text(topic)));
+    out.push_str(&format!("Mirror of:   {}\n", mirror_text(topic)));
+    if let Some(f) = &topic.fence {
+        out.push_str(&format!("Fenced:      at epoch {} ({}): read-only\n", f.epoch, f.reason));
+    }
+    out.push('\n');
     let mut table = Table::new(&["PARTITION", "LOG_START", "LOG_END", "EPOCH", "SIZE_BYTES", "SEGMENTS", "GAPS"]);
     for p in partitions {
         let gaps = if p.gaps.is_empty() {

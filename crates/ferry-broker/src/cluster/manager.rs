@@ -8,9 +8,8 @@
 //!   at its own leader epoch; the local ISR changes only once etcd accepted it;
 //! - the controller duty (see [`crate::cluster::controller`]).
 //!
-//! While etcd is unreachable nothing changes: leaders go on acknowledging with their current ISR, no ISR shrinks
-//! and no election happens. Once etcd answers again, the controller waits one lease TTL (the members re-register
-//! meanwhile) before it acts on missing brokers.
+//! While etcd is unreachable a leader acknowledges only within its lease or a failsafe grant (`cluster::serving`),
+//! and no ISR shrinks; once etcd answers, the controller waits one lease TTL before it acts on missing brokers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -38,6 +37,7 @@ use crate::node::registry::BrokerCore;
 use crate::node::replica::Role;
 use crate::node::topic::TopicMeta;
 
+mod failover;
 mod failsafe;
 mod operations;
 mod topics;

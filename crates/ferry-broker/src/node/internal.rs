@@ -24,7 +24,11 @@ pub struct InternalTopic {
 }
 
 /// Every internal state topic.
-pub const INTERNAL_TOPICS: &[InternalTopic] = &[];
+pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS];
+
+/// Job records (`crate::jobs`): a failover's durable state.
+pub const JOBS: InternalTopic =
+    InternalTopic { name: "__ferry_jobs", partitions: 1, segment_bytes: 4 << 20, retention_ms: 0 };
 
 impl InternalTopic {
     /// The partition that owns `key`'s state.
@@ -50,6 +54,8 @@ impl InternalTopic {
             mirror: None,
             promoted_ms: None,
             risk_phase: false,
+            fence: None,
+            promote_epoch: None,
         }
     }
 }

@@ -26,7 +26,10 @@ use crate::node::replica::Replica;
 /// from a producer not known here, taken as the producer's start.
 pub const SEQUENCE_GAP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+mod guard;
 mod replicated;
+
+pub use guard::WriteGuard;
 
 /// What decides, under a replicated partition's write lock, whether this broker may take a write: its leader epoch, or
 /// why not (the cluster's rules, `cluster::core::hw::may_write`, with the leader's authority). A single broker's
@@ -62,6 +65,8 @@ pub struct Partition {
     replica: Option<Arc<Replica>>,
     /// When the log end last moved by a write (a replicated partition's readers go by its HW's instead).
     appended: EndClock,
+    /// The topic's fence and promotion floor, checked under the write lock.
+    guard: parking_lot::RwLock<WriteGuard>,
 }
 
 impl Partition {
@@ -103,6 +108,7 @@ impl Partition {
             flush_behind: Arc::new(AtomicBool::new(false)),
             replica,
             appended: EndClock::default(),
+            guard: parking_lot::RwLock::new(WriteGuard::default()),
         })
     }
 
@@ -227,7 +233,9 @@ impl Partition {
         let gap_deadline = tokio::time::Instant::now() + SEQUENCE_GAP_WAIT;
         let (mut producers, verdicts, leader_epoch) = loop {
             let producers = self.writer.lock().await;
+            self.admit()?;
             let leader_epoch = self.writable_epoch(gate)?;
+            self.raise_to_floor()?;
             // Time retention and producer expiry follow batch timestamps: one far in the future would pin
             // segments forever and expire every producer id, so a produced one may be only so far ahead of this
             // clock.
@@ -357,7 +365,9 @@ impl Partition {
     ) -> Result<(OffsetAppendOutcome, u32)> {
         let verified = if batches.is_empty() { Vec::new() } else { self.verified_batches(&batches)? };
         let mut producers = self.writer.lock().await;
+        self.admit()?;
         let epoch = self.writable_epoch(gate)?;
+        self.raise_to_floor()?;
         let outcome = self.append_offsets_locked(&mut producers, &verified, batches, source_log_start).await?;
         if let Some(r) = &self.replica {
             r.nudge();

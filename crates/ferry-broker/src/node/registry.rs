@@ -5,6 +5,7 @@
 //! same name cannot interleave. Lookups take a short read lock on the registry map.
 
 mod data_dir;
+mod failover;
 mod replicas;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ use tokio::sync::watch;
 
 use self::data_dir::{lock_data_dir, resolve_cluster_id};
 use crate::error::{BrokerError, Result};
-use crate::node::partition::Partition;
+use crate::node::partition::{Partition, WriteGuard};
 use crate::node::producer_state;
 use crate::node::topic::Replication;
 use crate::node::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name};
@@ -255,7 +256,7 @@ impl BrokerCore {
                         arrivals.clone(),
                         replica_on,
                     )
-                    .map(Arc::new)
+                    .map(|p| Arc::new(p.with_guard(WriteGuard::of(meta))))
                 })
                 .collect()
         }
@@ -274,9 +275,11 @@ impl BrokerCore {
 
     /// Refuses growing the broker by `topics` topics and `partitions` partitions past its limits.
     fn check_limits(&self, name: &str, topics: u32, partitions: u32) -> Result<()> {
+        // Internal topics are the broker's own state, not the clients': they do not count.
         let (count, total) = {
             let map = self.topics.read();
-            (map.len() as u64, map.values().map(|t| u64::from(t.partition_count())).sum::<u64>())
+            let clients = map.iter().filter(|(n, _)| !n.starts_with(crate::node::topic::RESERVED_PREFIX));
+            clients.fold((0u64, 0u64), |(n, p), (_, t)| (n + 1, p + u64::from(t.partition_count())))
         };
         let limits = self.limits;
         if count + u64::from(topics) > u64::from(limits.max_topics) {
@@ -372,6 +375,8 @@ impl BrokerCore {
             promoted_ms: None,
             replication: Replication::Single,
             risk_phase: false,
+            fence: None,
+            promote_epoch: None,
         };
         let all: Vec<u32> = (0..partitions).collect();
         self.materialize(meta, all).await
@@ -516,8 +521,12 @@ impl BrokerCore {
         tokio::task::spawn_blocking(move || stored.store(&*fs, &dir))
             .await
             .map_err(|e| BrokerError::Internal(e.to_string()))??;
+        let guard = WriteGuard::of(&meta);
         for p in topic.partitions() {
             p.log().set_config(cfg.clone());
+            if p.guard() != guard {
+                p.set_guard(guard.clone()).await;
+            }
         }
         *topic.meta.write() = meta;
         Ok(())

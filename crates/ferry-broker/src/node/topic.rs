@@ -316,6 +316,27 @@ pub struct TopicMeta {
     /// double_write: writes go on with one replica while a lost one is replaced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub risk_phase: bool,
+    /// Set while the topic is fenced: read-only (see [`Fence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Fence>,
+    /// Set by a promotion: the partition epoch the first local write after it starts at, at least (above every
+    /// epoch in the mirrored history, one cut for every topic a failover promotes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote_epoch: Option<u32>,
+}
+
+/// A fence: the topic is read-only at `epoch`, so that what it holds is final (a failover drains it). Produce and
+/// the mirror's appends are refused naming the fence; reads go on. A fence only ever moves up: a stale job cannot
+/// replace a newer fence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fence {
+    /// The fence epoch (a failover's job epoch).
+    pub epoch: u64,
+    /// Why, naming the failover (shown in every refusal).
+    pub reason: String,
+    /// When it was set, ms since the epoch.
+    pub at_ms: i64,
 }
 
 impl TopicMeta {
@@ -355,6 +376,12 @@ impl TopicMeta {
             created_ms: self.created_ms,
             replication: self.replication.as_str().to_owned(),
             risk_phase: self.risk_phase,
+            fence: self.fence.as_ref().map(|f| pb::TopicFence {
+                epoch: f.epoch,
+                reason: f.reason.clone(),
+                at_ms: f.at_ms,
+            }),
+            promote_epoch: self.promote_epoch.unwrap_or(0),
         }
     }
 }
@@ -434,6 +461,8 @@ mod tests {
             promoted_ms: Some(7),
             replication: Replication::Single,
             risk_phase: false,
+            fence: Some(Fence { epoch: 9, reason: "failover f-1".into(), at_ms: 8 }),
+            promote_epoch: Some(4),
         };
         meta.store(&ferry_storage::fs::OsFs, dir.path()).unwrap();
         assert_eq!(TopicMeta::load(&ferry_storage::fs::OsFs, dir.path()).unwrap(), meta);

@@ -23,6 +23,7 @@ use crate::node::topic::refuse_reserved;
 use crate::rpc::auth::{Scopes, caller, require_member};
 use crate::state::StateLogs;
 
+mod failover;
 mod groups;
 mod topics;
 
@@ -46,6 +47,8 @@ pub struct BrokerService {
     coordinator_loads: Arc<tokio::sync::Mutex<()>>,
     /// The internal state topics' reader and writer (see `crate::state`).
     state: Arc<StateLogs>,
+    /// The job records this broker owns (see `crate::jobs`).
+    jobs: Arc<crate::state::Owners<crate::jobs::Jobs>>,
 }
 
 impl BrokerService {
@@ -71,6 +74,7 @@ impl BrokerService {
             decodes: Arc::new(Semaphore::new(decode_concurrency.max(1))),
             shutdown,
             state,
+            jobs: Arc::new(crate::state::Owners::new(&crate::jobs::JOBS_TOPIC)),
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -394,6 +398,8 @@ impl Broker for BrokerService {
                 leader: None,
                 leader_epoch: 0,
                 log_end_age_ms: None,
+                fence_epoch: None,
+                stored_end_offset: 0,
             };
             // A replicated partition is answered by its leader only, at the epoch the client names (KIP-320).
             let served = self.core.partition(&lo.topic, lo.partition).and_then(|p| {
@@ -411,6 +417,8 @@ impl Broker for BrokerService {
                     // A replicated partition's clients see its high watermark as its end.
                     r.log_end_offset = p.visible_end();
                     r.log_end_age_ms = p.end_age().map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX));
+                    r.fence_epoch = p.guard().fence.map(|f| f.epoch);
+                    r.stored_end_offset = p.log().log_end_offset();
                     match lo.spec {
                         Some(pb::list_offsets_partition::Spec::Earliest(_)) => r.offset = Some(r.log_start_offset),
                         Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),
@@ -511,5 +519,33 @@ impl Broker for BrokerService {
 
     async fn describe_group(&self, req: Request<pb::DescribeGroupRequest>) -> Rpc<pb::DescribeGroupResponse> {
         self.describe_group_rpc(req).await
+    }
+
+    async fn fence_topics(&self, req: Request<pb::FenceTopicsRequest>) -> Rpc<pb::FenceTopicsResponse> {
+        self.fence_topics_rpc(req).await
+    }
+
+    async fn promote_topics(&self, req: Request<pb::PromoteTopicsRequest>) -> Rpc<pb::PromoteTopicsResponse> {
+        self.promote_topics_rpc(req).await
+    }
+
+    async fn mark_mirror(&self, req: Request<pb::MarkMirrorRequest>) -> Rpc<pb::MarkMirrorResponse> {
+        self.mark_mirror_rpc(req).await
+    }
+
+    async fn put_job(&self, req: Request<pb::PutJobRequest>) -> Rpc<pb::PutJobResponse> {
+        caller(&req)?.allow("PutJob", Scopes::ADMIN.or(Scopes::MIRROR))?;
+        let req = req.into_inner();
+        let version = crate::jobs::put(&self.jobs, &self.state, &req.job_id, req.expected_version, &req.body).await?;
+        ok(pb::PutJobResponse { version })
+    }
+
+    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Rpc<pb::GetJobResponse> {
+        caller(&req)?.allow("GetJob", Scopes::ADMIN.or(Scopes::MIRROR))?;
+        let job = crate::jobs::get(&self.jobs, &self.state, &req.get_ref().job_id).await?;
+        ok(match job {
+            Some((version, body)) => pb::GetJobResponse { found: true, version, body },
+            None => pb::GetJobResponse::default(),
+        })
     }
 }

@@ -32,6 +32,8 @@ pub enum Details {
     Rpo(RpoFacts),
     /// Where a verified copy differs, and which side is at fault (`verify_mismatch`).
     Mismatch(MismatchFacts),
+    /// A failover's step (`failover_started`, `fenced`, `drained`, `promoted`).
+    Failover(FailoverFacts),
 }
 
 /// Facts of a topic event.
@@ -203,6 +205,25 @@ pub struct MismatchFacts {
     pub target_topic: String,
 }
 
+/// Facts of a failover step.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct FailoverFacts {
+    /// The job id.
+    pub job: String,
+    /// The fence epoch of the job.
+    pub epoch: u64,
+    /// How many topics the step covered.
+    pub topics: usize,
+    /// How many partitions it covered.
+    pub partitions: usize,
+    /// Records not on the target (a failover with the source unreachable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// The step's duration, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
+}
+
 impl Details {
     /// The facts as a JSON object (empty for none).
     pub fn to_map(&self) -> serde_json::Map<String, serde_json::Value> {
@@ -219,6 +240,7 @@ impl Details {
             Details::Gap(f) => serde_json::to_value(f),
             Details::Rpo(f) => serde_json::to_value(f),
             Details::Mismatch(f) => serde_json::to_value(f),
+            Details::Failover(f) => serde_json::to_value(f),
         };
         match value {
             Ok(serde_json::Value::Object(map)) => map,

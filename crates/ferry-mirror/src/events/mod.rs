@@ -52,11 +52,19 @@ pub enum EventKind {
     RpoAboveThreshold,
     /// The background verifier found a mirrored batch that differs from the source's, or fails its own CRC.
     VerifyMismatch,
+    /// A failover job started (after its pre-checks passed).
+    FailoverStarted,
+    /// A failover fenced its source topics: they are read-only.
+    Fenced,
+    /// The target holds everything the fenced source topics hold.
+    Drained,
+    /// The target topics were promoted as one cut: writable, no longer mirrored.
+    Promoted,
 }
 
 impl EventKind {
     /// All kinds, in declaration order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::AddTopic,
         EventKind::RemoveTopic,
         EventKind::ModifyPartitionNum,
@@ -72,6 +80,10 @@ impl EventKind {
         EventKind::DataLostBeforeMirroring,
         EventKind::RpoAboveThreshold,
         EventKind::VerifyMismatch,
+        EventKind::FailoverStarted,
+        EventKind::Fenced,
+        EventKind::Drained,
+        EventKind::Promoted,
     ];
 
     /// The snake_case name used in rules, webhooks, logs and metrics.
@@ -92,6 +104,10 @@ impl EventKind {
             EventKind::DataLostBeforeMirroring => "data_lost_before_mirroring",
             EventKind::RpoAboveThreshold => "rpo_above_threshold",
             EventKind::VerifyMismatch => "verify_mismatch",
+            EventKind::FailoverStarted => "failover_started",
+            EventKind::Fenced => "fenced",
+            EventKind::Drained => "drained",
+            EventKind::Promoted => "promoted",
         }
     }
 
@@ -108,13 +124,17 @@ impl EventKind {
             EventKind::SourceNetBeSwitched
             | EventKind::LagAboveThreshold
             | EventKind::PartitionStalled
-            | EventKind::RpoAboveThreshold => Severity::Warning,
+            | EventKind::RpoAboveThreshold
+            | EventKind::Fenced
+            | EventKind::Drained => Severity::Warning,
             EventKind::SourceNetNotAvailable
             | EventKind::TargetNetNotAvailable
             | EventKind::PartitionDiverged
             | EventKind::SyncError
             | EventKind::DataLostBeforeMirroring
-            | EventKind::VerifyMismatch => Severity::Critical,
+            | EventKind::VerifyMismatch
+            | EventKind::FailoverStarted
+            | EventKind::Promoted => Severity::Critical,
         }
     }
 
@@ -350,7 +370,11 @@ mod tests {
                 "sync_error",
                 "data_lost_before_mirroring",
                 "rpo_above_threshold",
-                "verify_mismatch"
+                "verify_mismatch",
+                "failover_started",
+                "fenced",
+                "drained",
+                "promoted"
             ]
         );
         for k in EventKind::ALL {

@@ -112,6 +112,7 @@ impl SourceCluster for KafkaSource {
                 created_ms: 0,
                 replication: "single".into(),
                 risk_phase: false,
+                ..Default::default()
             })
             .collect())
     }

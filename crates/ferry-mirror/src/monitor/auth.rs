@@ -157,6 +157,23 @@ impl AuditLog {
     }
 }
 
+#[async_trait::async_trait]
+impl crate::failover::Audit for AuditLog {
+    async fn record(&self, action: &'static str, job: &str, outcome: &str, detail: serde_json::Value) {
+        let record = AuditRecord {
+            timestamp: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            action,
+            method: "JOB".into(),
+            path: format!("/api/v1/failover#{job}"),
+            peer: "self".into(),
+            outcome: outcome.to_owned(),
+            status: 0,
+            detail,
+        };
+        AuditLog::record(self, &record).await;
+    }
+}
+
 /// The per-route state of [`guard`]: the app and the audited action name.
 #[derive(Clone)]
 pub struct Guarded {

@@ -115,6 +115,18 @@ pub enum ApiError {
         /// Why.
         reason: String,
     },
+    /// 409: a failover cannot go ahead (a failed pre-check, another job in the way).
+    #[error("{reason}")]
+    FailoverRefused {
+        /// Why.
+        reason: String,
+    },
+    /// 503: a side could not be reached, or the mirror is still starting; the same request may be sent again.
+    #[error("{reason}")]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
     /// 413: the request body is over the limit.
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge {
@@ -136,6 +148,8 @@ impl ApiError {
             ApiError::RouteUnhealthy { .. } => "route_unhealthy",
             ApiError::RouteWrongCluster { .. } => "route_wrong_cluster",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::FailoverRefused { .. } => "failover_refused",
+            ApiError::Unavailable { .. } => "unavailable",
         }
     }
 
@@ -150,6 +164,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RouteUnhealthy { .. } | ApiError::RouteWrongCluster { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::FailoverRefused { .. } => StatusCode::CONFLICT,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -169,6 +185,17 @@ impl ApiError {
             ApiError::PayloadTooLarge { limit }
         } else {
             ApiError::BadRequest { reason: format!("invalid JSON body: {}", rejection.body_text()) }
+        }
+    }
+}
+
+impl From<crate::failover::Refusal> for ApiError {
+    fn from(e: crate::failover::Refusal) -> Self {
+        use crate::failover::Refusal;
+        match e {
+            Refusal::Bad(reason) => ApiError::BadRequest { reason },
+            Refusal::Refused(reason) => ApiError::FailoverRefused { reason },
+            Refusal::Unavailable(reason) => ApiError::Unavailable { reason },
         }
     }
 }

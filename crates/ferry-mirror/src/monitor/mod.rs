@@ -14,6 +14,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod failover;
 pub mod handlers;
 pub mod process;
 pub mod tls;
@@ -81,6 +82,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/egress/unpin", mutating(&state, "egress.unpin", h::unpin))
         .route("/api/v1/topics/{topic}/pause", mutating(&state, "topic.pause", h::pause))
         .route("/api/v1/topics/{topic}/resume", mutating(&state, "topic.resume", h::resume))
+        .route("/api/v1/failover", mutating(&state, "failover", failover::start).get(failover::status))
         .fallback(h::not_found)
         // After every route: it applies to the method routers registered so far.
         .method_not_allowed_fallback(h::method_not_allowed)

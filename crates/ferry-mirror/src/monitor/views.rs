@@ -117,6 +117,26 @@ pub struct StatusView {
     pub totals: Totals,
     /// Paused source topics, sorted.
     pub paused_topics: Vec<String>,
+    /// The failover job this process last ran or read, if any.
+    pub failover: Option<FailoverSummary>,
+}
+
+/// A failover job in the status document (`GET /api/v1/failover` has the whole job).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct FailoverSummary {
+    /// The job id.
+    pub job: String,
+    /// The last step completed (`started`, `fenced`, `drained`, `groups_synced`, `promoted`, `done`).
+    pub step: String,
+    /// The source topics' fence epoch.
+    pub fence_epoch: u64,
+    /// Whether it runs in this process now.
+    pub running: bool,
+    /// The error its last run stopped at.
+    pub error: Option<String>,
+    /// Topics it covers.
+    pub topics: usize,
 }
 
 /// Builds the status document.
@@ -151,6 +171,14 @@ pub fn status(handle: &MirrorHandle) -> StatusView {
             rpo_max_seconds: views.iter().map(|v| v.rpo_seconds).fold(0.0, f64::max),
         },
         paused_topics: shared.paused.lock().iter().cloned().collect(),
+        failover: handle.failover.last().map(|j| FailoverSummary {
+            job: j.id.clone(),
+            step: j.step.name().to_owned(),
+            fence_epoch: j.epoch,
+            running: handle.failover.running(),
+            error: j.error.clone(),
+            topics: j.topics.len(),
+        }),
     }
 }
 

@@ -89,6 +89,7 @@ pub fn build_handle(source: &SourceConfig) -> MirrorHandle {
         metrics,
         links: Arc::new(dashmap::DashMap::new()),
         target_health: Arc::new(TargetHealth::default()),
+        failover: Default::default(),
     }
 }
 

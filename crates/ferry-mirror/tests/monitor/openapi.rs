@@ -91,7 +91,9 @@ impl OpenApi {
 
     fn validate(&self, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
         let s = self.resolve(schema);
-        if v.is_null() && s.get("nullable").and_then(Value::as_bool) == Some(true) {
+        // `nullable` beside a `$ref` makes the referenced schema nullable there.
+        let nullable = |x: &Value| x.get("nullable").and_then(Value::as_bool) == Some(true);
+        if v.is_null() && (nullable(schema) || nullable(s)) {
             return Ok(());
         }
         if let Some(allowed) = s.get("enum").and_then(Value::as_array)

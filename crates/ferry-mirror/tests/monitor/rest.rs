@@ -189,6 +189,8 @@ async fn openapi_documents_exactly_the_served_endpoints() {
         ("post", "/api/v1/egress/unpin"),
         ("post", "/api/v1/topics/{topic}/pause"),
         ("post", "/api/v1/topics/{topic}/resume"),
+        ("get", "/api/v1/failover"),
+        ("post", "/api/v1/failover"),
     ]
     .iter()
     .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
@@ -216,6 +218,8 @@ async fn openapi_documents_exactly_the_served_endpoints() {
         "method_not_allowed",
         "route_unhealthy",
         "payload_too_large",
+        "failover_refused",
+        "unavailable",
     ];
     for code in codes {
         API.check_component("Error", &json!({"code": code, "reason": "r"}));

@@ -63,6 +63,8 @@ impl Replication {
             mirror,
             promoted_ms: None,
             risk_phase,
+            fence: None,
+            promote_epoch: None,
         };
         if !catalog::create_topic(&mut etcd, name, &record, &states).await.map_err(unreachable)? {
             return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: String::new() });
@@ -208,7 +210,11 @@ impl Replication {
     /// Applies `edit` to the topic's record and writes it back by compare-and-swap, re-reading and retrying when
     /// another change won meanwhile; `edit` answers whether there is anything to write. This broker's replicas
     /// take the new record before it returns.
-    async fn change(&self, name: &str, mut edit: impl FnMut(&mut TopicMeta) -> Result<bool>) -> Result<TopicMeta> {
+    pub(super) async fn change(
+        &self,
+        name: &str,
+        mut edit: impl FnMut(&mut TopicMeta) -> Result<bool>,
+    ) -> Result<TopicMeta> {
         let mut etcd = self.etcd.clone();
         for _ in 0..ATTEMPTS {
             let snap = catalog::snapshot(&mut etcd).await.map_err(unreachable)?;
@@ -259,11 +265,12 @@ impl Replication {
         if topic.partition_count() < record.partitions {
             self.core.alter_partitions(name, record.partitions).await?;
         }
-        if self.core.apply_catalog(name, &record.settings, &record.mirror, record.promoted_ms).await? {
+        if self.core.apply_catalog(name, record).await? {
             tracing::info!(
                 topic = name,
                 mirror = record.mirror.is_some(),
                 promoted = record.promoted_ms.is_some(),
+                fenced = record.fence.as_ref().map(|f| f.epoch),
                 "this broker's replicas took the catalog's record"
             );
         }
@@ -296,7 +303,7 @@ impl Replication {
     }
 
     /// The protocol view of the topic `record` describes.
-    fn info(&self, name: &str, record: &TopicMeta) -> pb::TopicInfo {
+    pub(super) fn info(&self, name: &str, record: &TopicMeta) -> pb::TopicInfo {
         match self.core.topic(name) {
             Ok(t) if t.id() == record.topic_id => self.core.topic_info(&t),
             _ => record.clone().to_proto(self.core.defaults()),

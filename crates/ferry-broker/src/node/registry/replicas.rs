@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{BrokerCore, DELETED_PREFIX, Topic};
 use crate::error::{BrokerError, Result};
 use crate::node::partition::Partition;
-use crate::node::topic::{MirrorMark, TopicMeta, TopicSettings};
+use crate::node::topic::TopicMeta;
 
 impl BrokerCore {
     /// Creates this broker's topic `name` of the replicated topic `record` describes, with no replica opened yet,
@@ -76,24 +76,21 @@ impl BrokerCore {
         Ok(())
     }
 
-    /// Takes a replicated topic's config, mirror mark and promotion from its catalog record into the local
+    /// Takes a replicated topic's config, mirror mark, promotion and fence from its catalog `record` into the local
     /// metadata, when they differ. Returns whether anything changed.
-    pub async fn apply_catalog(
-        &self,
-        name: &str,
-        settings: &TopicSettings,
-        mirror: &Option<MirrorMark>,
-        promoted_ms: Option<i64>,
-    ) -> Result<bool> {
+    pub async fn apply_catalog(&self, name: &str, record: &TopicMeta) -> Result<bool> {
         let _admin = self.admin.lock().await;
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
-        if meta.settings == *settings && meta.mirror == *mirror && meta.promoted_ms == promoted_ms {
+        let before = meta.clone();
+        meta.settings = record.settings.clone();
+        meta.mirror = record.mirror.clone();
+        meta.promoted_ms = record.promoted_ms;
+        meta.fence = record.fence.clone();
+        meta.promote_epoch = record.promote_epoch;
+        if meta == before {
             return Ok(false);
         }
-        meta.settings = settings.clone();
-        meta.mirror = mirror.clone();
-        meta.promoted_ms = promoted_ms;
         self.replace_meta(&topic, meta).await?;
         Ok(true)
     }

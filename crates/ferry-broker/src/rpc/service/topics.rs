@@ -31,7 +31,7 @@ impl BrokerService {
     }
 
     /// The replication manager, when `name` is one of the cluster's replicated topics.
-    fn replicated(&self, name: &str) -> Option<&Arc<crate::cluster::manager::Replication>> {
+    pub(super) fn replicated(&self, name: &str) -> Option<&Arc<crate::cluster::manager::Replication>> {
         self.replication.as_ref().filter(|r| r.is_replicated(name))
     }
 

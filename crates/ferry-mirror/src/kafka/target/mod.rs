@@ -218,6 +218,7 @@ impl TargetCluster for KafkaTarget {
                 replication: "single".into(),
                 risk_phase: false,
                 name: t.name,
+                ..Default::default()
             });
         }
         Ok(out)
