@@ -17,6 +17,7 @@ mod common;
 mod support;
 
 mod api_errors;
+mod dr_cluster;
 mod dr_failback;
 mod dr_failover;
 mod failover;
