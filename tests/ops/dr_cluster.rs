@@ -32,6 +32,17 @@ async fn a_fenced_failover_from_a_raft3_cluster_under_load_loses_nothing() -> an
     let client = cluster_client(&cluster)?;
     let admin = Admin::new(client.clone());
     admin.create_replicated_topic(TOPIC, 2, "raft3").await?;
+    // Every member has taken the catalog's record (one it has not yet answers that the topic does not exist).
+    for addr in cluster.addrs() {
+        let member = BrokerClient::new(ClientConfig::new([addr]))?;
+        wait_until("every partition led and in sync at each member", deadline(&[ttl, IO_BUDGET]), async || {
+            let meta = member.metadata_for(vec![TOPIC.to_owned()]).await?;
+            anyhow::Ok(
+                meta.partitions.len() == 2 && meta.partitions.iter().all(|p| p.leader_id != 0 && p.isr.len() == 3),
+            )
+        })
+        .await?;
+    }
     let b = Dc::start("dc-b").await?;
     let slow = ProducerConfig { delivery_timeout: deadline(&[ttl, ttl, IO_BUDGET]), ..ProducerConfig::default() };
     let p = Producer::new(client.clone(), slow.clone()).await?;

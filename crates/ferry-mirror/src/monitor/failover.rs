@@ -39,8 +39,10 @@ pub async fn start(State(s): State<AppState>, body: Result<Json<Request>, JsonRe
 
 /// `GET /api/v1/failover`: `{"job": ..., "running": bool}`; `job` is null when none was ever recorded.
 pub async fn status(State(s): State<AppState>) -> Response {
+    // `running` first: a job is recorded before its run ends, so a run seen ended has recorded its last step.
+    let running = s.handle.failover.running();
     match s.handle.failover.status().await {
-        Ok(job) => Json(json!({"job": job, "running": s.handle.failover.running()})).into_response(),
+        Ok(job) => Json(json!({"job": job, "running": running})).into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
