@@ -171,6 +171,7 @@ pub async fn run(
     }
     let ready = Arc::new(crate::readiness::Readiness::default());
     let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
+    let txns_slot: Arc<std::sync::OnceLock<Arc<crate::txn::Transactions>>> = Arc::new(std::sync::OnceLock::new());
     let tasks = TaskTracker::new();
     if config.metrics.enabled {
         let at = config.metrics.listen;
@@ -186,7 +187,8 @@ pub async fn run(
             tracing::info!(addr = %local, "metrics listening on /metrics");
         }
         let sources =
-            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready));
+            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready))
+                .with_transactions(Arc::clone(&txns_slot));
         tasks.spawn(crate::metrics::serve(bound, sources, shutdown.clone()));
     }
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
@@ -258,8 +260,16 @@ pub async fn run(
             core.ensure_internal(t).await?;
         }
     }
-    service =
-        service.with_state(Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned())));
+    let state = Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned()));
+    let txns = Arc::new(crate::txn::Transactions::new(
+        Arc::clone(&state),
+        Arc::clone(&core),
+        replication_slot.get().cloned(),
+        crate::txn::Settings::of(&config.transactions, config.broker.max_batch_bytes.as_u64()),
+    ));
+    tasks.spawn(Arc::clone(&txns).run_checks(shutdown.clone()));
+    let _ = txns_slot.set(Arc::clone(&txns));
+    service = service.with_state(state).with_transactions(Arc::clone(&txns));
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)
