@@ -19,10 +19,12 @@ use serde::Deserialize;
 
 pub use self::cluster_section::ClusterSection;
 pub use self::groups_section::GroupsSection;
+pub use self::kafka_section::KafkaSection;
 pub use self::metrics_section::MetricsSection;
 
 mod cluster_section;
 mod groups_section;
+mod kafka_section;
 mod metrics_section;
 
 /// Environment variable holding the bearer token (alternative to `broker.token_file`).
@@ -46,6 +48,8 @@ pub struct BrokerConfig {
     pub cluster: ClusterSection,
     /// `[metrics]`: the Prometheus endpoint.
     pub metrics: MetricsSection,
+    /// `[kafka]`: the Kafka wire-protocol listener (off by default).
+    pub kafka: KafkaSection,
 }
 
 /// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.
@@ -474,6 +478,10 @@ impl BrokerConfig {
         self.limits.validate(p);
         self.auth.validate(p);
         self.cluster.validate(p);
+        self.kafka.validate(p);
+        if self.kafka.enabled() && self.cluster.enabled() {
+            p.push("kafka.listen", "the Kafka listener serves single brokers only; unset it on a cluster member");
+        }
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

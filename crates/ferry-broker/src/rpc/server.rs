@@ -67,6 +67,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The Kafka listener could not start.
+    #[error("kafka listener: {0}")]
+    Kafka(String),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -260,6 +263,23 @@ pub async fn run(
     }
     service =
         service.with_state(Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned())));
+    // The Kafka listener (`[kafka] listen`) answers through the same service.
+    let kafka = crate::kafka::start(
+        service.clone(),
+        &auth,
+        &config.kafka,
+        config.broker.max_batch_bytes.as_u64(),
+        &tasks,
+        shutdown.clone(),
+    );
+    if let Err(e) = kafka.await {
+        shutdown.cancel();
+        tasks.close();
+        let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
+        let closing = Arc::clone(&core);
+        let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+        return Err(ServerError::Kafka(e));
+    }
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)

@@ -1,0 +1,64 @@
+//! `[kafka]`: the Kafka wire-protocol listener (docs/kafka.md, "The Kafka listener"). Off unless `listen` is set.
+
+use std::net::SocketAddr;
+
+use bytesize::ByteSize;
+use ferry_config::Problems;
+use serde::Deserialize;
+
+/// `[kafka]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaSection {
+    /// Address the Kafka listener binds. Unset: no Kafka listener.
+    pub listen: Option<SocketAddr>,
+    /// `host:port` Kafka clients are told to connect to (Metadata, FindCoordinator). Default: the bound address.
+    pub advertised_address: Option<String>,
+    /// Whether a Metadata request may create a topic it names (when the client allows it too).
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic, and of CreateTopics asking for the default (-1).
+    pub default_partitions: u32,
+    /// Largest request frame accepted; a larger size prefix closes the connection before anything is read.
+    pub max_request_bytes: ByteSize,
+    /// Most Kafka connections open at once; one past it is closed at accept.
+    pub max_connections: usize,
+}
+
+impl Default for KafkaSection {
+    fn default() -> Self {
+        KafkaSection {
+            listen: None,
+            advertised_address: None,
+            auto_create_topics: false,
+            default_partitions: 1,
+            max_request_bytes: ByteSize::mib(8),
+            max_connections: 1024,
+        }
+    }
+}
+
+impl KafkaSection {
+    /// Whether the Kafka listener runs.
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some()
+    }
+
+    /// Every problem of `[kafka]`.
+    pub(super) fn validate(&self, p: &mut Problems) {
+        if !(1..=10_000).contains(&self.default_partitions) {
+            p.push("kafka.default_partitions", format!("{} is outside 1..10000", self.default_partitions));
+        }
+        let max = self.max_request_bytes.as_u64();
+        if !(1024..=1 << 30).contains(&max) {
+            p.push("kafka.max_request_bytes", format!("{} is outside 1KiB..1GiB", self.max_request_bytes));
+        }
+        if self.max_connections == 0 {
+            p.push("kafka.max_connections", "must be above 0");
+        }
+        if let Some(a) = &self.advertised_address
+            && a.rsplit_once(':').is_none_or(|(h, port)| h.is_empty() || port.parse::<u16>().is_err())
+        {
+            p.push("kafka.advertised_address", format!("{a:?} is not host:port"));
+        }
+    }
+}
