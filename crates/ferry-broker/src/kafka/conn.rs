@@ -10,11 +10,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{
-    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
-};
-use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +33,7 @@ pub enum Decoded {
         /// Its API.
         key: ApiKey,
         /// Its body.
-        body: RequestKind,
+        body: Box<RequestKind>,
     },
     /// ApiVersions at a version above the advertised ones: answered in the v0 layout with UNSUPPORTED_VERSION.
     UnsupportedApiVersions {
@@ -73,7 +71,7 @@ pub fn decode(frame: Bytes, versions: &Versions) -> Decoded {
         Ok::<_, String>((header, body))
     }));
     match decoded {
-        Ok(Ok((header, body))) => Decoded::Request { header, key, body },
+        Ok(Ok((header, body))) => Decoded::Request { header, key, body: Box::new(body) },
         Ok(Err(e)) => Decoded::Close(format!("a malformed {key:?} v{version} request: {e}")),
         Err(_) => Decoded::Close(format!("a malformed {key:?} v{version} request (the decoder gave up)")),
     }
@@ -133,7 +131,7 @@ pub async fn run(kafka: Arc<Kafka>, stream: TcpStream, peer: SocketAddr, shutdow
             }
             Decoded::Request { header, key, body } => {
                 let version = header.request_api_version;
-                match super::handlers::handle(&kafka, &header, body).await {
+                match super::handlers::handle(&kafka, &header, *body).await {
                     Some(resp) => encode(header.correlation_id, key, version, &resp).map(Some),
                     None => Ok(None),
                 }

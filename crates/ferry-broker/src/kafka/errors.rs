@@ -83,8 +83,16 @@ mod tests {
             (BrokerError::UnknownTopic { topic: "t".into() }, About::Topic, 3),
             (BrokerError::TopicExists { topic: "t".into(), topic_id: "id".into() }, About::Cluster, 36),
             (BrokerError::MirrorTopicReadOnly { topic: "t".into(), source_cluster: "dc-a".into() }, About::Topic, 42),
-            (BrokerError::NotLeader { topic: "t".into(), partition: 0, leader: 2, address: "a".into(), epoch: 3 }, About::Topic, 6),
-            (BrokerError::NotCoordinator { group: "g".into(), leader: 2, address: "a".into(), epoch: 1 }, About::Group, 16),
+            (
+                BrokerError::NotLeader { topic: "t".into(), partition: 0, leader: 2, address: "a".into(), epoch: 3 },
+                About::Topic,
+                6,
+            ),
+            (
+                BrokerError::NotCoordinator { group: "g".into(), leader: 2, address: "a".into(), epoch: 1 },
+                About::Group,
+                16,
+            ),
             (BrokerError::Internal("x".into()), About::Topic, -1),
         ];
         for (err, about, want) in cases {

@@ -77,7 +77,11 @@ impl<'a> Reader<'a> {
     }
 
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], RecordsError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| corrupt("a length runs past the end"))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| corrupt("a length runs past the end"))?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -133,7 +137,10 @@ fn inflate(code: u16, section: &[u8], limit: usize) -> Result<Vec<u8>, RecordsEr
     let bounded = |mut r: Box<dyn Read + '_>| -> Result<Vec<u8>, RecordsError> {
         let mut out = Vec::new();
         let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-        r.as_mut().take(cap).read_to_end(&mut out).map_err(|e| RecordsError::Corrupt(format!("cannot decompress: {e}")))?;
+        r.as_mut()
+            .take(cap)
+            .read_to_end(&mut out)
+            .map_err(|e| RecordsError::Corrupt(format!("cannot decompress: {e}")))?;
         if out.len() > limit {
             return Err(RecordsError::TooLarge(limit));
         }
@@ -281,7 +288,8 @@ fn put_nullable(out: &mut BytesMut, v: Option<&[u8]>) {
 pub fn to_kafka(stored: &[u8], leader_epoch: i32, limit: usize, out: &mut BytesMut) -> Result<(), RecordsError> {
     for batch in ferry_batch::BatchIter::new(stored) {
         let (header, bytes) = batch.map_err(|e| RecordsError::Corrupt(e.to_string()))?;
-        let records = ferry_batch::decode_records_bounded(bytes, limit).map_err(|e| RecordsError::Corrupt(e.to_string()))?;
+        let records =
+            ferry_batch::decode_records_bounded(bytes, limit).map_err(|e| RecordsError::Corrupt(e.to_string()))?;
         let start = out.len();
         out.put_slice(&bytes[..HEADER_LEN]);
         out[start + 12..start + 16].copy_from_slice(&leader_epoch.to_be_bytes());

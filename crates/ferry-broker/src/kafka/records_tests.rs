@@ -6,7 +6,8 @@ use super::*;
 fn ferry_batch(compression: Compression) -> Bytes {
     let producer = ProducerInfo { producer_id: 42, producer_epoch: 3, base_sequence: 7 };
     let mut b = BatchBuilder::new(compression, producer);
-    let h = |k: &str, v: Option<&str>| Header { key: k.to_owned(), value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())) };
+    let h =
+        |k: &str, v: Option<&str>| Header { key: k.to_owned(), value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())) };
     b.push(0, 1_700_000_000_000, Some(b"k0"), Some(b"v0"), &[h("a", Some("1")), h("a", None)]);
     b.push(1, 1_700_000_000_005, None, Some(b"v1"), &[]);
     b.push(2, 1_699_999_999_000, Some(b"k2"), None, &[h("z", Some(""))]);
@@ -57,7 +58,7 @@ fn hostile_batches_are_refused_with_a_reason() {
     assert!(matches!(to_ferry(&count, 1 << 20), Err(RecordsError::Corrupt(_))));
     // Every truncation and every single-byte change either converts or is refused; none panics.
     for cut in 0..good.len() {
-        let _ = split_kafka(&good[..cut]).map(|bs| bs.iter().map(|b| to_ferry(b, 1 << 20).is_ok()).count());
+        let _ = split_kafka(&good[..cut]).map(|bs| bs.iter().filter(|b| to_ferry(b, 1 << 20).is_ok()).count());
     }
     for at in 0..good.len() {
         let mut b = good.to_vec();
@@ -66,6 +67,6 @@ fn hostile_batches_are_refused_with_a_reason() {
         if b.len() > 21 {
             b[17..21].copy_from_slice(&crc.to_be_bytes());
         }
-        let _ = split_kafka(&b).map(|bs| bs.iter().map(|b| to_ferry(b, 1 << 20).is_ok()).count());
+        let _ = split_kafka(&b).map(|bs| bs.iter().filter(|b| to_ferry(b, 1 << 20).is_ok()).count());
     }
 }

@@ -103,7 +103,13 @@ mod tests {
             let key = key_named(&e.name).unwrap();
             let kafka = key.valid_versions();
             assert!(e.min <= kafka.min, "{}: floor {} is above Kafka 4.x's {}", e.name, e.min, kafka.min);
-            assert!(e.max <= kafka.max, "{}: {} is above the newest version Kafka defines ({})", e.name, e.max, kafka.max);
+            assert!(
+                e.max <= kafka.max,
+                "{}: {} is above the newest version Kafka defines ({})",
+                e.name,
+                e.max,
+                kafka.max
+            );
         }
     }
 

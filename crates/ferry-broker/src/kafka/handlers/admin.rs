@@ -24,11 +24,14 @@ fn topic_config(t: &CreatableTopic) -> Result<pb::TopicConfig, String> {
         let name = kv.name.as_str();
         let Some(value) = kv.value.as_ref() else { continue };
         let n: i64 = value.parse().map_err(|_| format!("{name}: {:?} is not a number", value.as_str()))?;
-        let unlimited = |n: i64| if n == -1 { Ok(0) } else { u64::try_from(n).map_err(|_| format!("{name}: {n} is negative")) };
+        let unlimited =
+            |n: i64| if n == -1 { Ok(0) } else { u64::try_from(n).map_err(|_| format!("{name}: {n} is negative")) };
         match name {
             "retention.ms" => c.retention_ms = Some(unlimited(n)?),
             "retention.bytes" => c.retention_bytes = Some(unlimited(n)?),
-            "segment.bytes" => c.segment_bytes = Some(u64::try_from(n).map_err(|_| format!("{name}: {n} is negative"))?),
+            "segment.bytes" => {
+                c.segment_bytes = Some(u64::try_from(n).map_err(|_| format!("{name}: {n} is negative"))?)
+            }
             "segment.ms" => c.segment_ms = Some(u64::try_from(n).map_err(|_| format!("{name}: {n} is negative"))?),
             other => {
                 return Err(format!(
@@ -58,7 +61,8 @@ pub async fn create_topics(k: &Kafka, req: CreateTopicsRequest) -> CreateTopicsR
         tr.name = t.name.clone();
         tr.num_partitions = -1;
         tr.replication_factor = -1;
-        let partitions = if t.num_partitions == -1 { Ok(k.cfg.default_partitions) } else { u32::try_from(t.num_partitions) };
+        let partitions =
+            if t.num_partitions == -1 { Ok(k.cfg.default_partitions) } else { u32::try_from(t.num_partitions) };
         let checked = match (partitions, replication(t.replication_factor), topic_config(&t)) {
             (Err(_), _, _) | (Ok(0), _, _) => Err((E::InvalidPartitions, format!("{} partitions", t.num_partitions))),
             (_, None, _) => Err((

@@ -71,12 +71,8 @@ async fn produce_one(k: &Kafka, name: &str, index: i32, records: Option<Bytes>) 
     if let Err(e) = converted {
         return fail(r, records_code(&e), e.to_string());
     }
-    let req = pb::ProduceRequest {
-        topic: name.to_owned(),
-        partition: Some(partition),
-        key: None,
-        batches: batches.freeze(),
-    };
+    let req =
+        pb::ProduceRequest { topic: name.to_owned(), partition: Some(partition), key: None, batches: batches.freeze() };
     match k.svc.produce(k.rpc(req)).await {
         Ok(p) => {
             r.base_offset = p.into_inner().base_offset as i64;

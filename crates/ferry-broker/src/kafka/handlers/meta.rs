@@ -113,11 +113,8 @@ pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> Metadata
             r.topics.push(unknown(&name, E::UnknownTopicOrPartition.code()));
             continue;
         }
-        let create = pb::CreateTopicRequest {
-            name: name.clone(),
-            partitions: k.cfg.default_partitions,
-            ..Default::default()
-        };
+        let create =
+            pb::CreateTopicRequest { name: name.clone(), partitions: k.cfg.default_partitions, ..Default::default() };
         match k.svc.create_topic(k.rpc(create)).await {
             Ok(c) => match c.into_inner().topic {
                 Some(info) => {
