@@ -14,7 +14,6 @@ pub mod error;
 pub mod events;
 pub mod groups;
 pub mod jobs;
-pub mod kafka;
 pub mod metrics;
 pub mod node;
 pub mod readiness;

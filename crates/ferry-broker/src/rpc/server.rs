@@ -264,7 +264,7 @@ pub async fn run(
     service =
         service.with_state(Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned())));
     // The Kafka listener (`[kafka] listen`) answers through the same service.
-    let kafka = crate::kafka::start(
+    let kafka = crate::rpc::kafka::start(
         service.clone(),
         &auth,
         &config.kafka,

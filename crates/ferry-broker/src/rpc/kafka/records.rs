@@ -321,5 +321,4 @@ pub fn to_kafka(stored: &[u8], leader_epoch: i32, limit: usize, out: &mut BytesM
 }
 
 #[cfg(test)]
-#[path = "records_tests.rs"]
 mod tests;

@@ -6,30 +6,10 @@ pub mod data;
 pub mod groups;
 pub mod meta;
 
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::Kafka;
-
-/// Every API a handler answers: the ledger may advertise only these (`versions` tests hold it to that).
-pub const HANDLED: &[ApiKey] = &[
-    ApiKey::ApiVersions,
-    ApiKey::Metadata,
-    ApiKey::Produce,
-    ApiKey::Fetch,
-    ApiKey::ListOffsets,
-    ApiKey::FindCoordinator,
-    ApiKey::JoinGroup,
-    ApiKey::SyncGroup,
-    ApiKey::Heartbeat,
-    ApiKey::LeaveGroup,
-    ApiKey::OffsetCommit,
-    ApiKey::OffsetFetch,
-    ApiKey::CreateTopics,
-    ApiKey::DeleteTopics,
-    ApiKey::CreatePartitions,
-    ApiKey::InitProducerId,
-];
 
 /// The answer to one decoded request; `None` when none is sent (Produce with acks = 0).
 pub async fn handle(k: &Kafka, header: &RequestHeader, body: RequestKind) -> Option<ResponseKind> {
@@ -53,7 +33,7 @@ pub async fn handle(k: &Kafka, header: &RequestHeader, body: RequestKind) -> Opt
         RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(admin::delete_topics(k, r).await),
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(admin::create_partitions(k, r).await),
         other => {
-            // The ledger advertises only HANDLED APIs and the decoder refuses the rest: not reached.
+            // The ledger advertises only `versions::HANDLED` APIs and the decoder refuses the rest: not reached.
             tracing::error!(request = ?std::mem::discriminant(&other), "kafka: an advertised API without a handler");
             return None;
         }

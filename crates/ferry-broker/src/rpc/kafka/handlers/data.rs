@@ -13,9 +13,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{s, topic};
-use crate::kafka::Kafka;
-use crate::kafka::errors::{About, code, message};
-use crate::kafka::records::{self, RecordsError};
+use crate::rpc::kafka::Kafka;
+use crate::rpc::kafka::errors::{About, code, message};
+use crate::rpc::kafka::records::{self, RecordsError};
 
 /// The Kafka code of a refused produced batch.
 fn records_code(e: &RecordsError) -> i16 {

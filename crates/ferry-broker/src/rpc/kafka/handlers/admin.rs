@@ -13,8 +13,8 @@ use kafka_protocol::messages::{
 };
 
 use super::s;
-use crate::kafka::Kafka;
-use crate::kafka::errors::{About, code, message};
+use crate::rpc::kafka::Kafka;
+use crate::rpc::kafka::errors::{About, code, message};
 
 /// A Kafka topic config as Ferry's: the retention and segment settings Ferry has. Kafka's -1 ("unlimited")
 /// is Ferry's 0.

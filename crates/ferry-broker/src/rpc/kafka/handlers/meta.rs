@@ -14,9 +14,9 @@ use kafka_protocol::messages::{
 };
 
 use super::{s, topic};
-use crate::kafka::Kafka;
-use crate::kafka::errors::{About, code};
-use crate::kafka::versions::Versions;
+use crate::rpc::kafka::Kafka;
+use crate::rpc::kafka::errors::{About, code};
+use crate::rpc::kafka::versions::Versions;
 
 /// This broker's node id in Kafka answers: a single broker is node 0.
 pub const NODE: i32 = 0;
@@ -124,7 +124,7 @@ pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> Metadata
                 None => r.topics.push(unknown(&name, E::LeaderNotAvailable.code())),
             },
             // Created meanwhile by another client: the next Metadata finds it.
-            Err(e) if crate::kafka::errors::reason(&e) == "topic_exists" => {
+            Err(e) if crate::rpc::kafka::errors::reason(&e) == "topic_exists" => {
                 r.topics.push(unknown(&name, E::LeaderNotAvailable.code()))
             }
             Err(e) => r.topics.push(unknown(&name, code(&e, About::Cluster))),

@@ -17,9 +17,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::{s, topic};
-use crate::kafka::Kafka;
-use crate::kafka::core::group::{self, codes};
-use crate::kafka::errors::{About, code};
+use crate::rpc::kafka::Kafka;
+use crate::rpc::kafka::core::group::{self, codes};
+use crate::rpc::kafka::errors::{About, code};
 
 /// The topics a consumer protocol subscription names.
 fn subscribed(metadata: &Bytes) -> Option<Vec<String>> {
@@ -202,7 +202,7 @@ pub async fn commit(k: &Kafka, req: OffsetCommitRequest) -> OffsetCommitResponse
             let call = pb::CommitOffsetsRequest { group, member_id: member, generation, offsets };
             match k.svc.commit_offsets(k.rpc(call)).await {
                 Ok(_) => codes::NONE,
-                Err(e) if crate::kafka::errors::reason(&e) == "group_has_members" => codes::UNKNOWN_MEMBER_ID,
+                Err(e) if crate::rpc::kafka::errors::reason(&e) == "group_has_members" => codes::UNKNOWN_MEMBER_ID,
                 Err(e) => code(&e, About::Group),
             }
         }
