@@ -112,6 +112,8 @@ pub struct Started {
     pub addr: SocketAddr,
     /// The cluster id.
     pub cluster_id: String,
+    /// The bound Kafka listener address (`[kafka] listen`), when it runs.
+    pub kafka_addr: Option<SocketAddr>,
 }
 
 /// Runs the broker until `shutdown` is cancelled, then shuts down cleanly. `on_started` is told the bound address
@@ -272,14 +274,17 @@ pub async fn run(
         &tasks,
         shutdown.clone(),
     );
-    if let Err(e) = kafka.await {
-        shutdown.cancel();
-        tasks.close();
-        let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
-        let closing = Arc::clone(&core);
-        let _ = tokio::task::spawn_blocking(move || closing.close()).await;
-        return Err(ServerError::Kafka(e));
-    }
+    let kafka_addr = match kafka.await {
+        Ok(a) => a,
+        Err(e) => {
+            shutdown.cancel();
+            tasks.close();
+            let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
+            let closing = Arc::clone(&core);
+            let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+            return Err(ServerError::Kafka(e));
+        }
+    };
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)
@@ -327,7 +332,7 @@ pub async fn run(
         std::fs::write(path, addr.to_string())
             .map_err(|source| ServerError::AddrFile { path: path.clone(), source })?;
     }
-    on_started(Started { addr, cluster_id: core.cluster_id().to_owned() });
+    on_started(Started { addr, cluster_id: core.cluster_id().to_owned(), kafka_addr });
     ready.ready();
 
     let stop = shutdown.clone();
