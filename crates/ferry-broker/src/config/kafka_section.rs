@@ -62,3 +62,27 @@ impl KafkaSection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::BrokerConfig;
+
+    #[test]
+    fn bad_kafka_settings_are_named() {
+        let bad = "[kafka]\nlisten = \"127.0.0.1:9092\"\ndefault_partitions = 0\nmax_request_bytes = \"10B\"\n\
+                   max_connections = 0\nadvertised_address = \"nohost\"\n";
+        let err = BrokerConfig::from_toml(bad, false).unwrap_err().to_string();
+        for key in
+            ["kafka.default_partitions", "kafka.max_request_bytes", "kafka.max_connections", "kafka.advertised_address"]
+        {
+            assert!(err.contains(key), "{key} in {err}");
+        }
+        let on_cluster =
+            "[kafka]\nlisten = \"127.0.0.1:9092\"\n[cluster]\netcd = [\"http://127.0.0.1:2379\"]\nbroker_id = 1\n";
+        let err = BrokerConfig::from_toml(on_cluster, false).unwrap_err().to_string();
+        assert!(err.contains("kafka.listen: the Kafka listener serves single brokers only"), "{err}");
+        let ok =
+            BrokerConfig::from_toml("[kafka]\nlisten = \"127.0.0.1:0\"\nauto_create_topics = true\n", false).unwrap();
+        assert!(ok.kafka.enabled() && ok.kafka.auto_create_topics);
+    }
+}
