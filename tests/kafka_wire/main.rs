@@ -11,3 +11,4 @@ mod support;
 mod bad_input;
 mod clients;
 mod kcat;
+mod mirror;

@@ -58,6 +58,11 @@ impl Wire {
     }
 }
 
+/// Every record of a partition of any broker, read through gRPC.
+pub async fn read_all(client: &BrokerClient, topic: &str, partition: u32) -> anyhow::Result<Vec<Record>> {
+    Ok(read::read_partition(client, topic, partition, None).await?.records)
+}
+
 /// `client.py`.
 pub fn driver() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_wire/client.py")
