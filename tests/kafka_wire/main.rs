@@ -11,4 +11,5 @@ mod support;
 mod bad_input;
 mod clients;
 mod kcat;
+mod kill9;
 mod mirror;
