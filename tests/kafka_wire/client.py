@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drives a stock Kafka client against a Kafka-protocol broker for the kafka_wire tests.
+"""Drives a stock Kafka client (client.js: the same for kafkajs) against a Kafka-protocol broker for the kafka_wire tests.
 
 usage: client.py LIB BOOTSTRAP COMMAND ARGS...
   LIB: confluent (confluent-kafka, librdkafka) or kafkapython (kafka-python)
@@ -9,7 +9,7 @@ usage: client.py LIB BOOTSTRAP COMMAND ARGS...
   consume TOPIC GROUP COUNT               consumes COUNT records in GROUP, committing each; then leaves
   admin TOPIC                             creates TOPIC (3 partitions), grows it to 5, lists it, deletes it
 Prints one JSON object a line: {"rec": ...}, {"assigned": [...]}, {"acked": n}, {"admin": ...}, {"error": ...}.
-Record i of TAG: key TAG-k(i%7), value TAG-v<i>-x*(i%13), headers seq=i, tag=TAG, seq=again-i, timestamp
+Record i of TAG: key TAG-k(i%7), value TAG-v<i>-x*(i%13), headers seq=i, seq=again-i, tag=TAG, timestamp
 1750000000000+i.
 """
 import json
@@ -24,7 +24,7 @@ def out(obj):
 
 
 def record(tag, i):
-    headers = [("seq", str(i).encode()), ("tag", tag.encode()), ("seq", f"again-{i}".encode())]
+    headers = [("seq", str(i).encode()), ("seq", f"again-{i}".encode()), ("tag", tag.encode())]
     return f"{tag}-k{i % 7}".encode(), f"{tag}-v{i}-{'x' * (i % 13)}".encode(), headers, 1750000000000 + i
 
 

@@ -1,4 +1,4 @@
-//! confluent-kafka and kafka-python, each through the whole scenario: admin, idempotent produce read back through
+//! confluent-kafka, kafka-python and kafkajs, each through the whole scenario: admin, idempotent produce read back through
 //! gRPC, a group of two that rebalances when one leaves, commit-restart-resume, and offsets and records crossing
 //! between the Kafka listener and the gRPC API both ways.
 
@@ -44,8 +44,13 @@ async fn scenario(lib: &str) -> anyhow::Result<()> {
     // The commits (with their metadata) are the Ferry group's, read through gRPC.
     let mut committed = w.admin.fetch_committed_offsets("resume", &[]).await?;
     committed.sort_by_key(|c| c.partition);
-    // confluent-kafka hands librdkafka the metadata string with its terminating NUL, which is what it commits.
-    let metadata = if lib == "confluent" { "m49\0" } else { "m49" };
+    // confluent-kafka hands librdkafka the metadata string with its terminating NUL, which is what it commits;
+    // kafkajs commits no metadata.
+    let metadata = match lib {
+        "confluent" => "m49\0",
+        "kafkajs" => "",
+        _ => "m49",
+    };
     let want: Vec<CommittedOffset> = (0..PARTS)
         .map(|p| CommittedOffset { topic: "orders".into(), partition: p, offset: 50, metadata: metadata.into() })
         .collect();
@@ -125,4 +130,9 @@ async fn confluent_kafka_produces_consumes_in_a_group_and_administers() -> anyho
 #[tokio::test]
 async fn kafka_python_produces_consumes_in_a_group_and_administers() -> anyhow::Result<()> {
     scenario("kafkapython").await
+}
+
+#[tokio::test]
+async fn kafkajs_produces_consumes_in_a_group_and_administers() -> anyhow::Result<()> {
+    scenario("kafkajs").await
 }

@@ -63,28 +63,32 @@ pub async fn read_all(client: &BrokerClient, topic: &str, partition: u32) -> any
     Ok(read::read_partition(client, topic, partition, None).await?.records)
 }
 
-/// `client.py`.
-pub fn driver() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_wire/client.py")
+/// The driver of `lib`: `client.js` under node for kafkajs (installed by scripts/test.sh under target/npm),
+/// `client.py` under python3 for the others.
+pub fn driver(lib: &str) -> tokio::process::Command {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_wire");
+    if lib == "kafkajs" {
+        let mut c = tokio::process::Command::new("node");
+        c.arg(dir.join("client.js")).env("NODE_PATH", ferry_testkit::workspace_root().join("target/npm/node_modules"));
+        c
+    } else {
+        let mut c = tokio::process::Command::new("python3");
+        c.arg(dir.join("client.py"));
+        c
+    }
 }
 
 /// Runs `client.py LIB BOOTSTRAP ARGS...` to its end; its JSON lines. Fails on a non-zero exit or an
 /// `{"error": ...}` line.
 pub async fn run_client(lib: &str, bootstrap: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
-    let run = tokio::process::Command::new("python3")
-        .arg(driver())
-        .arg(lib)
-        .arg(bootstrap)
-        .args(args)
-        .kill_on_drop(true)
-        .output();
+    let run = driver(lib).arg(lib).arg(bootstrap).args(args).kill_on_drop(true).output();
     let out = tokio::time::timeout(step_deadline(), run)
         .await
-        .with_context(|| format!("client.py {lib} {args:?} did not finish"))??;
+        .with_context(|| format!("client {lib} {args:?} did not finish"))??;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    ensure!(out.status.success(), "client.py {lib} {args:?} failed ({}): {stderr}", out.status);
+    ensure!(out.status.success(), "client {lib} {args:?} failed ({}): {stderr}", out.status);
     let lines = parse(&String::from_utf8_lossy(&out.stdout))?;
-    ensure!(!lines.iter().any(|l| l.get("error").is_some()), "client.py {lib} {args:?} reported errors: {lines:?}");
+    ensure!(!lines.iter().any(|l| l.get("error").is_some()), "client {lib} {args:?} reported errors: {lines:?}");
     Ok(lines)
 }
 
@@ -105,8 +109,7 @@ impl Member {
     pub fn start(lib: &str, bootstrap: &str, topic: &str, group: &str) -> anyhow::Result<Member> {
         let dir = tempfile::tempdir()?;
         let stop = dir.path().join("stop");
-        let mut child = tokio::process::Command::new("python3")
-            .arg(driver())
+        let mut child = driver(lib)
             .args([lib, bootstrap, "member", topic, group])
             .arg(&stop)
             .stdout(Stdio::piped())
@@ -211,8 +214,8 @@ pub fn expected(tag: &str, partitions: u32, i: u64) -> Rec {
         value: Some(format!("{tag}-v{i}-{}", "x".repeat((i % 13) as usize))),
         headers: vec![
             ("seq".into(), Some(i.to_string())),
-            ("tag".into(), Some(tag.to_owned())),
             ("seq".into(), Some(format!("again-{i}"))),
+            ("tag".into(), Some(tag.to_owned())),
         ],
         timestamp: 1_750_000_000_000 + i as i64,
     }
