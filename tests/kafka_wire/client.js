@@ -96,11 +96,24 @@ async function admin(topic) {
   await a.disconnect();
 }
 
+async function inspect(topic, group) {
+  const a = kafka.admin();
+  await a.connect();
+  const res = { listed: (await a.listGroups()).groups.some((g) => g.groupId === group) };
+  res.state = (await a.describeGroups([group])).groups[0].state.toLowerCase();
+  const d = await a.describeConfigs({ resources: [{ type: 2, name: topic, configNames: ['retention.ms'] }],
+    includeSynonyms: false });
+  res.before = d.resources[0].configEntries.find((e) => e.configName === 'retention.ms').configValue;
+  out({ inspect: res });
+  await a.disconnect();
+}
+
 (async () => {
   if (cmd === 'produce') await produce(args[0], Number(args[1]), args[2], Number(args[3]), Number(args[4]));
   else if (cmd === 'member') await consume(args[0], args[1], args[2], true);
   else if (cmd === 'consume') await consume(args[0], args[1], Number(args[2]), false);
   else if (cmd === 'admin') await admin(args[0]);
+  else if (cmd === 'inspect') await inspect(args[0], args[1]);
   else throw new Error(`unknown command ${cmd}`);
   process.exit(0);
 })().catch((e) => { out({ error: String((e && e.stack) || e) }); process.exit(1); });

@@ -8,6 +8,8 @@ usage: client.py LIB BOOTSTRAP COMMAND ARGS...
                                           the next, until STOPFILE exists; then leaves the group
   consume TOPIC GROUP COUNT               consumes COUNT records in GROUP, committing each; then leaves
   admin TOPIC                             creates TOPIC (3 partitions), grows it to 5, lists it, deletes it
+  inspect TOPIC GROUP                     lists and describes groups, describes TOPIC's retention.ms (and, with
+                                          confluent, sets it to 3600000 and describes it again)
 Prints one JSON object a line: {"rec": ...}, {"assigned": [...]}, {"acked": n}, {"admin": ...}, {"error": ...}.
 Record i of TAG: key TAG-k(i%7), value TAG-v<i>-x*(i%13), headers seq=i, seq=again-i, tag=TAG, timestamp
 1750000000000+i.
@@ -100,6 +102,22 @@ class Confluent:
         out({"deleted": topic})
 
 
+    def inspect(self, topic, group):
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+        a = AdminClient({"bootstrap.servers": self.b})
+        res = {"listed": group in [g.group_id for g in a.list_consumer_groups().result(30).valid]}
+        res["state"] = a.describe_consumer_groups([group])[group].result(30).state.name.lower()
+        r = ConfigResource(ResourceType.TOPIC, topic)
+        describe = lambda: [f.result(30) for f in a.describe_configs([r]).values()][0]["retention.ms"].value
+        res["before"] = describe()
+        change = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        for f in a.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, topic,
+                                                             incremental_configs=[change])]).values():
+            f.result(30)
+        res["after"] = describe()
+        out({"inspect": res})
+
+
 class KafkaPython:
     def __init__(self, bootstrap):
         import kafka
@@ -170,6 +188,20 @@ class KafkaPython:
         a.close()
 
 
+def kp_inspect(self, topic, group):
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    a = KafkaAdminClient(bootstrap_servers=self.b)
+    res = {"listed": group in [g["group_id"] for g in a.list_groups()]}
+    res["state"] = a.describe_groups([group])[group]["group_state"].lower()
+    configs = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    res["before"] = configs["topic"][topic]["retention.ms"]["value"]
+    a.close()
+    out({"inspect": res})
+
+
+KafkaPython.inspect = kp_inspect
+
+
 def main():
     lib, bootstrap, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     c = {"confluent": Confluent, "kafkapython": KafkaPython}[lib](bootstrap)
@@ -188,6 +220,8 @@ def main():
         out({"closed": n})
     elif cmd == "admin":
         c.admin(args[0])
+    elif cmd == "inspect":
+        c.inspect(args[0], args[1])
     else:
         raise SystemExit(f"unknown command {cmd}")
 

@@ -56,6 +56,16 @@ async fn scenario(lib: &str) -> anyhow::Result<()> {
         .collect();
     assert_eq!(committed, want);
 
+    // Groups listed and described, topic settings described (and with confluent-kafka altered incrementally).
+    let inspected = run_client(lib, &b, &["inspect", "orders", "resume"]).await?;
+    let mut want = json!({"listed": true, "state": "empty", "before": "-1"});
+    if lib == "confluent" {
+        want["after"] = json!("3600000");
+    }
+    assert_eq!(inspected[0]["inspect"], want);
+    let retention = w.admin.describe_topic("orders").await?.topic.config.and_then(|c| c.retention_ms);
+    assert_eq!(retention, Some(if lib == "confluent" { 3_600_000 } else { 0 }), "the setting as gRPC reads it");
+
     // A group of two: both get partitions; when one leaves the other takes them all, resuming at the commits.
     w.admin.create_topic("grp", PARTS, TopicConfig::default(), None).await?;
     let m1 = Member::start(lib, &b, "grp", "pair")?;

@@ -25,6 +25,10 @@ pub const HANDLED: &[ApiKey] = &[
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
     ApiKey::InitProducerId,
+    ApiKey::ListGroups,
+    ApiKey::DescribeGroups,
+    ApiKey::DescribeConfigs,
+    ApiKey::IncrementalAlterConfigs,
 ];
 
 /// The ledger's text.

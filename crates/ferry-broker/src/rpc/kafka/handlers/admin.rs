@@ -16,28 +16,33 @@ use super::s;
 use crate::rpc::kafka::Kafka;
 use crate::rpc::kafka::errors::{About, code, message};
 
-/// A Kafka topic config as Ferry's: the retention and segment settings Ferry has. Kafka's -1 ("unlimited")
-/// is Ferry's 0.
+/// Sets one Kafka topic config on a Ferry topic config: the retention and segment settings Ferry has. Kafka's -1
+/// ("unlimited") is Ferry's 0 for the retentions.
+pub fn set_config(c: &mut pb::TopicConfig, name: &str, value: &str) -> Result<(), String> {
+    let n: i64 = value.parse().map_err(|_| format!("{name}: {value:?} is not a number"))?;
+    let unlimited =
+        |n: i64| if n == -1 { Ok(0) } else { u64::try_from(n).map_err(|_| format!("{name}: {n} is negative")) };
+    let plain = |n: i64| u64::try_from(n).map_err(|_| format!("{name}: {n} is negative"));
+    match name {
+        "retention.ms" => c.retention_ms = Some(unlimited(n)?),
+        "retention.bytes" => c.retention_bytes = Some(unlimited(n)?),
+        "segment.bytes" => c.segment_bytes = Some(plain(n)?),
+        "segment.ms" => c.segment_ms = Some(plain(n)?),
+        other => {
+            return Err(format!(
+                "config {other:?} is not one Ferry has (retention.ms, retention.bytes, segment.bytes, segment.ms)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A CreateTopics topic's configs as Ferry's.
 fn topic_config(t: &CreatableTopic) -> Result<pb::TopicConfig, String> {
     let mut c = pb::TopicConfig::default();
     for kv in &t.configs {
-        let name = kv.name.as_str();
-        let Some(value) = kv.value.as_ref() else { continue };
-        let n: i64 = value.parse().map_err(|_| format!("{name}: {:?} is not a number", value.as_str()))?;
-        let unlimited =
-            |n: i64| if n == -1 { Ok(0) } else { u64::try_from(n).map_err(|_| format!("{name}: {n} is negative")) };
-        match name {
-            "retention.ms" => c.retention_ms = Some(unlimited(n)?),
-            "retention.bytes" => c.retention_bytes = Some(unlimited(n)?),
-            "segment.bytes" => {
-                c.segment_bytes = Some(u64::try_from(n).map_err(|_| format!("{name}: {n} is negative"))?)
-            }
-            "segment.ms" => c.segment_ms = Some(u64::try_from(n).map_err(|_| format!("{name}: {n} is negative"))?),
-            other => {
-                return Err(format!(
-                    "config {other:?} is not one Ferry has (retention.ms, retention.bytes, segment.bytes, segment.ms)"
-                ));
-            }
+        if let Some(value) = kv.value.as_ref() {
+            set_config(&mut c, kv.name.as_str(), value.as_str())?;
         }
     }
     Ok(c)

@@ -87,7 +87,7 @@ async fn view(k: &Kafka, group: &str, member: &str) -> Result<pb::HeartbeatRespo
 }
 
 /// A consumer protocol assignment (version 0) of `partitions`.
-fn assignment(partitions: &[pb::TopicPartition]) -> Bytes {
+pub fn assignment(partitions: &[pb::TopicPartition]) -> Bytes {
     let mut a = ConsumerProtocolAssignment::default();
     for p in partitions {
         match a.assigned_partitions.iter_mut().find(|t| t.topic.0.as_str() == p.topic) {

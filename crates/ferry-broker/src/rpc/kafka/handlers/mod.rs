@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod data;
 pub mod groups;
+pub mod inspect;
 pub mod meta;
 
 use kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind, TopicName};
@@ -32,6 +33,12 @@ pub async fn handle(k: &Kafka, header: &RequestHeader, body: RequestKind) -> Opt
         RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(admin::create_topics(k, r).await),
         RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(admin::delete_topics(k, r).await),
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(admin::create_partitions(k, r).await),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(inspect::list_groups(k, r).await),
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(inspect::describe_groups(k, r).await),
+        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(inspect::describe_configs(k, r).await),
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(inspect::incremental_alter_configs(k, r).await)
+        }
         other => {
             // The ledger advertises only `versions::HANDLED` APIs and the decoder refuses the rest: not reached.
             tracing::error!(request = ?std::mem::discriminant(&other), "kafka: an advertised API without a handler");
