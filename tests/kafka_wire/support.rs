@@ -78,18 +78,23 @@ pub fn driver(lib: &str) -> tokio::process::Command {
     }
 }
 
-/// Runs `client.py LIB BOOTSTRAP ARGS...` to its end; its JSON lines. Fails on a non-zero exit or an
+/// Runs the driver of `lib` with `BOOTSTRAP ARGS...` to its end; its JSON lines. Fails on a non-zero exit or an
 /// `{"error": ...}` line.
 pub async fn run_client(lib: &str, bootstrap: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let lines = run_client_lines(lib, bootstrap, args).await?;
+    ensure!(!lines.iter().any(|l| l.get("error").is_some()), "client {lib} {args:?} reported errors: {lines:?}");
+    Ok(lines)
+}
+
+/// As [`run_client`], but its error lines are returned with the others.
+pub async fn run_client_lines(lib: &str, bootstrap: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
     let run = driver(lib).arg(lib).arg(bootstrap).args(args).kill_on_drop(true).output();
     let out = tokio::time::timeout(step_deadline(), run)
         .await
         .with_context(|| format!("client {lib} {args:?} did not finish"))??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), "client {lib} {args:?} failed ({}): {stderr}", out.status);
-    let lines = parse(&String::from_utf8_lossy(&out.stdout))?;
-    ensure!(!lines.iter().any(|l| l.get("error").is_some()), "client {lib} {args:?} reported errors: {lines:?}");
-    Ok(lines)
+    parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn parse(text: &str) -> anyhow::Result<Vec<Value>> {
