@@ -36,6 +36,11 @@ def rec(partition, offset, key, value, headers, ts):
                     "h": [[k, v.decode() if v is not None else None] for k, v in (headers or [])], "ts": ts}}
 
 
+def extra():
+    """Settings every confluent-kafka client also gets (KAFKA_CLIENT_CONFIG, JSON): security, timeouts."""
+    return json.loads(os.environ.get("KAFKA_CLIENT_CONFIG", "{}"))
+
+
 class Confluent:
     def __init__(self, bootstrap):
         import confluent_kafka
@@ -44,7 +49,7 @@ class Confluent:
 
     def produce(self, topic, parts, tag, lo, hi):
         p = self.ck.Producer({"bootstrap.servers": self.b, "enable.idempotence": True, "acks": "all",
-                              "linger.ms": 5})
+                              "linger.ms": 5, **extra()})
         acked = []
         def cb(err, m):
             if err is None:
@@ -61,7 +66,7 @@ class Confluent:
     def consumer(self, topic, group):
         c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": group, "auto.offset.reset": "earliest",
                               "enable.auto.commit": False, "session.timeout.ms": 6000,
-                              "heartbeat.interval.ms": 300, "client.id": f"ck-{os.getpid()}"})
+                              "heartbeat.interval.ms": 300, "client.id": f"ck-{os.getpid()}", **extra()})
         def on_assign(cons, parts):
             out({"assigned": sorted(tp.partition for tp in parts)})
         c.subscribe([topic], on_assign=on_assign)

@@ -13,3 +13,4 @@ mod clients;
 mod kcat;
 mod kill9;
 mod mirror;
+mod sasl;

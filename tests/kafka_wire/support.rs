@@ -37,18 +37,26 @@ pub struct Wire {
 impl Wire {
     /// Starts a broker whose Kafka listener auto-creates topics.
     pub async fn start() -> anyhow::Result<Wire> {
+        Wire::start_with("", None).await
+    }
+
+    /// Starts a broker with `extra` config (`[kafka]` keys first, then other sections); the gRPC client presents
+    /// `token`.
+    pub async fn start_with(extra: &str, token: Option<&str>) -> anyhow::Result<Wire> {
         ferry_testkit::init_tracing();
         let port = ferry_testkit::reserve_port()?;
         let kafka = format!("127.0.0.1:{port}");
         let broker = BrokerProcess::builder()
-            .config(format!("[kafka]\nlisten = \"{kafka}\"\nauto_create_topics = true\n"))
+            .config(format!("[kafka]\nlisten = \"{kafka}\"\nauto_create_topics = true\n{extra}"))
             .start()
             .await?;
         ferry_testkit::wait_until("the Kafka listener to accept", step_deadline(), async || {
             Ok::<_, anyhow::Error>(tokio::net::TcpStream::connect(&kafka).await.is_ok())
         })
         .await?;
-        let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
+        let mut config = ClientConfig::new([broker.addr().to_string()]);
+        config.token = token.map(str::to_owned);
+        let client = BrokerClient::new(config)?;
         Ok(Wire { admin: Admin::new(client.clone()), client, broker, kafka })
     }
 
@@ -88,7 +96,16 @@ pub async fn run_client(lib: &str, bootstrap: &str, args: &[&str]) -> anyhow::Re
 
 /// As [`run_client`], but its error lines are returned with the others.
 pub async fn run_client_lines(lib: &str, bootstrap: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
-    let run = driver(lib).arg(lib).arg(bootstrap).args(args).kill_on_drop(true).output();
+    run_client_with(lib, bootstrap, args, &Value::Null).await
+}
+
+/// As [`run_client_lines`], with `config` (a JSON object) added to every confluent-kafka client's settings.
+pub async fn run_client_with(lib: &str, bootstrap: &str, args: &[&str], config: &Value) -> anyhow::Result<Vec<Value>> {
+    let mut cmd = driver(lib);
+    if !config.is_null() {
+        cmd.env("KAFKA_CLIENT_CONFIG", config.to_string());
+    }
+    let run = cmd.arg(lib).arg(bootstrap).args(args).kill_on_drop(true).output();
     let out = tokio::time::timeout(step_deadline(), run)
         .await
         .with_context(|| format!("client {lib} {args:?} did not finish"))??;

@@ -1,10 +1,13 @@
 //! `[kafka]`: the Kafka wire-protocol listener (docs/kafka.md, "The Kafka listener"). Off unless `listen` is set.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytesize::ByteSize;
-use ferry_config::Problems;
+use ferry_config::{Problems, de};
 use serde::Deserialize;
+
+use super::TlsSection;
 
 /// `[kafka]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -22,6 +25,14 @@ pub struct KafkaSection {
     pub max_request_bytes: ByteSize,
     /// Most Kafka connections open at once; one past it is closed at accept.
     pub max_connections: usize,
+    /// Require SASL/PLAIN before any request but ApiVersions and the SASL ones: the password is one of the
+    /// broker's tokens, and the token's scopes apply to every request. Required on a broker with tokens.
+    pub sasl: bool,
+    /// How long a connection may take to authenticate (TLS and SASL) before it is closed.
+    #[serde(deserialize_with = "de::duration")]
+    pub auth_timeout: Duration,
+    /// TLS for the Kafka listener (rustls). Unset: plaintext.
+    pub tls: Option<TlsSection>,
 }
 
 impl Default for KafkaSection {
@@ -33,6 +44,9 @@ impl Default for KafkaSection {
             default_partitions: 1,
             max_request_bytes: ByteSize::mib(8),
             max_connections: 1024,
+            sasl: false,
+            auth_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -54,6 +68,12 @@ impl KafkaSection {
         }
         if self.max_connections == 0 {
             p.push("kafka.max_connections", "must be above 0");
+        }
+        if self.auth_timeout.is_zero() {
+            p.push("kafka.auth_timeout", "must be above 0");
+        }
+        if self.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()) {
+            p.push("kafka.tls.client_ca_file", "client certificates are not supported on the Kafka listener");
         }
         if let Some(a) = &self.advertised_address
             && a.rsplit_once(':').is_none_or(|(h, port)| h.is_empty() || port.parse::<u16>().is_err())
@@ -81,6 +101,10 @@ mod tests {
             "[kafka]\nlisten = \"127.0.0.1:9092\"\n[cluster]\netcd = [\"http://127.0.0.1:2379\"]\nbroker_id = 1\n";
         let err = BrokerConfig::from_toml(on_cluster, false).unwrap_err().to_string();
         assert!(err.contains("kafka.listen: the Kafka listener serves single brokers only"), "{err}");
+        let client_certs = "[kafka]\nlisten = \"127.0.0.1:9092\"\nauth_timeout = \"0s\"\n\
+                            [kafka.tls]\ncert_file = \"c\"\nkey_file = \"k\"\nclient_ca_file = \"ca\"\n";
+        let err = BrokerConfig::from_toml(client_certs, false).unwrap_err().to_string();
+        assert!(err.contains("kafka.auth_timeout") && err.contains("kafka.tls.client_ca_file"), "{err}");
         let ok =
             BrokerConfig::from_toml("[kafka]\nlisten = \"127.0.0.1:0\"\nauto_create_topics = true\n", false).unwrap();
         assert!(ok.kafka.enabled() && ok.kafka.auto_create_topics);

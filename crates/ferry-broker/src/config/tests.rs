@@ -133,6 +133,8 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "kafka.default_partitions",
             "kafka.max_request_bytes",
             "kafka.max_connections",
+            "kafka.sasl",
+            "kafka.auth_timeout",
         ],
         "every optional key with a default is documented so, once"
     );

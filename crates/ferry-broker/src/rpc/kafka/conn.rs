@@ -11,14 +11,18 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::Kafka;
+use super::core::sasl::{Auth, codes as sasl_codes, plain_password};
 use super::versions::Versions;
+use super::{GRANT, Kafka};
+use crate::rpc::auth::Grant;
 
 /// Bytes of the fixed part of every request header: API key, version, correlation id.
 const FIXED_HEADER: usize = 8;
@@ -97,30 +101,130 @@ pub fn unsupported_api_versions(correlation_id: i32, versions: &Versions) -> Res
     encode(correlation_id, ApiKey::ApiVersions, 0, &ResponseKind::ApiVersions(r))
 }
 
-/// Serves one connection until the peer closes it, it sends what cannot be answered, or `shutdown`.
+/// Serves one connection until the peer closes it, it sends what cannot be answered, or `shutdown`: through TLS
+/// when `[kafka.tls]` is set (the handshake within `kafka.auth_timeout`).
 pub async fn run(kafka: Arc<Kafka>, stream: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
-    let (mut rd, mut wr) = stream.into_split();
-    let max = kafka.cfg.max_request_bytes.as_u64();
-    loop {
-        let size = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = rd.read_i32() => match r {
-                Ok(n) => n,
-                Err(_) => return,
-            },
-        };
+    match kafka.tls.clone() {
+        None => serve(kafka, stream, peer, shutdown).await,
+        Some(acceptor) => match tokio::time::timeout(kafka.cfg.auth_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => serve(kafka, tls, peer, shutdown).await,
+            Ok(Err(e)) => tracing::warn!(%peer, error = %e, "kafka: TLS handshake failed; connection closed"),
+            Err(_) => tracing::warn!(%peer, "kafka: no TLS handshake within kafka.auth_timeout; connection closed"),
+        },
+    }
+}
+
+/// What the connection does after answering a SASL request.
+enum After {
+    Continue,
+    Close(&'static str),
+}
+
+/// Answers a SaslHandshake or SaslAuthenticate (or a bare v0 token), moving the connection's authentication on.
+fn sasl(
+    kafka: &Kafka,
+    auth: &mut Auth,
+    grant: &mut Option<Arc<Grant>>,
+    body: RequestKind,
+    version: i16,
+) -> (ResponseKind, After) {
+    match body {
+        RequestKind::SaslHandshake(r) => {
+            let (code, next) = auth.handshake(version, r.mechanism.as_str(), kafka.cfg.sasl);
+            *auth = next;
+            let mut resp = SaslHandshakeResponse::default();
+            resp.error_code = code;
+            if kafka.cfg.sasl {
+                resp.mechanisms = vec![StrBytes::from_static_str("PLAIN")];
+            }
+            (ResponseKind::SaslHandshake(resp), After::Continue)
+        }
+        RequestKind::SaslAuthenticate(r) => {
+            let mut resp = SaslAuthenticateResponse::default();
+            let found = plain_password(&r.auth_bytes).and_then(|p| kafka.authz.grant_for(p));
+            match found {
+                Some(g) if *auth == Auth::Authenticate => {
+                    *grant = Some(g);
+                    *auth = Auth::Done;
+                    (ResponseKind::SaslAuthenticate(resp), After::Continue)
+                }
+                Some(_) => {
+                    resp.error_code = sasl_codes::ILLEGAL_SASL_STATE;
+                    (ResponseKind::SaslAuthenticate(resp), After::Close("SaslAuthenticate out of order"))
+                }
+                None => {
+                    resp.error_code = sasl_codes::SASL_AUTHENTICATION_FAILED;
+                    resp.error_message = Some(StrBytes::from_static_str("authentication failed"));
+                    (ResponseKind::SaslAuthenticate(resp), After::Close("SASL/PLAIN authentication failed"))
+                }
+            }
+        }
+        _ => (ResponseKind::ApiVersions(Default::default()), After::Close("not a SASL request")),
+    }
+}
+
+/// Reads one size-prefixed frame: `None` when the connection is done (closed, shutdown, past the deadline, or a
+/// size out of bounds).
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    max: u64,
+    peer: SocketAddr,
+    deadline: Option<tokio::time::Instant>,
+    shutdown: &CancellationToken,
+) -> Option<Vec<u8>> {
+    let read = async {
+        let size = rd.read_i32().await.ok()?;
         if size < FIXED_HEADER as i32 || size as u64 > max {
             tracing::warn!(%peer, size, max, "kafka: a request size outside 8..=kafka.max_request_bytes; connection closed");
-            return;
+            return None;
         }
         let mut frame = vec![0u8; size as usize];
-        let read = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = rd.read_exact(&mut frame) => r,
-        };
-        if read.is_err() {
-            return;
+        rd.read_exact(&mut frame).await.ok()?;
+        Some(frame)
+    };
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(365 * 24 * 3600);
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        _ = tokio::time::sleep_until(deadline.unwrap_or(far)) => {
+            tracing::warn!(%peer, "kafka: not authenticated within kafka.auth_timeout; connection closed");
+            None
         }
+        f = read => f,
+    }
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    kafka: Arc<Kafka>,
+    stream: S,
+    peer: SocketAddr,
+    shutdown: CancellationToken,
+) {
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let max = kafka.cfg.max_request_bytes.as_u64();
+    let mut auth = Auth::start(kafka.cfg.sasl);
+    let mut grant = kafka.open.clone();
+    let deadline = tokio::time::Instant::now() + kafka.cfg.auth_timeout;
+    loop {
+        let until = (auth != Auth::Done).then_some(deadline);
+        let Some(frame) = read_frame(&mut rd, max, peer, until, &shutdown).await else { return };
+        if auth == Auth::RawToken {
+            // A v0 handshake's bare token: an empty frame answers success; a failure closes.
+            match plain_password(&frame).and_then(|p| kafka.authz.grant_for(p)) {
+                Some(g) => {
+                    grant = Some(g);
+                    auth = Auth::Done;
+                    if wr.write_all(&0i32.to_be_bytes()).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                None => {
+                    tracing::warn!(%peer, "kafka: SASL/PLAIN authentication failed; connection closed");
+                    return;
+                }
+            }
+        }
+        let mut close = None;
         let answer = match decode(Bytes::from(frame), &kafka.versions) {
             Decoded::Close(why) => {
                 tracing::warn!(%peer, "kafka: {why}; connection closed");
@@ -129,9 +233,25 @@ pub async fn run(kafka: Arc<Kafka>, stream: TcpStream, peer: SocketAddr, shutdow
             Decoded::UnsupportedApiVersions { correlation_id } => {
                 unsupported_api_versions(correlation_id, &kafka.versions).map(Some)
             }
+            Decoded::Request { key, .. } if !auth.may_serve(key) => {
+                tracing::warn!(%peer, request = ?key, "kafka: a request before SASL authentication; connection closed");
+                return;
+            }
             Decoded::Request { header, key, body } => {
                 let version = header.request_api_version;
-                match super::handlers::handle(&kafka, &header, *body).await {
+                let resp = if matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+                    let (resp, after) = sasl(&kafka, &mut auth, &mut grant, *body, version);
+                    if let After::Close(why) = after {
+                        close = Some(why);
+                    }
+                    Some(resp)
+                } else {
+                    match grant.clone() {
+                        Some(g) => GRANT.scope(g, super::handlers::handle(&kafka, &header, *body)).await,
+                        None => super::handlers::handle(&kafka, &header, *body).await,
+                    }
+                };
+                match resp {
                     Some(resp) => encode(header.correlation_id, key, version, &resp).map(Some),
                     None => Ok(None),
                 }
@@ -148,6 +268,11 @@ pub async fn run(kafka: Arc<Kafka>, stream: TcpStream, peer: SocketAddr, shutdow
                 tracing::error!(%peer, error = %e, "kafka: a response could not be encoded; connection closed");
                 return;
             }
+        }
+        if let Some(why) = close {
+            tracing::warn!(%peer, "kafka: {why}; connection closed");
+            let _ = wr.flush().await;
+            return;
         }
     }
 }

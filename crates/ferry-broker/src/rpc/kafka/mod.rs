@@ -12,6 +12,7 @@ pub mod core;
 pub mod errors;
 mod handlers;
 pub mod records;
+mod tls;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -32,23 +33,37 @@ pub enum KafkaError {
     /// The compiled-in ledger is broken (a build that passed its tests cannot have this).
     #[error("the Kafka compatibility ledger is invalid: {0}")]
     Ledger(String),
-    /// Tokens are configured, and the Kafka listener cannot authenticate its clients.
+    /// Tokens are configured, but the Kafka listener would let clients in without one.
     #[error(
-        "the broker has tokens, and the Kafka listener has no authentication yet: unset kafka.listen, or run the \
-         broker without tokens"
+        "the broker has tokens, so the Kafka listener must authenticate its clients: set kafka.sasl = true \
+         (SASL/PLAIN, a token as the password), with kafka.tls"
     )]
-    NeedsAuth,
+    NeedsSasl,
+    /// SASL without tokens to check passwords against.
+    #[error("kafka.sasl = true needs tokens ([[auth.tokens]] or broker.token_file) to check passwords against")]
+    SaslWithoutTokens,
+    /// The TLS files could not be used.
+    #[error("{0}")]
+    Tls(String),
+}
+
+tokio::task_local! {
+    /// The grant of the connection whose request is being answered.
+    static GRANT: Arc<Grant>;
 }
 
 /// Everything a Kafka connection's handlers use.
 pub struct Kafka {
     svc: BrokerService,
-    grant: Arc<Grant>,
+    authz: Authorizer,
+    /// The grant of every connection when the broker has no tokens.
+    open: Option<Arc<Grant>>,
     cfg: KafkaSection,
     versions: versions::Versions,
     /// `host:port` of this broker's Kafka listener, as clients reach it.
     advertised: String,
     max_batch_bytes: u64,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl std::fmt::Debug for Kafka {
@@ -67,14 +82,22 @@ impl Kafka {
         max_batch_bytes: u64,
     ) -> Result<Kafka, KafkaError> {
         let versions = versions::Versions::ledger().map_err(KafkaError::Ledger)?;
-        let grant = authz.open_grant().ok_or(KafkaError::NeedsAuth)?;
-        Ok(Kafka { svc, grant, cfg, versions, advertised, max_batch_bytes })
+        let open = authz.open_grant();
+        match (open.is_some(), cfg.sasl) {
+            (false, false) => return Err(KafkaError::NeedsSasl),
+            (true, true) => return Err(KafkaError::SaslWithoutTokens),
+            _ => {}
+        }
+        let tls = cfg.tls.as_ref().map(tls::acceptor).transpose().map_err(KafkaError::Tls)?;
+        Ok(Kafka { svc, authz: authz.clone(), open, cfg, versions, advertised, max_batch_bytes, tls })
     }
 
-    /// A service request made as this listener's caller.
+    /// A service request made as the connection's grant (the open grant outside a connection's request).
     fn rpc<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
-        r.extensions_mut().insert(Caller(Arc::clone(&self.grant)));
+        if let Some(g) = GRANT.try_with(Arc::clone).ok().or_else(|| self.open.clone()) {
+            r.extensions_mut().insert(Caller(g));
+        }
         r
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::ApiKey;
 use serde::Deserialize;
 
-/// Every API `handlers::handle` answers: the ledger may advertise only these.
+/// Every API `handlers::handle` (or, for SASL, the connection) answers: the ledger may advertise only these.
 pub const HANDLED: &[ApiKey] = &[
     ApiKey::ApiVersions,
     ApiKey::Metadata,
@@ -29,6 +29,8 @@ pub const HANDLED: &[ApiKey] = &[
     ApiKey::DescribeGroups,
     ApiKey::DescribeConfigs,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
 ];
 
 /// The ledger's text.
