@@ -168,6 +168,12 @@ impl Member {
         self.lines.lock().unwrap().iter().filter(|l| l.get("error").is_some()).cloned().collect()
     }
 
+    /// Kills it (SIGKILL): it leaves nothing behind but its session, which the group expires.
+    pub async fn kill(mut self) -> anyhow::Result<Vec<Rec>> {
+        self.child.kill().await?;
+        Ok(self.records())
+    }
+
     /// Tells it to leave the group and waits for its clean exit.
     pub async fn stop(mut self) -> anyhow::Result<Vec<Rec>> {
         std::fs::write(&self.stop, b"stop")?;
