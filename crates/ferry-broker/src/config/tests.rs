@@ -137,6 +137,12 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "cluster.peer_addrs",
             "metrics.enabled",
             "metrics.listen",
+            "kafka.auto_create_topics",
+            "kafka.default_partitions",
+            "kafka.max_request_bytes",
+            "kafka.max_connections",
+            "kafka.sasl",
+            "kafka.auth_timeout",
         ],
         "every optional key with a default is documented so, once"
     );
