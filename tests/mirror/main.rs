@@ -41,6 +41,7 @@ mod stall_probe;
 mod target_diverged;
 mod target_down;
 mod target_loss;
+mod txn;
 mod verification;
 mod watch;
 mod zombie;

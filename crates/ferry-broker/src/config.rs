@@ -19,11 +19,15 @@ use serde::Deserialize;
 
 pub use self::cluster_section::ClusterSection;
 pub use self::groups_section::GroupsSection;
+pub use self::kafka_section::KafkaSection;
 pub use self::metrics_section::MetricsSection;
+pub use self::transactions_section::TransactionsSection;
 
 mod cluster_section;
 mod groups_section;
+mod kafka_section;
 mod metrics_section;
+mod transactions_section;
 
 /// Environment variable holding the bearer token (alternative to `broker.token_file`).
 pub const TOKEN_ENV: &str = "FERRY_BROKER_TOKEN";
@@ -46,6 +50,10 @@ pub struct BrokerConfig {
     pub cluster: ClusterSection,
     /// `[metrics]`: the Prometheus endpoint.
     pub metrics: MetricsSection,
+    /// `[transactions]`: transactional messages' check-back and bounds.
+    pub transactions: TransactionsSection,
+    /// `[kafka]`: the Kafka wire-protocol listener (off by default).
+    pub kafka: KafkaSection,
 }
 
 /// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.
@@ -474,6 +482,12 @@ impl BrokerConfig {
         self.limits.validate(p);
         self.auth.validate(p);
         self.cluster.validate(p);
+        let retention = crate::node::internal::TRANSACTIONS.retention_ms;
+        self.transactions.validate((retention > 0).then(|| std::time::Duration::from_millis(retention)), p);
+        self.kafka.validate(p);
+        if self.kafka.enabled() && self.cluster.enabled() {
+            p.push("kafka.listen", "the Kafka listener serves single brokers only; unset it on a cluster member");
+        }
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

@@ -5,6 +5,7 @@ use ferry_storage::StorageError;
 use tonic::{Code, Status};
 
 mod client;
+pub mod txn;
 
 /// The gRPC metadata key of an error's stable reason name (`unknown_topic`, `producer_expired`, ...). The code says
 /// what kind of failure it is; the reason says which rule, so a client can act on it without parsing the message.
@@ -197,6 +198,9 @@ pub enum BrokerError {
         /// What was wrong.
         reason: String,
     },
+    /// A transactional-message request the transaction's recorded state refuses.
+    #[error(transparent)]
+    Transaction(#[from] txn::TxnRefused),
     /// The storage layer failed.
     #[error("storage error on {topic}/{partition}: {source}")]
     Storage {
@@ -444,6 +448,7 @@ impl BrokerError {
                 GroupRefusal::UnknownMember => "unknown_member",
                 GroupRefusal::StaleGeneration => "stale_generation",
             },
+            BrokerError::Transaction(t) => t.reason_name(),
             BrokerError::Storage { .. } => "storage_error",
             BrokerError::Io { .. } => "io_error",
             BrokerError::DataDirInUse { .. } => "data_dir_in_use",
@@ -463,6 +468,7 @@ impl BrokerError {
     pub fn code(&self) -> Code {
         match self {
             BrokerError::UnknownTopic { .. } | BrokerError::UnknownPartition { .. } => Code::NotFound,
+            BrokerError::Transaction(t) => t.code(),
             BrokerError::InvalidTopicName { .. }
             | BrokerError::InvalidArgument(_)
             | BrokerError::MalformedBatch { .. } => Code::InvalidArgument,

@@ -19,6 +19,7 @@ pub mod node;
 pub mod readiness;
 pub mod rpc;
 pub mod state;
+pub mod txn;
 
 pub use config::{BrokerConfig, Overrides};
 pub use error::BrokerError;

@@ -38,6 +38,11 @@ struct Args {
     broker_id: Option<u32>,
 }
 
+// Huge blocks reserved lazily: a hostile length prefix in a Kafka request cannot abort the process.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOC: ferry_config::allocator::LazyHuge = ferry_config::allocator::LazyHuge;
+
 fn main() -> ExitCode {
     ferry_config::allocator::tune();
     let args = Args::parse();

@@ -46,12 +46,19 @@ pub struct Sources {
     core: Arc<BrokerCore>,
     replication: Arc<OnceLock<Arc<Replication>>>,
     ready: Arc<Readiness>,
+    txns: Arc<OnceLock<Arc<crate::txn::Transactions>>>,
 }
 
 impl Sources {
     /// The sources of a broker over `core`, whose replication manager is put in `replication` once it exists.
     pub fn new(core: Arc<BrokerCore>, replication: Arc<OnceLock<Arc<Replication>>>, ready: Arc<Readiness>) -> Sources {
-        Sources { core, replication, ready }
+        Sources { core, replication, ready, txns: Arc::default() }
+    }
+
+    /// Also the transactional messages' counts, once `txns` holds them.
+    pub fn with_transactions(mut self, txns: Arc<OnceLock<Arc<crate::txn::Transactions>>>) -> Sources {
+        self.txns = txns;
+        self
     }
 }
 
@@ -66,7 +73,7 @@ pub async fn serve(listener: tokio::net::TcpListener, sources: Sources, stop: Ca
 async fn scrape(State(s): State<Sources>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        render(&s.core, s.replication.get().map(|r| &**r)),
+        render(&s.core, s.replication.get().map(|r| &**r), s.txns.get().map(|t| &**t)),
     )
 }
 
@@ -94,7 +101,7 @@ fn as_i64(v: u64) -> i64 {
 }
 
 /// The metrics text of `core` (and `replication`, on a cluster member).
-pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
+pub fn render(core: &BrokerCore, replication: Option<&Replication>, txns: Option<&crate::txn::Transactions>) -> String {
     let mut r = Registry::default();
     let hw = family(&mut r, "ferry_broker_partition_high_watermark", "The offset clients read up to, per partition");
     let leo = family(&mut r, "ferry_broker_partition_log_end_offset", "The local log end offset, per partition");
@@ -178,8 +185,35 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>) -> String {
             events.get_or_create(&vec![("event", name.to_owned())]).inc_by(count);
         }
     }
+    if let Some(t) = txns {
+        txn_metrics(&mut r, &t.counters);
+    }
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &r);
     out
+}
+
+/// The `ferry_broker_txn_*` metrics.
+fn txn_metrics(r: &mut Registry, c: &crate::txn::Counters) {
+    use std::sync::atomic::Ordering::Relaxed;
+    gauge(r, "ferry_broker_txn_pending", "Pending transactions owned here", c.pending.load(Relaxed));
+    gauge(
+        r,
+        "ferry_broker_txn_waiting",
+        "Pending transactions due for a check with no producer of their group connected",
+        c.waiting.load(Relaxed),
+    );
+    for (name, help, v) in [
+        ("ferry_broker_txn_committed", "Transactions committed here", &c.committed),
+        ("ferry_broker_txn_rolled_back", "Transactions rolled back here, expired ones included", &c.rolled_back),
+        ("ferry_broker_txn_expired", "Transactions rolled back after max_checks unknown answers", &c.expired),
+        ("ferry_broker_txn_checks_sent", "Check-back requests sent to producers", &c.checks_sent),
+        ("ferry_broker_txn_checks_answered", "Check-back requests producers answered", &c.checks_answered),
+        ("ferry_broker_txn_waits", "Times a due transaction started waiting for a producer of its group", &c.waits),
+    ] {
+        let counter = Counter::<u64>::default();
+        counter.inc_by(v.load(Relaxed));
+        r.register(name, help, counter);
+    }
 }

@@ -18,6 +18,7 @@ pub mod error;
 pub mod producer;
 pub mod retry;
 mod rpc;
+pub mod txn;
 
 pub use ferry_batch as batch;
 pub use ferry_proto as proto;
@@ -32,3 +33,4 @@ pub use error::{ClientError, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 pub use retry::RetryPolicy;
 pub use rpc::AppendWithOffsetsParts;
+pub use txn::{CheckAnswer, TransactionChecker, Transactions, TxnError, TxnOutcome, TxnResult};

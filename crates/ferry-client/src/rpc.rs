@@ -129,6 +129,15 @@ impl BrokerClient {
         /// it); plain batches are sent again only if no connection could be made.
         produce, "Produce", pb::ProduceRequest, pb::ProduceResponse, produce_retry);
     unary!(
+        /// Stores a transaction's half messages; repeating it with the same messages is harmless.
+        txn_prepare, "TxnPrepare", pb::TxnPrepareRequest, pb::TxnPrepareResponse, idempotent);
+    unary!(
+        /// Commits or rolls back a transaction; a repeat answers the recorded result.
+        txn_resolve, "TxnResolve", pb::TxnResolveRequest, pb::TxnResolveResponse, idempotent);
+    unary!(
+        /// The transactions the answering broker owns.
+        txn_list, "TxnList", pb::TxnListRequest, pb::TxnListResponse, idempotent);
+    unary!(
         /// Appends batches that carry offsets (mirror topics); safe to repeat: present batches are recognised.
         append_with_offsets, "AppendWithOffsets", pb::AppendWithOffsetsRequest, pb::AppendWithOffsetsResponse,
         idempotent, at_leader);

@@ -9,7 +9,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::common::GlobalOpts;
-use crate::{cluster, consume, demo, dr, mirror, produce, topic};
+use crate::{cluster, consume, demo, dr, mirror, produce, topic, txn};
 
 /// Ferry's operator CLI.
 #[derive(Parser)]
@@ -49,6 +49,9 @@ pub enum Command {
     Failover(dr::failover::FailoverArgs),
     /// Fail back: keep what the old primary wrote after the split, and make it a mirror of the new primary.
     Failback(dr::failback::FailbackArgs),
+    /// Transactional messages by hand: prepare, commit, rollback, list.
+    #[command(subcommand)]
+    Txn(txn::TxnCommand),
 }
 
 impl Command {
@@ -63,6 +66,7 @@ impl Command {
             Command::Cluster(cmd) => cluster::run(cmd, global).await,
             Command::Failover(args) => dr::failover::run(args, global).await,
             Command::Failback(args) => dr::failback::run(args, global).await,
+            Command::Txn(cmd) => txn::run(cmd, global).await,
         }
     }
 }

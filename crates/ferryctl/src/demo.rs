@@ -45,6 +45,8 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// A broker running in this process.
 struct Broker {
     addr: SocketAddr,
+    /// Its Kafka listener (dc-a's only).
+    kafka: Option<SocketAddr>,
     task: JoinHandle<Result<(), ferry_broker::ServerError>>,
 }
 
@@ -167,6 +169,10 @@ async fn start_broker(cluster: &str, data_dir: &Path, stop: CancellationToken) -
     config.broker.shutdown_timeout = Duration::from_secs(10);
     // Two brokers in one process: neither takes the metrics port (the mirror's monitor serves the demo's metrics).
     config.metrics.enabled = false;
+    // The source DC speaks Kafka's protocol too, so stock Kafka tools can look at the demo's data.
+    if cluster == "dc-a" {
+        config.kafka.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    }
     let (tx, rx) = oneshot::channel();
     let options = ferry_broker::RunOptions::default();
     let mut task = tokio::spawn(ferry_broker::run(config, options, stop, move |started| {
@@ -174,7 +180,7 @@ async fn start_broker(cluster: &str, data_dir: &Path, stop: CancellationToken) -
     }));
     tokio::select! {
         started = rx => match started {
-            Ok(started) => Ok(Broker { addr: started.addr, task }),
+            Ok(started) => Ok(Broker { addr: started.addr, kafka: started.kafka_addr, task }),
             Err(_) => Err(anyhow!("the {cluster} broker did not start: {}", ended(task.await))),
         },
         result = &mut task => Err(anyhow!("the {cluster} broker did not start: {}", ended(result))),
@@ -272,6 +278,9 @@ fn print_intro(a: &Broker, b: &Broker, mirror: &Mirror, (token, token_arg): (&st
     );
     println!("  dc-a broker (source)  {}", a.addr);
     println!("  dc-b broker (target)  {}", b.addr);
+    if let Some(k) = a.kafka {
+        println!("  dc-a Kafka listener   {k}   (e.g. kcat -b {k} -C -t {TOPIC} -c 3)");
+    }
     println!("  monitor: http://{m}/   (dashboard; JSON under /api/v1/, metrics under /metrics)");
     println!("  monitor token         {token}");
     println!("Try in another terminal:");

@@ -14,6 +14,7 @@ mod output;
 mod produce;
 mod promote;
 mod topic;
+mod txn;
 mod verify;
 
 use std::process::ExitCode;

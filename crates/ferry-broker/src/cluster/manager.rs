@@ -408,7 +408,7 @@ impl Replication {
     }
 
     /// A client of broker `id`, dialled at its `peer_addrs` override or its registered address.
-    fn peer(&self, id: u32, snap: &Snapshot) -> Option<PeerClient> {
+    pub(crate) fn peer(&self, id: u32, snap: &Snapshot) -> Option<PeerClient> {
         let address = self.s.peer_addrs.get(&id).or_else(|| snap.brokers.get(&id))?.clone();
         let mut peers = self.peers.lock();
         if let Some((a, c)) = peers.get(&id)

@@ -118,6 +118,14 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "groups.max_groups",
             "groups.max_metadata_bytes",
             "groups.offsets_partitions",
+            "transactions.transaction_timeout",
+            "transactions.check_interval",
+            "transactions.max_checks",
+            "transactions.max_pending",
+            "transactions.max_pending_bytes",
+            "transactions.max_messages",
+            "transactions.resolved_retention",
+            "transactions.max_resolved",
             "limits.max_topics",
             "limits.max_partitions",
             "limits.max_subscribe_partitions",
@@ -129,6 +137,12 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "cluster.peer_addrs",
             "metrics.enabled",
             "metrics.listen",
+            "kafka.auto_create_topics",
+            "kafka.default_partitions",
+            "kafka.max_request_bytes",
+            "kafka.max_connections",
+            "kafka.sasl",
+            "kafka.auth_timeout",
         ],
         "every optional key with a default is documented so, once"
     );
@@ -357,4 +371,13 @@ fn named_listeners_are_checked_by_name_address_and_membership() {
         (l.name.as_str(), l.addr.to_string(), l.advertised.as_deref()),
         ("backup", "10.9.0.11:7411".to_owned(), Some("broker-1.backup:7411"))
     );
+}
+
+#[test]
+fn transactions_limits_are_validated_and_named() {
+    let text = "[transactions]\nmax_checks = 0\ntransaction_timeout = \"10ms\"\nmax_pending_bytes = \"1KiB\"\n";
+    let err = BrokerConfig::from_toml(text, false).unwrap_err().to_string();
+    for key in ["transactions.max_checks", "transactions.transaction_timeout", "transactions.max_pending_bytes"] {
+        assert!(err.contains(key), "{key} not named in: {err}");
+    }
 }

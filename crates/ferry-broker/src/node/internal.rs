@@ -23,8 +23,13 @@ pub struct InternalTopic {
     pub retention_ms: u64,
 }
 
+/// Transactional messages (`crate::txn`): prepared half messages, decisions and check counts, keyed by producer
+/// group and transaction id; each partition's leader owns the transactions of the groups hashed to it.
+pub const TRANSACTIONS: InternalTopic =
+    InternalTopic { name: "__ferry_transactions", partitions: 8, segment_bytes: 8 << 20, retention_ms: 0 };
+
 /// Every internal state topic.
-pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS];
+pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS, TRANSACTIONS];
 
 /// Job records (`crate::jobs`): a failover's durable state.
 pub const JOBS: InternalTopic =

@@ -339,6 +339,16 @@ impl Authorizer {
         self.members.clone()
     }
 
+    /// The grant every caller gets when no token is configured; `None` when tokens are (the Kafka listener).
+    pub fn open_grant(&self) -> Option<Arc<Grant>> {
+        self.grants.is_empty().then(|| Arc::clone(&self.open))
+    }
+
+    /// The grant whose secret is `secret` (the Kafka listener's SASL/PLAIN password), compared in constant time.
+    pub fn grant_for(&self, secret: &[u8]) -> Option<Arc<Grant>> {
+        self.find(secret).cloned()
+    }
+
     /// The grant whose secret is `presented`. Every configured secret is compared, each in constant time.
     fn find(&self, presented: &[u8]) -> Option<&Arc<Grant>> {
         let mut found = None;

@@ -3,5 +3,6 @@
 
 pub mod auth;
 pub mod fetch;
+pub mod kafka;
 pub mod server;
 pub mod service;

@@ -67,6 +67,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The Kafka listener could not start.
+    #[error("kafka listener: {0}")]
+    Kafka(String),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -109,6 +112,8 @@ pub struct Started {
     pub addr: SocketAddr,
     /// The cluster id.
     pub cluster_id: String,
+    /// The bound Kafka listener address (`[kafka] listen`), when it runs.
+    pub kafka_addr: Option<SocketAddr>,
 }
 
 /// Runs the broker until `shutdown` is cancelled, then shuts down cleanly. `on_started` is told the bound address
@@ -171,6 +176,7 @@ pub async fn run(
     }
     let ready = Arc::new(crate::readiness::Readiness::default());
     let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
+    let txns_slot: Arc<std::sync::OnceLock<Arc<crate::txn::Transactions>>> = Arc::new(std::sync::OnceLock::new());
     let tasks = TaskTracker::new();
     if config.metrics.enabled {
         let at = config.metrics.listen;
@@ -186,7 +192,8 @@ pub async fn run(
             tracing::info!(addr = %local, "metrics listening on /metrics");
         }
         let sources =
-            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready));
+            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready))
+                .with_transactions(Arc::clone(&txns_slot));
         tasks.spawn(crate::metrics::serve(bound, sources, shutdown.clone()));
     }
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
@@ -258,8 +265,36 @@ pub async fn run(
             core.ensure_internal(t).await?;
         }
     }
-    service =
-        service.with_state(Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned())));
+    let state = Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned()));
+    let txns = Arc::new(crate::txn::Transactions::new(
+        Arc::clone(&state),
+        Arc::clone(&core),
+        replication_slot.get().cloned(),
+        crate::txn::Settings::of(&config.transactions, config.broker.max_batch_bytes.as_u64()),
+    ));
+    tasks.spawn(Arc::clone(&txns).run_checks(shutdown.clone()));
+    let _ = txns_slot.set(Arc::clone(&txns));
+    service = service.with_state(state).with_transactions(Arc::clone(&txns));
+    // The Kafka listener (`[kafka] listen`) answers through the same service.
+    let kafka = crate::rpc::kafka::start(
+        service.clone(),
+        &auth,
+        &config.kafka,
+        config.broker.max_batch_bytes.as_u64(),
+        &tasks,
+        shutdown.clone(),
+    );
+    let kafka_addr = match kafka.await {
+        Ok(a) => a,
+        Err(e) => {
+            shutdown.cancel();
+            tasks.close();
+            let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
+            let closing = Arc::clone(&core);
+            let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+            return Err(ServerError::Kafka(e));
+        }
+    };
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)
@@ -307,7 +342,7 @@ pub async fn run(
         std::fs::write(path, addr.to_string())
             .map_err(|source| ServerError::AddrFile { path: path.clone(), source })?;
     }
-    on_started(Started { addr, cluster_id: core.cluster_id().to_owned() });
+    on_started(Started { addr, cluster_id: core.cluster_id().to_owned(), kafka_addr });
     ready.ready();
 
     let stop = shutdown.clone();

@@ -26,6 +26,7 @@ use crate::state::StateLogs;
 mod failover;
 mod groups;
 mod topics;
+mod txn;
 
 /// The service implementation.
 #[derive(Debug, Clone)]
@@ -49,6 +50,8 @@ pub struct BrokerService {
     state: Arc<StateLogs>,
     /// The job records this broker owns (see `crate::jobs`).
     jobs: Arc<crate::state::Owners<crate::jobs::Jobs>>,
+    /// Transactional messages (see `crate::txn`).
+    txns: Arc<crate::txn::Transactions>,
 }
 
 impl BrokerService {
@@ -63,6 +66,8 @@ impl BrokerService {
     ) -> BrokerService {
         let max_batch_bytes = core.defaults().max_batch_bytes;
         let state = Arc::new(StateLogs::new(Arc::clone(&core), None));
+        let txn_settings = crate::txn::Settings::of(&crate::config::TransactionsSection::default(), max_batch_bytes);
+        let txns = Arc::new(crate::txn::Transactions::new(Arc::clone(&state), Arc::clone(&core), None, txn_settings));
         BrokerService {
             core,
             groups,
@@ -75,6 +80,7 @@ impl BrokerService {
             shutdown,
             state,
             jobs: Arc::new(crate::state::Owners::new(&crate::jobs::JOBS_TOPIC)),
+            txns,
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -89,6 +95,12 @@ impl BrokerService {
     /// Keeps the internal state topics through `state` (built over the same core and replication).
     pub fn with_state(mut self, state: Arc<StateLogs>) -> BrokerService {
         self.state = state;
+        self
+    }
+
+    /// Keeps transactional messages through `txns` (built over the same state logs).
+    pub fn with_transactions(mut self, txns: Arc<crate::txn::Transactions>) -> BrokerService {
+        self.txns = txns;
         self
     }
 
@@ -547,5 +559,27 @@ impl Broker for BrokerService {
             Some((version, body)) => pb::GetJobResponse { found: true, version, body },
             None => pb::GetJobResponse::default(),
         })
+    }
+
+    async fn txn_prepare(&self, req: Request<pb::TxnPrepareRequest>) -> Rpc<pb::TxnPrepareResponse> {
+        self.txn_prepare_rpc(req).await
+    }
+
+    async fn txn_resolve(&self, req: Request<pb::TxnResolveRequest>) -> Rpc<pb::TxnResolveResponse> {
+        self.txn_resolve_rpc(req).await
+    }
+
+    async fn txn_list(&self, req: Request<pb::TxnListRequest>) -> Rpc<pb::TxnListResponse> {
+        self.txn_list_rpc(req).await
+    }
+
+    type TxnChecksStream = ReceiverStream<Result<pb::TxnCheck, Status>>;
+
+    async fn txn_checks(&self, req: Request<tonic::Streaming<pb::TxnCheckAnswer>>) -> Rpc<Self::TxnChecksStream> {
+        self.txn_checks_rpc(req).await
+    }
+
+    async fn txn_append(&self, req: Request<pb::TxnAppendRequest>) -> Rpc<pb::ProduceResponse> {
+        self.txn_append_rpc(req).await
     }
 }

@@ -253,6 +253,12 @@ impl<S: Replayed> OwnerGuard<'_, S> {
         &self.slot.state
     }
 
+    /// The state, for changes kept in memory only (timers, in-flight requests): a replay does not rebuild them,
+    /// so they must be things a new owner may start afresh.
+    pub fn state_mut(&mut self) -> &mut S {
+        &mut self.slot.state
+    }
+
     /// The partition, as owned.
     pub fn owned(&self) -> &Owned {
         &self.owned

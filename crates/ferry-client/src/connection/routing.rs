@@ -162,6 +162,12 @@ impl BrokerClient {
         routing.coordinators.lock().retain(|_, (_, a)| a != address);
     }
 
+    /// Follows the leader hint of a NOT_LEADER status from a raw (streaming) call, as the unary calls do; whether
+    /// a leader was learnt.
+    pub fn follow_hint(&self, status: &tonic::Status) -> bool {
+        self.follow_leader_hint(status)
+    }
+
     /// Follows a NOT_LEADER answer's leader hint: when it names one of the configured brokers and its leader
     /// epoch is not older than the newest this client saw for that partition, the next connection goes there.
     /// Returns whether it does.
