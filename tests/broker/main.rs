@@ -9,6 +9,7 @@ mod cluster;
 mod cluster_groups;
 mod common;
 mod config_env;
+mod delay;
 mod double_write;
 mod drain;
 mod faults;

@@ -18,10 +18,12 @@ use ferry_storage::{FlushPolicy, LogConfig};
 use serde::Deserialize;
 
 pub use self::cluster_section::ClusterSection;
+pub use self::delay_section::DelaySection;
 pub use self::groups_section::GroupsSection;
 pub use self::metrics_section::MetricsSection;
 
 mod cluster_section;
+mod delay_section;
 mod groups_section;
 mod metrics_section;
 
@@ -46,6 +48,8 @@ pub struct BrokerConfig {
     pub cluster: ClusterSection,
     /// `[metrics]`: the Prometheus endpoint.
     pub metrics: MetricsSection,
+    /// `[delay]`: delayed delivery.
+    pub delay: DelaySection,
 }
 
 /// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.
@@ -474,6 +478,7 @@ impl BrokerConfig {
         self.limits.validate(p);
         self.auth.validate(p);
         self.cluster.validate(p);
+        self.delay.validate(p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

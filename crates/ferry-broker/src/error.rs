@@ -345,6 +345,9 @@ pub enum BrokerError {
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A delayed record that is no longer pending (delivered or cancelled) cannot be cancelled.
+    #[error("{0}")]
+    DelayNotPending(String),
 }
 
 /// Why a group request was refused.
@@ -456,6 +459,7 @@ impl BrokerError {
             BrokerError::Cluster(_) => "cluster_unavailable",
             BrokerError::ElectionRefused(_) => "election_refused",
             BrokerError::Internal(_) => "internal",
+            BrokerError::DelayNotPending(_) => "delay_not_pending",
         }
     }
 
@@ -475,7 +479,8 @@ impl BrokerError {
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
             | BrokerError::Group { .. }
-            | BrokerError::ElectionRefused(_) => Code::FailedPrecondition,
+            | BrokerError::ElectionRefused(_)
+            | BrokerError::DelayNotPending(_) => Code::FailedPrecondition,
             BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,

@@ -49,6 +49,9 @@ pub enum Command {
     Failover(dr::failover::FailoverArgs),
     /// Fail back: keep what the old primary wrote after the split, and make it a mirror of the new primary.
     Failback(dr::failback::FailbackArgs),
+    /// Delayed records: cancel one, or describe what is pending.
+    #[command(subcommand)]
+    Delay(crate::delay::DelayCommand),
 }
 
 impl Command {
@@ -63,6 +66,7 @@ impl Command {
             Command::Cluster(cmd) => cluster::run(cmd, global).await,
             Command::Failover(args) => dr::failover::run(args, global).await,
             Command::Failback(args) => dr::failback::run(args, global).await,
+            Command::Delay(cmd) => crate::delay::run(cmd, global).await,
         }
     }
 }

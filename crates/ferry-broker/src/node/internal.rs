@@ -24,7 +24,12 @@ pub struct InternalTopic {
 }
 
 /// Every internal state topic.
-pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS];
+pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS, DELAY_TOPIC];
+
+/// The delay store of delayed delivery and the broker's timer (`crate::delay`): its partitions spread the timer's
+/// streams, each owned by its leader; records stay until they fire (no time retention).
+pub const DELAY_TOPIC: InternalTopic =
+    InternalTopic { name: "__ferry_delay", partitions: 4, segment_bytes: 16 << 20, retention_ms: 0 };
 
 /// Job records (`crate::jobs`): a failover's durable state.
 pub const JOBS: InternalTopic =

@@ -258,8 +258,9 @@ pub async fn run(
             core.ensure_internal(t).await?;
         }
     }
-    service =
-        service.with_state(Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned())));
+    let state = Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned()));
+    let delays = crate::delay::start(&state, config.delay.max_delay, config.delay.tick, &tasks, shutdown.clone());
+    service = service.with_state(state).with_delays(delays);
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message)

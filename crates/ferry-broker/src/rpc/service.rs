@@ -23,6 +23,7 @@ use crate::node::topic::refuse_reserved;
 use crate::rpc::auth::{Scopes, caller, require_member};
 use crate::state::StateLogs;
 
+mod delay;
 mod failover;
 mod groups;
 mod topics;
@@ -49,6 +50,8 @@ pub struct BrokerService {
     state: Arc<StateLogs>,
     /// The job records this broker owns (see `crate::jobs`).
     jobs: Arc<crate::state::Owners<crate::jobs::Jobs>>,
+    /// The durable timer of delayed delivery (see `crate::delay`), once started.
+    delays: Option<Arc<crate::delay::Delays>>,
 }
 
 impl BrokerService {
@@ -75,6 +78,7 @@ impl BrokerService {
             shutdown,
             state,
             jobs: Arc::new(crate::state::Owners::new(&crate::jobs::JOBS_TOPIC)),
+            delays: None,
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -89,6 +93,12 @@ impl BrokerService {
     /// Keeps the internal state topics through `state` (built over the same core and replication).
     pub fn with_state(mut self, state: Arc<StateLogs>) -> BrokerService {
         self.state = state;
+        self
+    }
+
+    /// Serves delayed delivery through `delays`.
+    pub fn with_delays(mut self, delays: Arc<crate::delay::Delays>) -> BrokerService {
+        self.delays = Some(delays);
         self
     }
 
@@ -495,6 +505,18 @@ impl Broker for BrokerService {
     async fn confirm_leader(&self, req: Request<pb::ConfirmLeaderRequest>) -> Rpc<pb::ConfirmLeaderResponse> {
         let member = require_member(&req, "ConfirmLeader", Some(req.get_ref().leader_id))?;
         ok(self.replication()?.answer_confirm(member, req.get_ref()))
+    }
+
+    async fn produce_delayed(&self, req: Request<pb::ProduceDelayedRequest>) -> Rpc<pb::ProduceDelayedResponse> {
+        self.produce_delayed_rpc(req).await
+    }
+
+    async fn cancel_delayed(&self, req: Request<pb::CancelDelayedRequest>) -> Rpc<pb::CancelDelayedResponse> {
+        self.cancel_delayed_rpc(req).await
+    }
+
+    async fn describe_delayed(&self, req: Request<pb::DescribeDelayedRequest>) -> Rpc<pb::DescribeDelayedResponse> {
+        self.describe_delayed_rpc(req).await
     }
 
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {
