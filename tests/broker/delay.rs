@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::{IO_BUDGET, Rec, assert_status, connect, read_topic, start_broker};
 
-const TOPIC: &str = "later";
+pub const TOPIC: &str = "later";
 /// The timer's tick in these tests.
-const TICK: Duration = Duration::from_millis(50);
+pub const TICK: Duration = Duration::from_millis(50);
 const CONFIG: &str = "[delay]\ntick = \"50ms\"\n";
 
 pub fn now_ms() -> i64 {
@@ -48,7 +48,7 @@ pub fn record(i: usize, partitions: u32) -> ProducerRecord {
         .with_timestamp(1_700_000_000_000 + i as i64)
 }
 
-fn index_of(r: &Rec) -> usize {
+pub fn index_of(r: &Rec) -> usize {
     r.value_str().strip_prefix('r').and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("unknown record {r:?}"))
 }
 
@@ -80,9 +80,12 @@ pub fn watch(client: BrokerClient, partitions: u32, stop: CancellationToken) -> 
                     max_bytes: 8 << 20,
                 };
                 // A broker being restarted answers nothing for a while: try again on the next round.
-                let Ok(response) = client.fetch(request).await else { continue };
+                let Ok(response) = client.for_partition(TOPIC, p).fetch(request).await else { continue };
                 let observed = now_ms();
                 let data = &response.partitions[0];
+                if let Some(hint) = &data.leader {
+                    client.take_hint(TOPIC, p, hint);
+                }
                 for (_, bytes) in BatchIter::new(&data.batches).map_while(Result::ok) {
                     for r in batch::decode_records(bytes).expect("decodable batch") {
                         if r.offset < next[p as usize] {
@@ -133,7 +136,7 @@ pub async fn send_delayed(
 }
 
 /// The record index `i` becomes once moved: its key, value and headers, at its due time.
-fn expected(i: usize, partition: u32, offset: u64, due_ms: i64, partitions: u32) -> Rec {
+pub fn expected(i: usize, partition: u32, offset: u64, due_ms: i64, partitions: u32) -> Rec {
     let r = record(i, partitions);
     Rec {
         partition,
@@ -196,7 +199,7 @@ pub async fn assert_delivered_once(
     Ok((at(0.5), at(0.99)))
 }
 
-async fn topic(
+pub async fn topic(
     broker: &BrokerProcess,
     partitions: u32,
     flush: Option<&str>,

@@ -126,14 +126,6 @@ impl ProduceMover {
             tracing::warn!(key = ?firing.key, "a delayed firing names no partition; dropped");
             return Ok(());
         };
-        let part = match self.logs.core().partition(&topic, partition) {
-            Ok(p) => p,
-            Err(BrokerError::UnknownTopic { .. } | BrokerError::UnknownPartition { .. }) => {
-                tracing::warn!(topic, partition, "delayed records for a deleted partition are dropped");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
         let producer = ProducerInfo {
             producer_id: producer_id(&firing.key),
             producer_epoch: 0,
@@ -145,14 +137,45 @@ impl ProduceMover {
                 .ok_or_else(|| BrokerError::Internal(format!("delayed record {} does not decode", e.id)))?;
             b.push(i as u32, e.due_ms, r.key.as_deref(), r.value.as_deref(), &r.headers);
         }
-        let produced = self.logs.produce_to(&part, b.build(0, 0)).await?;
-        tracing::debug!(
-            topic,
-            partition,
-            base = produced.base_offset,
-            duplicate = produced.duplicate,
-            "delayed records moved"
-        );
+        let batch = b.build(0, 0);
+        let leader = match self.logs.core().partition(&topic, partition) {
+            Ok(part) => match self.logs.produce_to(&part, batch.clone()).await {
+                Ok(produced) => {
+                    tracing::debug!(
+                        topic,
+                        partition,
+                        base = produced.base_offset,
+                        duplicate = produced.duplicate,
+                        "delayed records moved"
+                    );
+                    return Ok(());
+                }
+                Err(BrokerError::NotLeader { leader, .. }) if leader != 0 => leader,
+                Err(e) => return Err(e),
+            },
+            Err(e) => match self.logs.replication().and_then(|r| r.not_here(&topic, partition)) {
+                Some(BrokerError::NotLeader { leader, .. }) if leader != 0 => leader,
+                Some(not_here) => return Err(not_here),
+                None if matches!(e, BrokerError::UnknownTopic { .. } | BrokerError::UnknownPartition { .. }) => {
+                    tracing::warn!(topic, partition, "delayed records for a deleted partition are dropped");
+                    return Ok(());
+                }
+                None => return Err(e),
+            },
+        };
+        // Another member leads the partition: it appends the batch (the same idempotent batch, so a retry there is
+        // a duplicate too).
+        let client = self.logs.replication().and_then(|r| r.member_client(leader)).ok_or_else(|| {
+            BrokerError::Cluster(format!("no address for broker {leader}, leader of {topic}/{partition}"))
+        })?;
+        let request = ferry_proto::MoveDelayedRequest { topic: topic.clone(), partition, batches: batch };
+        let mut client = client;
+        client.move_delayed(request).await.map_err(|s| {
+            BrokerError::Cluster(format!(
+                "moving delayed records to {topic}/{partition} at broker {leader}: {}",
+                s.message()
+            ))
+        })?;
         Ok(())
     }
 }

@@ -519,6 +519,10 @@ impl Broker for BrokerService {
         self.describe_delayed_rpc(req).await
     }
 
+    async fn move_delayed(&self, req: Request<pb::MoveDelayedRequest>) -> Rpc<pb::ProduceResponse> {
+        self.move_delayed_rpc(req).await
+    }
+
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {
         caller(&req)?.allow("ClusterStatus", DESCRIBE)?;
         ok(self.replication()?.status())

@@ -77,6 +77,11 @@ impl StateLogs {
         &self.core
     }
 
+    /// A cluster member's replication manager.
+    pub fn replication(&self) -> Option<&Arc<Replication>> {
+        self.replication.as_ref()
+    }
+
     /// Writes `batch` to `part` (any partition: a feature's effect on a user topic, such as a delayed record
     /// falling due) and waits until its in-sync replicas hold it; on a cluster only its leader may.
     pub async fn produce_to(&self, part: &Partition, batch: Bytes) -> Result<Produced> {

@@ -14,7 +14,7 @@ use crate::delay::{Delays, produce};
 use crate::error::BrokerError;
 use crate::node::registry::now_ms;
 use crate::node::topic::refuse_reserved;
-use crate::rpc::auth::{Scopes, caller};
+use crate::rpc::auth::{Scopes, caller, require_member};
 
 impl BrokerService {
     fn delays(&self) -> Result<&Arc<Delays>, BrokerError> {
@@ -58,9 +58,12 @@ impl BrokerService {
             (None, Some(key)) => ferry_proto::partition_for_key(key, count),
             (None, None) => self.round_robin.fetch_add(1, Ordering::Relaxed) % count.max(1),
         };
-        let part = self.placed(&topic, partition)?;
+        if partition >= count {
+            return Err(BrokerError::UnknownPartition { topic: produce.topic, partition, count }.into());
+        }
         match due {
             Due::Now => {
+                let part = self.placed(&topic, partition)?;
                 let produced = self.produce_to(&part, produce.batches).await?;
                 self.acknowledged(&part, &produced).await?;
                 ok(pb::ProduceDelayedResponse {
@@ -136,5 +139,21 @@ impl BrokerService {
             .collect();
         partitions.sort_by_key(|p| p.partition);
         ok(pb::DescribeDelayedResponse { partitions })
+    }
+
+    pub(super) async fn move_delayed_rpc(&self, req: Request<pb::MoveDelayedRequest>) -> Rpc<pb::ProduceResponse> {
+        require_member(&req, "MoveDelayed", None)?;
+        let req = req.into_inner();
+        let topic = self.local_topic(&req.topic, Some(req.partition))?;
+        let part = self.placed(&topic, req.partition)?;
+        let produced = self.produce_to(&part, req.batches).await?;
+        self.acknowledged(&part, &produced).await?;
+        ok(pb::ProduceResponse {
+            partition: req.partition,
+            base_offset: produced.base_offset,
+            last_offset: produced.last_offset,
+            duplicate: produced.duplicate,
+            log_end_offset: produced.log_end_offset,
+        })
     }
 }
