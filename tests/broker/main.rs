@@ -10,6 +10,7 @@ mod cluster_groups;
 mod common;
 mod config_env;
 mod delay;
+mod delay_ctl;
 mod delay_raft3;
 mod double_write;
 mod drain;

@@ -12,7 +12,6 @@ use ferry_client::{Delayed, DeliverAt, ProducerRecord};
 use tokio::io::AsyncBufReadExt;
 
 use crate::common::{GlobalOpts, UsageError, explain};
-use crate::produce::{ProduceArgs, split_line};
 
 /// Records per delayed produce request.
 const CHUNK: usize = 1000;
@@ -91,18 +90,30 @@ pub fn deliver_at(delay: Option<&str>, at: Option<&str>) -> Result<Option<Delive
     }
 }
 
-/// `ferryctl produce --delay/--deliver-at`: stdin lines as delayed records; prints each id.
+/// How `produce` splits a stdin line (number `line_no`, from 1) into key and value.
+pub type SplitLine = fn(Bytes, u64, Option<&str>, Option<&str>) -> anyhow::Result<(Option<Bytes>, Bytes)>;
+
+/// Where `ferryctl produce --delay` writes, from its options.
+#[derive(Debug)]
+pub struct Target<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// `--partition`.
+    pub partition: Option<u32>,
+    /// `--key`.
+    pub key: Option<&'a str>,
+    /// `--key-sep`.
+    pub key_sep: Option<&'a str>,
+}
+
+/// `ferryctl produce --delay/--deliver-at`: stdin lines as delayed records (split by `split`); prints each id.
 pub async fn produce(
-    args: &ProduceArgs,
+    args: &Target<'_>,
     headers: &[Header],
     when: DeliverAt,
+    split: SplitLine,
     global: &GlobalOpts,
 ) -> anyhow::Result<()> {
-    if args.count.is_some() {
-        return Err(
-            UsageError("--delay and --deliver-at read records from stdin; --count is not supported".into()).into()
-        );
-    }
     let delayed = Delayed::new(global.client()?);
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let (mut buf, mut line_no, mut chunk, mut sent) = (Vec::new(), 0u64, Vec::new(), 0u64);
@@ -115,15 +126,15 @@ pub async fn produce(
                 buf.pop();
             }
             let (key, value) =
-                split_line(Bytes::copy_from_slice(&buf), line_no, args.key.as_deref(), args.key_sep.as_deref())?;
-            let mut r = ProducerRecord::new(args.topic.clone(), value);
+                split(Bytes::copy_from_slice(&buf), line_no, args.key, args.key_sep)?;
+            let mut r = ProducerRecord::new(args.topic, value);
             r.key = key;
             r.partition = args.partition;
             r.headers = headers.to_vec();
             chunk.push(r);
         }
         if chunk.len() >= CHUNK || (eof && !chunk.is_empty()) {
-            let receipt = delayed.send(&chunk, when).await.map_err(|e| explain(e, &args.topic, &global.brokers()))?;
+            let receipt = delayed.send(&chunk, when).await.map_err(|e| explain(e, args.topic, &global.brokers()))?;
             match receipt.written {
                 Some((first, last)) => eprintln!("due already: written at offsets {first}..={last}"),
                 None => {

@@ -69,7 +69,16 @@ struct Progress {
 pub async fn run(args: ProduceArgs, global: &GlobalOpts) -> anyhow::Result<()> {
     let headers = parse_headers(&args.headers)?;
     if let Some(when) = crate::delay::deliver_at(args.delay.as_deref(), args.deliver_at.as_deref())? {
-        return crate::delay::produce(&args, &headers, when, global).await;
+        if args.count.is_some() {
+            return Err(UsageError("--delay and --deliver-at read records from stdin, not --count".into()).into());
+        }
+        let target = crate::delay::Target {
+            topic: &args.topic,
+            partition: args.partition,
+            key: args.key.as_deref(),
+            key_sep: args.key_sep.as_deref(),
+        };
+        return crate::delay::produce(&target, &headers, when, split_line, global).await;
     }
     let client = global.client()?;
     // Fail with a clear sentence before reading stdin when the topic does not exist.
