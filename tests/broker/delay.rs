@@ -280,6 +280,10 @@ async fn cancel_before_due_removes_a_record_and_after_due_is_refused() -> anyhow
     assert!(pending[0].earliest_due_ms <= receipt.due_ms && receipt.due_ms <= pending[0].latest_due_ms);
     assert_eq!(delayed.cancel(TOPIC, &receipt.ids[1]).await?, (0, receipt.due_ms));
     assert_eq!(delayed.describe(TOPIC).await?[0].pending, 2);
+    wait_until("the metrics to count two pending", deadline(&[TICK]), async || {
+        anyhow::Ok(metric_sum(&crate::raft3::scrape(&broker).await?, "ferry_broker_delay_pending{") == 2)
+    })
+    .await?;
     // Another topic's name, a malformed id and an id that is no delayed record are refused.
     assert_status(delayed.cancel("other", &receipt.ids[0]).await, Code::InvalidArgument, &["does not belong"]);
     assert_status(delayed.cancel(TOPIC, "soon").await, Code::InvalidArgument, &["not a delayed record id"]);
@@ -296,7 +300,20 @@ async fn cancel_before_due_removes_a_record_and_after_due_is_refused() -> anyhow
     assert_eq!(held.iter().map(index_of).collect::<Vec<_>>(), vec![0, 2]);
     assert_eq!(held, vec![expected(0, 0, 0, receipt.due_ms, 1), expected(2, 0, 1, receipt.due_ms, 1)]);
     assert!(delayed.describe(TOPIC).await?.is_empty());
+    let metrics = crate::raft3::scrape(&broker).await?;
+    assert_eq!(metric_sum(&metrics, "ferry_broker_delay_moves_total"), 2, "{metrics}");
+    assert_eq!(metric_sum(&metrics, "ferry_broker_delay_pending{"), 0, "{metrics}");
+    assert!(metrics.contains("ferry_broker_delay_lateness_ms{quantile=\"0.99\"}"), "{metrics}");
     Ok(())
+}
+
+/// The sum of the samples of the metric lines starting with `prefix`.
+fn metric_sum(text: &str, prefix: &str) -> i64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as i64)
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,10 +64,10 @@ async fn ferryctl_produces_delayed_records_describes_and_cancels_them() -> anyho
     })
     .await?;
     let held = read_topic(&client, TOPIC).await;
-    assert_eq!(held.iter().map(|r| (r.key.clone(), r.value_str().to_owned())).collect::<Vec<_>>(), vec![(
-        Some(bytes::Bytes::from_static(b"a")),
-        "one".to_owned()
-    )]);
+    assert_eq!(
+        held.iter().map(|r| (r.key.clone(), r.value_str().to_owned())).collect::<Vec<_>>(),
+        vec![(Some(bytes::Bytes::from_static(b"a")), "one".to_owned())]
+    );
     assert!(held[0].timestamp >= sent_at + 3_000, "moved at its due time: {held:?}");
 
     // After due, and for a delay past the limit: exit 1 with the broker's reason; a malformed delay: exit 2.

@@ -125,8 +125,7 @@ pub async fn produce(
             while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 buf.pop();
             }
-            let (key, value) =
-                split(Bytes::copy_from_slice(&buf), line_no, args.key, args.key_sep)?;
+            let (key, value) = split(Bytes::copy_from_slice(&buf), line_no, args.key, args.key_sep)?;
             let mut r = ProducerRecord::new(args.topic, value);
             r.key = key;
             r.partition = args.partition;

@@ -23,6 +23,7 @@
 
 pub mod codec;
 pub mod core;
+pub mod gauges;
 mod mover;
 pub mod partition;
 pub mod produce;
@@ -107,6 +108,7 @@ pub struct Delays {
     /// The largest delay accepted, ms (`delay.max_delay`).
     pub max_delay_ms: u64,
     stats: mover::MoverStats,
+    gauges: Mutex<gauges::Gauges>,
 }
 
 impl std::fmt::Debug for Delays {
@@ -125,6 +127,7 @@ impl Delays {
             handlers: RwLock::new(HashMap::new()),
             max_delay_ms,
             stats: mover::MoverStats::default(),
+            gauges: Mutex::new(gauges::Gauges::new()),
         }
     }
 

@@ -68,7 +68,13 @@ impl Delays {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = timer.tick() => {
-                    for owned in self.logs.owned(&DELAY_TOPIC) {
+                    let owned = self.logs.owned(&DELAY_TOPIC);
+                    for k in 0..DELAY_TOPIC.partitions {
+                        if !owned.iter().any(|o| o.k == k) {
+                            self.note_gauges(k, None);
+                        }
+                    }
+                    for owned in owned {
                         if let Err(e) = self.step(owned.k).await {
                             tracing::warn!(partition = owned.k, error = %e, "the delay timer's step failed; retried next tick");
                         }
@@ -87,6 +93,7 @@ impl Delays {
             // The log may or may not hold what was being written: the next tick rebuilds from it.
             *guard = None;
         }
+        self.note_gauges(k, guard.as_ref());
         result
     }
 

@@ -171,6 +171,7 @@ pub async fn run(
     }
     let ready = Arc::new(crate::readiness::Readiness::default());
     let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
+    let delays_slot: Arc<std::sync::OnceLock<Arc<crate::delay::Delays>>> = Arc::default();
     let tasks = TaskTracker::new();
     if config.metrics.enabled {
         let at = config.metrics.listen;
@@ -186,7 +187,8 @@ pub async fn run(
             tracing::info!(addr = %local, "metrics listening on /metrics");
         }
         let sources =
-            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready));
+            crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready))
+                .with_delays(Arc::clone(&delays_slot));
         tasks.spawn(crate::metrics::serve(bound, sources, shutdown.clone()));
     }
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
@@ -260,6 +262,7 @@ pub async fn run(
     }
     let state = Arc::new(crate::state::StateLogs::new(Arc::clone(&core), replication_slot.get().cloned()));
     let delays = crate::delay::start(&state, config.delay.max_delay, config.delay.tick, &tasks, shutdown.clone());
+    let _ = delays_slot.set(Arc::clone(&delays));
     service = service.with_state(state).with_delays(delays);
     let grpc = BrokerServer::new(service)
         .max_decoding_message_size(max_message)
