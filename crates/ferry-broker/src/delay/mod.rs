@@ -276,3 +276,6 @@ fn now_slot() -> (i64, i64) {
 fn show(stream: &Stream) -> String {
     format!("{}:{}", stream.0, String::from_utf8_lossy(&stream.1))
 }
+
+#[cfg(test)]
+mod tests;

@@ -85,7 +85,7 @@ impl Delays {
     }
 
     /// One tick of partition `k`.
-    async fn step(&self, k: u32) -> Result<()> {
+    pub(super) async fn step(&self, k: u32) -> Result<()> {
         let (owned, mut guard) = self.lock(k).await?;
         let Some(state) = guard.as_mut() else { return Ok(()) };
         let result = self.step_locked(&owned, state).await;
