@@ -109,7 +109,12 @@ async fn send(
 
 /// Polls `topic`'s partitions until `expected` records were seen; returns each record's lateness (seen − its
 /// timestamp, which is its due time) in ms and when the last was seen.
-async fn watch(client: &BrokerClient, topic: &str, partitions: u32, expected: usize) -> anyhow::Result<(Vec<i64>, i64)> {
+async fn watch(
+    client: &BrokerClient,
+    topic: &str,
+    partitions: u32,
+    expected: usize,
+) -> anyhow::Result<(Vec<i64>, i64)> {
     let mut next = vec![0u64; partitions as usize];
     let (mut late, mut last_seen) = (Vec::with_capacity(expected), 0);
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -156,7 +161,10 @@ fn pct(sorted: &[i64], q: f64) -> i64 {
 
 async fn run() -> anyhow::Result<()> {
     let program = broker_binary()?;
-    println!("delay benchmark: {VALUE_BYTES} B records, {PER_REQUEST} per request; ferry-broker: {}", program.display());
+    println!(
+        "delay benchmark: {VALUE_BYTES} B records, {PER_REQUEST} per request; ferry-broker: {}",
+        program.display()
+    );
     let broker = BrokerProcess::builder().program(&program).env("RUST_LOG", "warn").start().await?;
     let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
     let admin = Admin::new(client.clone());
@@ -197,7 +205,9 @@ async fn run() -> anyhow::Result<()> {
     for k in 0..requests {
         let r = produce("light", 0, batch(k as usize * 200, 200));
         let due = t1 + k * LIGHT_SPREAD_MS / requests;
-        client.produce_delayed(pb::ProduceDelayedRequest { produce: Some(r), deliver_at_ms: Some(due), delay_ms: None }).await?;
+        client
+            .produce_delayed(pb::ProduceDelayedRequest { produce: Some(r), deliver_at_ms: Some(due), delay_ms: None })
+            .await?;
     }
     anyhow::ensure!(started.elapsed() < Duration::from_secs(3), "the light load took too long to send");
     let (late, _) = watch(&client, "light", 1, LIGHT).await?;
@@ -209,7 +219,10 @@ async fn run() -> anyhow::Result<()> {
     );
     if let Some(addr) = broker.metrics_addr() {
         let text = reqwest::get(format!("http://{addr}/metrics")).await?.text().await?;
-        for line in text.lines().filter(|l| l.starts_with("ferry_broker_delay_lateness_ms") || l.starts_with("ferry_broker_delay_moves")) {
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("ferry_broker_delay_lateness_ms") || l.starts_with("ferry_broker_delay_moves"))
+        {
             println!("broker metric: {line}");
         }
     }

@@ -30,8 +30,9 @@ fn payload(i: usize) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_firing_interrupted_after_its_move_is_finished_by_the_next_owner_without_a_duplicate() {
     let dir = tempfile::tempdir().unwrap();
-    let core = BrokerCore::open(ferry_storage::fs::os(), dir.path(), Some("test"), LogConfig::default(), Default::default())
-        .expect("open the broker core");
+    let core =
+        BrokerCore::open(ferry_storage::fs::os(), dir.path(), Some("test"), LogConfig::default(), Default::default())
+            .expect("open the broker core");
     core.ensure_internal(&DELAY_TOPIC).await.unwrap();
     core.create_topic("t", 1, TopicSettings::default(), None).await.unwrap();
     let logs = Arc::new(StateLogs::new(Arc::new(core), None));
@@ -55,7 +56,11 @@ async fn a_firing_interrupted_after_its_move_is_finished_by_the_next_owner_witho
     logs.append(&owned, &[entry]).await.unwrap();
     let mover = ProduceMover::new(Arc::clone(&logs));
     let entries: Vec<FiredEntry> = (0..2)
-        .map(|i| FiredEntry { id: DelayId { partition: k, offset: ids[i].offset }, due_ms: due, payload: payloads[i].clone() })
+        .map(|i| FiredEntry {
+            id: DelayId { partition: k, offset: ids[i].offset },
+            due_ms: due,
+            payload: payloads[i].clone(),
+        })
         .collect();
     mover.fire(&Firing { kind: KIND, key: key.clone(), first_seq: 0, entries }).await.unwrap();
 
