@@ -5,10 +5,13 @@ use super::*;
 const NOW: i64 = 1_700_000_000_000;
 const MAX: u64 = DEFAULT_MAX_DELAY_MS;
 
+/// deliver_at_ms, delay_ms, and the decision (or words the refusal contains).
+type DueCase = (Option<i64>, Option<i64>, Result<Due, &'static str>);
+
 #[test]
 fn due_times_follow_the_table() {
     let max = MAX as i64;
-    let table: &[(Option<i64>, Option<i64>, Result<Due, &str>)] = &[
+    let table: &[DueCase] = &[
         (None, Some(0), Ok(Due::Now)),
         (None, Some(1), Ok(Due::At(NOW + 1))),
         (None, Some(max), Ok(Due::At(NOW + max))),
