@@ -15,6 +15,7 @@ mod delay_raft3;
 mod double_write;
 mod drain;
 mod faults;
+mod fence;
 mod ferryctl;
 mod groups;
 mod hostile;
