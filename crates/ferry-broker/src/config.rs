@@ -18,12 +18,14 @@ use ferry_storage::{FlushPolicy, LogConfig};
 use serde::Deserialize;
 
 pub use self::cluster_section::ClusterSection;
+pub use self::delay_section::DelaySection;
 pub use self::groups_section::GroupsSection;
 pub use self::kafka_section::KafkaSection;
 pub use self::metrics_section::MetricsSection;
 pub use self::transactions_section::TransactionsSection;
 
 mod cluster_section;
+mod delay_section;
 mod groups_section;
 mod kafka_section;
 mod metrics_section;
@@ -54,6 +56,8 @@ pub struct BrokerConfig {
     pub transactions: TransactionsSection,
     /// `[kafka]`: the Kafka wire-protocol listener (off by default).
     pub kafka: KafkaSection,
+    /// `[delay]`: delayed delivery.
+    pub delay: DelaySection,
 }
 
 /// `[auth]`: the scoped tokens clients may present, besides the all-powerful `broker.token_file` one.
@@ -488,6 +492,7 @@ impl BrokerConfig {
         if self.kafka.enabled() && self.cluster.enabled() {
             p.push("kafka.listen", "the Kafka listener serves single brokers only; unset it on a cluster member");
         }
+        self.delay.validate(p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

@@ -349,6 +349,9 @@ pub enum BrokerError {
     /// Anything else that is the broker's fault.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A delayed record that is no longer pending (delivered or cancelled) cannot be cancelled.
+    #[error("{0}")]
+    DelayNotPending(String),
 }
 
 /// Why a group request was refused.
@@ -461,6 +464,7 @@ impl BrokerError {
             BrokerError::Cluster(_) => "cluster_unavailable",
             BrokerError::ElectionRefused(_) => "election_refused",
             BrokerError::Internal(_) => "internal",
+            BrokerError::DelayNotPending(_) => "delay_not_pending",
         }
     }
 
@@ -481,7 +485,8 @@ impl BrokerError {
             | BrokerError::ProducerSequence { .. }
             | BrokerError::AppendRefused { .. }
             | BrokerError::Group { .. }
-            | BrokerError::ElectionRefused(_) => Code::FailedPrecondition,
+            | BrokerError::ElectionRefused(_)
+            | BrokerError::DelayNotPending(_) => Code::FailedPrecondition,
             BrokerError::BatchTooLarge { .. } | BrokerError::LimitReached { .. } => Code::ResourceExhausted,
             BrokerError::CorruptBatch { .. } => Code::DataLoss,
             BrokerError::OffsetOutOfRange { .. } => Code::OutOfRange,

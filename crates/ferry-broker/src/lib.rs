@@ -10,6 +10,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod delay;
 pub mod error;
 pub mod events;
 pub mod groups;

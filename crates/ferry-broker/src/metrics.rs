@@ -15,6 +15,11 @@
 //! | `ferry_broker_controller` | | 1 when this broker is the controller |
 //! | `ferry_broker_etcd_reachable` | | 1 when the last read of etcd succeeded |
 //! | `ferry_broker_subscribe_beats_total` | | position beats sent on subscribe streams: each carries every subscribed partition's position, on the stream's beat, busy or idle |
+//! | `ferry_broker_delay_pending`, `ferry_broker_delay_pending_bytes` | partition (of `__ferry_delay`) | delayed records pending in the delay-store partitions this broker owns |
+//! | `ferry_broker_delay_due_backlog` | partition | delayed records already due, not yet moved |
+//! | `ferry_broker_delay_earliest_due_ms`, `ferry_broker_delay_latest_due_ms` | partition | earliest and latest due time pending (0: none) |
+//! | `ferry_broker_delay_moves_total` | | delayed records moved to their partitions since start |
+//! | `ferry_broker_delay_lateness_ms` | quantile (0.5, 0.99) | how late the last 10,000 moved records became readable |
 //! | `ferry_broker_events_total` | event | leader_change, leader_elected, isr_shrink, isr_expand, fenced, replica_repair, move_done, risk_phase_entered, risk_phase_left |
 
 use std::sync::Arc;
@@ -34,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use std::sync::OnceLock;
 
 use crate::cluster::manager::Replication;
+use crate::delay::Delays;
 use crate::node::registry::BrokerCore;
 use crate::readiness::Readiness;
 
@@ -47,17 +53,24 @@ pub struct Sources {
     replication: Arc<OnceLock<Arc<Replication>>>,
     ready: Arc<Readiness>,
     txns: Arc<OnceLock<Arc<crate::txn::Transactions>>>,
+    delays: Arc<OnceLock<Arc<Delays>>>,
 }
 
 impl Sources {
     /// The sources of a broker over `core`, whose replication manager is put in `replication` once it exists.
     pub fn new(core: Arc<BrokerCore>, replication: Arc<OnceLock<Arc<Replication>>>, ready: Arc<Readiness>) -> Sources {
-        Sources { core, replication, ready, txns: Arc::default() }
+        Sources { core, replication, ready, txns: Arc::default(), delays: Arc::default() }
     }
 
     /// Also the transactional messages' counts, once `txns` holds them.
     pub fn with_transactions(mut self, txns: Arc<OnceLock<Arc<crate::txn::Transactions>>>) -> Sources {
         self.txns = txns;
+        self
+    }
+
+    /// Reports the delay timer put in `delays` once it runs.
+    pub fn with_delays(mut self, delays: Arc<OnceLock<Arc<Delays>>>) -> Sources {
+        self.delays = delays;
         self
     }
 }
@@ -73,7 +86,7 @@ pub async fn serve(listener: tokio::net::TcpListener, sources: Sources, stop: Ca
 async fn scrape(State(s): State<Sources>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        render(&s.core, s.replication.get().map(|r| &**r), s.txns.get().map(|t| &**t)),
+        render(&s.core, s.replication.get().map(|r| &**r), s.txns.get().map(|t| &**t), s.delays.get().map(|d| &**d)),
     )
 }
 
@@ -100,8 +113,13 @@ fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The metrics text of `core` (and `replication`, on a cluster member).
-pub fn render(core: &BrokerCore, replication: Option<&Replication>, txns: Option<&crate::txn::Transactions>) -> String {
+/// The metrics text of `core` (and `replication`, on a cluster member; the transactions' and the delay timer's).
+pub fn render(
+    core: &BrokerCore,
+    replication: Option<&Replication>,
+    txns: Option<&crate::txn::Transactions>,
+    delays: Option<&Delays>,
+) -> String {
     let mut r = Registry::default();
     let hw = family(&mut r, "ferry_broker_partition_high_watermark", "The offset clients read up to, per partition");
     let leo = family(&mut r, "ferry_broker_partition_log_end_offset", "The local log end offset, per partition");
@@ -187,6 +205,9 @@ pub fn render(core: &BrokerCore, replication: Option<&Replication>, txns: Option
     }
     if let Some(t) = txns {
         txn_metrics(&mut r, &t.counters);
+    }
+    if let Some(d) = delays {
+        d.register_metrics(&mut r);
     }
     let mut out = String::new();
     // Writing into a String cannot fail.

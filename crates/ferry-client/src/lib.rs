@@ -14,6 +14,7 @@ pub mod admin;
 pub mod config;
 pub mod connection;
 pub mod consumer;
+pub mod delay;
 pub mod error;
 pub mod producer;
 pub mod retry;
@@ -29,6 +30,7 @@ pub use admin::{Admin, OffsetSpec, PartitionOffsets, Promoted, TopicDescription}
 pub use config::{ClientConfig, TlsOptions};
 pub use connection::{AuthInterceptor, BrokerClient, RawClient};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, StartAt};
+pub use delay::{Delayed, DelayedReceipt, DeliverAt};
 pub use error::{ClientError, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 pub use retry::RetryPolicy;

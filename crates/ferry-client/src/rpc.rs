@@ -138,6 +138,16 @@ impl BrokerClient {
         /// The transactions the answering broker owns.
         txn_list, "TxnList", pb::TxnListRequest, pb::TxnListResponse, idempotent);
     unary!(
+        /// Produces records delivered later (docs/messaging.md, "Delay"). Not retried after an unknown outcome: a
+        /// retry would store the records again.
+        produce_delayed, "ProduceDelayed", pb::ProduceDelayedRequest, pb::ProduceDelayedResponse, once);
+    unary!(
+        /// Cancels a pending delayed record (a retry after success answers FAILED_PRECONDITION).
+        cancel_delayed, "CancelDelayed", pb::CancelDelayedRequest, pb::CancelDelayedResponse, once);
+    unary!(
+        /// The delayed records pending for a topic, per partition.
+        describe_delayed, "DescribeDelayed", pb::DescribeDelayedRequest, pb::DescribeDelayedResponse, idempotent);
+    unary!(
         /// Appends batches that carry offsets (mirror topics); safe to repeat: present batches are recognised.
         append_with_offsets, "AppendWithOffsets", pb::AppendWithOffsetsRequest, pb::AppendWithOffsetsResponse,
         idempotent, at_leader);

@@ -52,6 +52,9 @@ pub enum Command {
     /// Transactional messages by hand: prepare, commit, rollback, list.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// Delayed records: cancel one, or describe what is pending.
+    #[command(subcommand)]
+    Delay(crate::delay::DelayCommand),
 }
 
 impl Command {
@@ -67,6 +70,7 @@ impl Command {
             Command::Failover(args) => dr::failover::run(args, global).await,
             Command::Failback(args) => dr::failback::run(args, global).await,
             Command::Txn(cmd) => txn::run(cmd, global).await,
+            Command::Delay(cmd) => crate::delay::run(cmd, global).await,
         }
     }
 }

@@ -6,6 +6,7 @@ mod cli;
 mod cluster;
 mod common;
 mod consume;
+mod delay;
 mod demo;
 mod dr;
 mod mirror;

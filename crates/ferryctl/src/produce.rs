@@ -44,6 +44,12 @@ pub struct ProduceArgs {
     /// Synthetic load: value size in bytes, with --count.
     #[arg(long, requires = "count")]
     pub size: Option<usize>,
+    /// Deliver the records this long from now (e.g. 30s, 5m); each record's id is printed for `delay cancel`.
+    #[arg(long, conflicts_with = "deliver_at")]
+    pub delay: Option<String>,
+    /// Deliver the records at this RFC 3339 time (e.g. 2030-01-01T12:00:00Z).
+    #[arg(long, value_name = "RFC3339")]
+    pub deliver_at: Option<String>,
 }
 
 /// A pending acknowledgement and the value bytes of its record.
@@ -62,6 +68,18 @@ struct Progress {
 /// Runs `produce`.
 pub async fn run(args: ProduceArgs, global: &GlobalOpts) -> anyhow::Result<()> {
     let headers = parse_headers(&args.headers)?;
+    if let Some(when) = crate::delay::deliver_at(args.delay.as_deref(), args.deliver_at.as_deref())? {
+        if args.count.is_some() {
+            return Err(UsageError("--delay and --deliver-at read records from stdin, not --count".into()).into());
+        }
+        let target = crate::delay::Target {
+            topic: &args.topic,
+            partition: args.partition,
+            key: args.key.as_deref(),
+            key_sep: args.key_sep.as_deref(),
+        };
+        return crate::delay::produce(&target, &headers, when, split_line, global).await;
+    }
     let client = global.client()?;
     // Fail with a clear sentence before reading stdin when the topic does not exist.
     Admin::new(client.clone())

@@ -135,7 +135,15 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
             let d = admin.describe_topic(&name).await.map_err(|e| explain(e, &name, &on))?;
             match format {
                 Format::Json => println!("{}", serde_json::to_string(&TopicJson::new(&d.topic, Some(&d.partitions)))?),
-                Format::Text => print!("{}", describe_text(&d.topic, &d.partitions)),
+                Format::Text => {
+                    print!("{}", describe_text(&d.topic, &d.partitions));
+                    // Delayed records pending per partition, when the broker has any for this topic.
+                    if let Ok(pending) = ferry_client::Delayed::new(admin.client().clone()).describe(&name).await
+                        && !pending.is_empty()
+                    {
+                        print!("{}", crate::delay::describe_text(&pending));
+                    }
+                }
             }
         }
         TopicCommand::Promote(args) => crate::promote::run(args, &admin, global).await?,

@@ -143,6 +143,8 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
             "kafka.max_connections",
             "kafka.sasl",
             "kafka.auth_timeout",
+            "delay.max_delay",
+            "delay.tick",
         ],
         "every optional key with a default is documented so, once"
     );
@@ -157,7 +159,7 @@ fn every_documented_default_in_conf_broker_toml_is_the_compiled_default() {
 fn conf_broker_toml_mentions_every_key_of_every_section() {
     use ferry_config::documented::fields;
     let mentioned = ferry_config::documented::mentioned(&reference()).unwrap();
-    let sections: [(&str, &[&str]); 8] = [
+    let sections: [(&str, &[&str]); 9] = [
         ("broker", fields::<BrokerSection>()),
         ("broker.tls", fields::<TlsSection>()),
         ("storage", fields::<StorageSection>()),
@@ -166,6 +168,7 @@ fn conf_broker_toml_mentions_every_key_of_every_section() {
         ("cluster", fields::<super::ClusterSection>()),
         ("cluster.listeners", fields::<super::cluster_section::ListenerSection>()),
         ("metrics", fields::<super::MetricsSection>()),
+        ("delay", fields::<super::DelaySection>()),
     ];
     let missing: Vec<String> = sections
         .iter()
@@ -173,6 +176,20 @@ fn conf_broker_toml_mentions_every_key_of_every_section() {
         .filter(|k| !mentioned.contains(k))
         .collect();
     assert_eq!(missing, Vec::<String>::new(), "keys conf/broker.toml does not mention");
+}
+
+#[test]
+fn delay_limits_are_checked() {
+    for (text, key) in [
+        ("[delay]\nmax_delay = \"8days\"\n", "delay.max_delay"),
+        ("[delay]\nmax_delay = \"500ms\"\n", "delay.max_delay"),
+        ("[delay]\ntick = \"5ms\"\n", "delay.tick"),
+        ("[delay]\ntick = \"2s\"\n", "delay.tick"),
+    ] {
+        let e = BrokerConfig::from_toml(text, false).unwrap_err().to_string();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+    BrokerConfig::from_toml("[delay]\nmax_delay = \"1h\"\ntick = \"50ms\"\n", false).unwrap();
 }
 
 #[test]

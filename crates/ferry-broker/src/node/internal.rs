@@ -29,7 +29,12 @@ pub const TRANSACTIONS: InternalTopic =
     InternalTopic { name: "__ferry_transactions", partitions: 8, segment_bytes: 8 << 20, retention_ms: 0 };
 
 /// Every internal state topic.
-pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS, TRANSACTIONS];
+pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS, TRANSACTIONS, DELAY_TOPIC];
+
+/// The delay store of delayed delivery and the broker's timer (`crate::delay`): its partitions spread the timer's
+/// streams, each owned by its leader; records stay until they fire (no time retention).
+pub const DELAY_TOPIC: InternalTopic =
+    InternalTopic { name: "__ferry_delay", partitions: 4, segment_bytes: 16 << 20, retention_ms: 0 };
 
 /// Job records (`crate::jobs`): a failover's durable state.
 pub const JOBS: InternalTopic =

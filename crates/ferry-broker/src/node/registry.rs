@@ -301,6 +301,11 @@ impl BrokerCore {
         Ok(())
     }
 
+    /// The data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
     /// The cluster id.
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id

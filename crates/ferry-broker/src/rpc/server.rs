@@ -177,6 +177,7 @@ pub async fn run(
     let ready = Arc::new(crate::readiness::Readiness::default());
     let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
     let txns_slot: Arc<std::sync::OnceLock<Arc<crate::txn::Transactions>>> = Arc::new(std::sync::OnceLock::new());
+    let delays_slot: Arc<std::sync::OnceLock<Arc<crate::delay::Delays>>> = Arc::default();
     let tasks = TaskTracker::new();
     if config.metrics.enabled {
         let at = config.metrics.listen;
@@ -193,7 +194,8 @@ pub async fn run(
         }
         let sources =
             crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready))
-                .with_transactions(Arc::clone(&txns_slot));
+                .with_transactions(Arc::clone(&txns_slot))
+                .with_delays(Arc::clone(&delays_slot));
         tasks.spawn(crate::metrics::serve(bound, sources, shutdown.clone()));
     }
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
@@ -274,7 +276,9 @@ pub async fn run(
     ));
     tasks.spawn(Arc::clone(&txns).run_checks(shutdown.clone()));
     let _ = txns_slot.set(Arc::clone(&txns));
-    service = service.with_state(state).with_transactions(Arc::clone(&txns));
+    let delays = crate::delay::start(&state, config.delay.max_delay, config.delay.tick, &tasks, shutdown.clone());
+    let _ = delays_slot.set(Arc::clone(&delays));
+    service = service.with_state(state).with_transactions(Arc::clone(&txns)).with_delays(delays);
     // The Kafka listener (`[kafka] listen`) answers through the same service.
     let kafka = crate::rpc::kafka::start(
         service.clone(),

@@ -23,6 +23,7 @@ use crate::node::topic::refuse_reserved;
 use crate::rpc::auth::{Scopes, caller, require_member};
 use crate::state::StateLogs;
 
+mod delay;
 mod failover;
 mod groups;
 mod topics;
@@ -52,6 +53,8 @@ pub struct BrokerService {
     jobs: Arc<crate::state::Owners<crate::jobs::Jobs>>,
     /// Transactional messages (see `crate::txn`).
     txns: Arc<crate::txn::Transactions>,
+    /// The durable timer of delayed delivery (see `crate::delay`), once started.
+    delays: Option<Arc<crate::delay::Delays>>,
 }
 
 impl BrokerService {
@@ -81,6 +84,7 @@ impl BrokerService {
             state,
             jobs: Arc::new(crate::state::Owners::new(&crate::jobs::JOBS_TOPIC)),
             txns,
+            delays: None,
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -101,6 +105,12 @@ impl BrokerService {
     /// Keeps transactional messages through `txns` (built over the same state logs).
     pub fn with_transactions(mut self, txns: Arc<crate::txn::Transactions>) -> BrokerService {
         self.txns = txns;
+        self
+    }
+
+    /// Serves delayed delivery through `delays`.
+    pub fn with_delays(mut self, delays: Arc<crate::delay::Delays>) -> BrokerService {
+        self.delays = Some(delays);
         self
     }
 
@@ -407,11 +417,7 @@ impl Broker for BrokerService {
                 offset: None,
                 log_start_offset: 0,
                 log_end_offset: 0,
-                leader: None,
-                leader_epoch: 0,
-                log_end_age_ms: None,
-                fence_epoch: None,
-                stored_end_offset: 0,
+                ..Default::default()
             };
             // A replicated partition is answered by its leader only, at the epoch the client names (KIP-320).
             let served = self.core.partition(&lo.topic, lo.partition).and_then(|p| {
@@ -509,6 +515,22 @@ impl Broker for BrokerService {
         ok(self.replication()?.answer_confirm(member, req.get_ref()))
     }
 
+    async fn produce_delayed(&self, req: Request<pb::ProduceDelayedRequest>) -> Rpc<pb::ProduceDelayedResponse> {
+        self.produce_delayed_rpc(req).await
+    }
+
+    async fn cancel_delayed(&self, req: Request<pb::CancelDelayedRequest>) -> Rpc<pb::CancelDelayedResponse> {
+        self.cancel_delayed_rpc(req).await
+    }
+
+    async fn describe_delayed(&self, req: Request<pb::DescribeDelayedRequest>) -> Rpc<pb::DescribeDelayedResponse> {
+        self.describe_delayed_rpc(req).await
+    }
+
+    async fn move_delayed(&self, req: Request<pb::MoveDelayedRequest>) -> Rpc<pb::ProduceResponse> {
+        self.move_delayed_rpc(req).await
+    }
+
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {
         caller(&req)?.allow("ClusterStatus", DESCRIBE)?;
         ok(self.replication()?.status())
@@ -546,19 +568,11 @@ impl Broker for BrokerService {
     }
 
     async fn put_job(&self, req: Request<pb::PutJobRequest>) -> Rpc<pb::PutJobResponse> {
-        caller(&req)?.allow("PutJob", Scopes::ADMIN.or(Scopes::MIRROR))?;
-        let req = req.into_inner();
-        let version = crate::jobs::put(&self.jobs, &self.state, &req.job_id, req.expected_version, &req.body).await?;
-        ok(pb::PutJobResponse { version })
+        self.put_job_rpc(req).await
     }
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Rpc<pb::GetJobResponse> {
-        caller(&req)?.allow("GetJob", Scopes::ADMIN.or(Scopes::MIRROR))?;
-        let job = crate::jobs::get(&self.jobs, &self.state, &req.get_ref().job_id).await?;
-        ok(match job {
-            Some((version, body)) => pb::GetJobResponse { found: true, version, body },
-            None => pb::GetJobResponse::default(),
-        })
+        self.get_job_rpc(req).await
     }
 
     async fn txn_prepare(&self, req: Request<pb::TxnPrepareRequest>) -> Rpc<pb::TxnPrepareResponse> {

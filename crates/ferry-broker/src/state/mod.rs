@@ -32,8 +32,9 @@ const BATCH_BYTES: usize = 256 * 1024;
 /// Most bytes read per step of a replay.
 const REPLAY_STEP: u64 = 4 << 20;
 
-/// A state that a partition's records rebuild.
-pub trait Replayed: Default + Send + 'static {
+/// A state that a partition's records rebuild (an [`Owners`] state also needs `Default`; a state built over
+/// resources, such as the delay timer's on-disk index, is handed to [`StateLogs::replay`] ready-made).
+pub trait Replayed: Send + 'static {
     /// Applies the record at `offset` (written by this feature's [`OwnerGuard::write`] or a compaction).
     fn apply(&mut self, offset: u64, record: &Record);
 }
@@ -69,6 +70,29 @@ impl StateLogs {
     /// Over `core`, with a cluster member's `replication`.
     pub fn new(core: Arc<BrokerCore>, replication: Option<Arc<Replication>>) -> StateLogs {
         StateLogs { core, replication }
+    }
+
+    /// The broker's topics.
+    pub fn core(&self) -> &Arc<BrokerCore> {
+        &self.core
+    }
+
+    /// A cluster member's replication manager.
+    pub fn replication(&self) -> Option<&Arc<Replication>> {
+        self.replication.as_ref()
+    }
+
+    /// Writes `batch` to `part` (any partition: a feature's effect on a user topic, such as a delayed record
+    /// falling due) and waits until its in-sync replicas hold it; on a cluster only its leader may.
+    pub async fn produce_to(&self, part: &Partition, batch: Bytes) -> Result<Produced> {
+        let produced = match &self.replication {
+            Some(r) => r.serving().produce(part, batch).await?,
+            None => part.produce(batch).await?,
+        };
+        if let Some(r) = &self.replication {
+            r.serving().await_ack(part, &produced, r.ack_timeout()).await?;
+        }
+        Ok(produced)
     }
 
     /// Partition `k` of `t`, when this broker owns it now; otherwise NOT_LEADER naming its leader (or a cluster
@@ -190,18 +214,18 @@ struct Slot<S> {
 }
 
 /// The states of the partitions of one internal topic this broker owns.
-pub struct Owners<S: Replayed> {
+pub struct Owners<S: Replayed + Default> {
     topic: &'static InternalTopic,
     slots: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<Slot<S>>>>>,
 }
 
-impl<S: Replayed> std::fmt::Debug for Owners<S> {
+impl<S: Replayed + Default> std::fmt::Debug for Owners<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Owners").field("topic", &self.topic.name).finish_non_exhaustive()
     }
 }
 
-impl<S: Replayed> Owners<S> {
+impl<S: Replayed + Default> Owners<S> {
     /// The states of `topic`'s partitions.
     pub fn new(topic: &'static InternalTopic) -> Owners<S> {
         Owners { topic, slots: Mutex::new(HashMap::new()) }

@@ -17,6 +17,13 @@ fn unreachable(e: etcd_client::Error) -> BrokerError {
 }
 
 impl Replication {
+    /// A client of member `id` with this member's credential (for a feature's member-only calls, such as the
+    /// delay timer's moves to a partition another member leads); `None` when its address is unknown.
+    pub fn member_client(&self, id: u32) -> Option<crate::cluster::peers::PeerClient> {
+        let snap = self.snap.read();
+        self.peer(id, &snap)
+    }
+
     /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses on
     /// `listener` (the registered ones for `None`).
     /// A partition this broker leads, as the catalog says, is answered as led here only while it may act as its

@@ -113,4 +113,20 @@ impl BrokerService {
         tracing::warn!(who = who.name(), topic = req.topic, source = mark.source_display(), "MarkMirror");
         ok(pb::MarkMirrorResponse { topic: Some(info) })
     }
+
+    pub(super) async fn put_job_rpc(&self, req: Request<pb::PutJobRequest>) -> Rpc<pb::PutJobResponse> {
+        caller(&req)?.allow("PutJob", Scopes::ADMIN.or(Scopes::MIRROR))?;
+        let req = req.into_inner();
+        let version = crate::jobs::put(&self.jobs, &self.state, &req.job_id, req.expected_version, &req.body).await?;
+        ok(pb::PutJobResponse { version })
+    }
+
+    pub(super) async fn get_job_rpc(&self, req: Request<pb::GetJobRequest>) -> Rpc<pb::GetJobResponse> {
+        caller(&req)?.allow("GetJob", Scopes::ADMIN.or(Scopes::MIRROR))?;
+        let job = crate::jobs::get(&self.jobs, &self.state, &req.get_ref().job_id).await?;
+        ok(match job {
+            Some((version, body)) => pb::GetJobResponse { found: true, version, body },
+            None => pb::GetJobResponse::default(),
+        })
+    }
 }
