@@ -74,9 +74,23 @@ impl FaultyCluster {
             message: format!("not a socket address: {e}"),
         })?;
         let n = spec.members;
+        // Each member's port stays bound here until its broker starts, so the proxies below (port 0) cannot take it.
+        let mut held = Vec::new();
         let mut ports = Vec::new();
         for _ in 0..n {
-            ports.push(reserve_port()?);
+            let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                .map_err(|source| crate::Error::Net { action: "bind", addr: "127.0.0.1:0".into(), source })?;
+            ports.push(
+                listener
+                    .local_addr()
+                    .map_err(|source| crate::Error::Net {
+                        action: "read the address of",
+                        addr: "127.0.0.1:0".into(),
+                        source,
+                    })?
+                    .port(),
+            );
+            held.push(Some(listener));
         }
         let mut etcd_links = Vec::new();
         for _ in 0..n {
@@ -106,14 +120,34 @@ impl FaultyCluster {
                 spec.storage,
                 spec.extra,
             );
-            let mut builder = BrokerProcess::builder()
-                .cluster_id(spec.cluster_id.clone())
-                .config(config)
-                .port(ports[id as usize - 1]);
-            if spec.sync_journal {
-                builder = builder.sync_journal();
-            }
-            brokers.push(builder.start().await?);
+            // Another process may still take the port between its release and the broker's bind: then the member
+            // starts on a fresh one, and the peers' proxies are pointed at it.
+            held[id as usize - 1] = None;
+            let mut attempt = 0;
+            let broker = loop {
+                let mut builder = BrokerProcess::builder()
+                    .cluster_id(spec.cluster_id.clone())
+                    .config(config.clone())
+                    .port(ports[id as usize - 1]);
+                if spec.sync_journal {
+                    builder = builder.sync_journal();
+                }
+                match builder.start().await {
+                    Err(crate::Error::EarlyExit { log_tail, .. })
+                        if attempt < 3 && log_tail.contains("Address already in use") =>
+                    {
+                        attempt += 1;
+                        let port = reserve_port()?;
+                        ports[id as usize - 1] = port;
+                        let upstream = format!("127.0.0.1:{port}").parse().expect("loopback address");
+                        for from in (1..=n).filter(|from| *from != id) {
+                            peer_links[&(from, id)].set_upstream(upstream);
+                        }
+                    }
+                    other => break other?,
+                }
+            };
+            brokers.push(broker);
         }
         Ok(FaultyCluster { etcd, brokers, spec, etcd_links, peer_links })
     }
