@@ -17,6 +17,10 @@ use tokio::sync::mpsc;
 
 use crate::common::{Rec, assert_same_records, connect, leos, plain_batch, read_partition, start_broker};
 
+mod requests;
+
+use self::requests::*;
+
 /// Small limits, so each is cheap to reach.
 const CONFIG: &str = r#"
 [broker]
@@ -108,78 +112,6 @@ macro_rules! refused {
         let what = concat!(stringify!($rpc), "(", stringify!($request), ")");
         refusal(what, $client.$rpc($request).await, (code_of($reason), Some($reason)), &[$($needle),*]);
     )*};
-}
-
-fn create(name: &str, partitions: u32) -> pb::CreateTopicRequest {
-    pb::CreateTopicRequest { name: name.into(), partitions, config: None, mirror: None, ..Default::default() }
-}
-fn create_with(name: &str, edit: fn(&mut pb::TopicConfig)) -> pb::CreateTopicRequest {
-    pb::CreateTopicRequest { config: Some(cfg(edit)), ..create(name, 1) }
-}
-
-fn mirror_of(name: &str, source_topic_id: &str) -> pb::CreateTopicRequest {
-    let (source_cluster_id, source_topic, source_cluster) = ("dc-a-cluster".into(), "orders".into(), "dc-a".into());
-    let source =
-        pb::MirrorSource { source_cluster_id, source_topic_id: source_topic_id.into(), source_topic, source_cluster };
-    pb::CreateTopicRequest { mirror: Some(source), ..create(name, 1) }
-}
-
-fn cfg(edit: fn(&mut pb::TopicConfig)) -> pb::TopicConfig {
-    let mut c = pb::TopicConfig::default();
-    edit(&mut c);
-    c
-}
-fn alter(name: &str, edit: fn(&mut pb::TopicConfig)) -> pb::AlterTopicConfigRequest {
-    pb::AlterTopicConfigRequest { name: name.into(), config: Some(cfg(edit)) }
-}
-fn grow(name: &str, partitions: u32) -> pb::AlterPartitionsRequest {
-    pb::AlterPartitionsRequest { name: name.into(), partitions }
-}
-fn delete(name: &str) -> pb::DeleteTopicRequest {
-    pb::DeleteTopicRequest { name: name.into() }
-}
-fn describe(name: &str) -> pb::DescribeTopicRequest {
-    pb::DescribeTopicRequest { name: name.into(), leader_epochs: Default::default() }
-}
-fn promote(name: &str) -> pb::PromoteRequest {
-    pb::PromoteRequest { name: name.into() }
-}
-fn produce(topic: &str, partition: u32, batches: impl Into<Bytes>) -> pb::ProduceRequest {
-    pb::ProduceRequest { topic: topic.into(), partition: Some(partition), key: None, batches: batches.into() }
-}
-fn append(topic: &str, partition: u32, id: &str, batches: impl Into<Bytes>) -> pb::AppendWithOffsetsRequest {
-    let (topic, source_topic_id, batches) = (topic.into(), id.into(), batches.into());
-    pb::AppendWithOffsetsRequest { topic, partition, source_topic_id, source_log_start_offset: 0, batches }
-}
-fn epoch_end(topic: &str, partition: u32, epoch: u32) -> pb::EpochEndRequest {
-    pb::EpochEndRequest { topic: topic.into(), partition, epoch }
-}
-fn truncate(topic: &str, partition: u32, offset: u64) -> pb::TruncatePartitionRequest {
-    pb::TruncatePartitionRequest { topic: topic.into(), partition, offset }
-}
-fn at(topic: &str, partition: u32, offset: u64) -> pb::PartitionFetch {
-    pb::PartitionFetch { topic: topic.into(), partition, offset, max_bytes: u64::MAX, leader_epoch: None }
-}
-fn spec(topic: &str, partition: u32, spec: Option<Spec>) -> pb::ListOffsetsPartition {
-    pb::ListOffsetsPartition { topic: topic.into(), partition, spec, leader_epoch: None }
-}
-
-fn join(group: &str, member_id: &str, client_id: &str, topics: &[&str]) -> pb::JoinGroupRequest {
-    let (group, member_id, client_id) = (group.into(), member_id.into(), client_id.into());
-    let topics = topics.iter().map(|t| (*t).to_owned()).collect();
-    pb::JoinGroupRequest { group, member_id, topics, session_timeout_ms: 60_000, client_id }
-}
-fn heartbeat(group: &str, member_id: &str, generation: u64) -> pb::HeartbeatRequest {
-    pb::HeartbeatRequest { group: group.into(), member_id: member_id.into(), generation }
-}
-fn offset(topic: &str, partition: u32, offset: u64, metadata: &str) -> pb::CommittedOffset {
-    pb::CommittedOffset { topic: topic.into(), partition, offset, metadata: metadata.into() }
-}
-fn commit(group: &str, member_id: &str, generation: u64, o: pb::CommittedOffset) -> pb::CommitOffsetsRequest {
-    pb::CommitOffsetsRequest { group: group.into(), member_id: member_id.into(), generation, offsets: vec![o] }
-}
-fn tp(topic: &str, partition: u32) -> pb::TopicPartition {
-    pb::TopicPartition { topic: topic.into(), partition }
 }
 
 /// Source records `base..base+n` of the mirror topic, tagged so that two offers of the same offsets can differ.
