@@ -216,11 +216,7 @@ pub async fn run(
         match Box::pin(joining).await {
             Ok(j) => Some((j, member_addr)),
             Err(e) => {
-                shutdown.cancel();
-                tasks.close();
-                let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
-                let closing = Arc::clone(&core);
-                let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+                abort_start(&shutdown, &tasks, config.broker.shutdown_timeout, &core).await;
                 return Err(ServerError::Cluster(e));
             }
         }
@@ -291,11 +287,7 @@ pub async fn run(
     let kafka_addr = match kafka.await {
         Ok(a) => a,
         Err(e) => {
-            shutdown.cancel();
-            tasks.close();
-            let _ = tokio::time::timeout(config.broker.shutdown_timeout, tasks.wait()).await;
-            let closing = Arc::clone(&core);
-            let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+            abort_start(&shutdown, &tasks, config.broker.shutdown_timeout, &core).await;
             return Err(ServerError::Kafka(e));
         }
     };
@@ -389,6 +381,20 @@ pub async fn run(
     .await;
     tracing::info!("ferry-broker stopped cleanly");
     served.map_err(ServerError::from)
+}
+
+/// Stops what a start that failed part-way had begun: its tasks (within `grace`), then the core's files.
+async fn abort_start(
+    shutdown: &CancellationToken,
+    tasks: &TaskTracker,
+    grace: std::time::Duration,
+    core: &Arc<BrokerCore>,
+) {
+    shutdown.cancel();
+    tasks.close();
+    let _ = tokio::time::timeout(grace, tasks.wait()).await;
+    let closing = Arc::clone(core);
+    let _ = tokio::task::spawn_blocking(move || closing.close()).await;
 }
 
 fn spawn_duties(

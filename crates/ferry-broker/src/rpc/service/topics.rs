@@ -242,4 +242,25 @@ impl BrokerService {
         tracing::warn!(topic = %req.topic, partition = req.partition, offset = req.offset, leo, "mirror partition truncated");
         ok(pb::TruncatePartitionResponse { log_end_offset: leo })
     }
+
+    /// A cluster member's append for another feature's owner (a transaction's commit, a delayed record's move) to
+    /// a partition this broker leads: a produce, answered once the in-sync replicas hold it.
+    pub(super) async fn member_append(
+        &self,
+        topic: &str,
+        partition: u32,
+        batches: bytes::Bytes,
+    ) -> Rpc<pb::ProduceResponse> {
+        let t = self.local_topic(topic, Some(partition))?;
+        let part = self.placed(&t, partition)?;
+        let produced = self.produce_to(&part, batches).await?;
+        self.acknowledged(&part, &produced).await?;
+        ok(pb::ProduceResponse {
+            partition,
+            base_offset: produced.base_offset,
+            last_offset: produced.last_offset,
+            duplicate: produced.duplicate,
+            log_end_offset: part.visible_end(),
+        })
+    }
 }

@@ -95,16 +95,6 @@ impl BrokerService {
     pub(super) async fn txn_append_rpc(&self, req: Request<pb::TxnAppendRequest>) -> Rpc<pb::ProduceResponse> {
         require_member(&req, "TxnAppend", None)?;
         let req = req.into_inner();
-        let topic = self.local_topic(&req.topic, Some(req.partition))?;
-        let part = self.placed(&topic, req.partition)?;
-        let produced = self.produce_to(&part, req.batches).await?;
-        self.acknowledged(&part, &produced).await?;
-        ok(pb::ProduceResponse {
-            partition: req.partition,
-            base_offset: produced.base_offset,
-            last_offset: produced.last_offset,
-            duplicate: produced.duplicate,
-            log_end_offset: part.visible_end(),
-        })
+        self.member_append(&req.topic, req.partition, req.batches).await
     }
 }
