@@ -37,6 +37,7 @@ mod raft3_secured;
 mod restart;
 mod rpc_bounds;
 mod scopes;
+mod share;
 mod startup;
 mod state_limits;
 mod subscribe;

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod node;
 pub mod readiness;
 pub mod rpc;
+pub(crate) mod share;
 pub mod state;
 pub mod txn;
 

@@ -9,7 +9,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::common::GlobalOpts;
-use crate::{cluster, consume, demo, dr, mirror, produce, topic, txn};
+use crate::{cluster, consume, demo, dr, group, mirror, produce, share, topic, txn};
 
 /// Ferry's operator CLI.
 #[derive(Parser)]
@@ -55,6 +55,15 @@ pub enum Command {
     /// Delayed records: cancel one, or describe what is pending.
     #[command(subcommand)]
     Delay(crate::delay::DelayCommand),
+    /// Consumer groups of every mode: list, describe (mode, members, backlog), unpin, reset offsets.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
+    /// A record's status and history in a queue, serial or broadcast group.
+    #[command(subcommand)]
+    Message(share::MessageCommand),
+    /// Dead letters: redrive a group's {group}.dlq.
+    #[command(subcommand)]
+    Dlq(share::DlqCommand),
 }
 
 impl Command {
@@ -71,6 +80,9 @@ impl Command {
             Command::Failback(args) => dr::failback::run(args, global).await,
             Command::Txn(cmd) => txn::run(cmd, global).await,
             Command::Delay(cmd) => crate::delay::run(cmd, global).await,
+            Command::Group(cmd) => group::run(cmd, global).await,
+            Command::Message(cmd) => share::message(cmd, global).await,
+            Command::Dlq(cmd) => share::dlq(cmd, global).await,
         }
     }
 }

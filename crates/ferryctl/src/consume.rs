@@ -45,6 +45,25 @@ pub struct ConsumeArgs {
     /// Text format: print key<TAB>value.
     #[arg(long)]
     pub print_key: bool,
+    /// The group's model: partitioned (Kafka-style, the default), broadcast, queue or serial (these print JSON
+    /// lines with each record's delivery count and settle every record).
+    #[arg(long, default_value = "partitioned", value_parser = ["partitioned", "broadcast", "queue", "serial"])]
+    pub mode: String,
+    /// Queue, serial: fail every record received (retries, then dead letters), to drive the lifecycle from scripts.
+    #[arg(long)]
+    pub nack: bool,
+    /// Queue, serial: how long a delivered record stays locked to this member (e.g. 30s).
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub ack_timeout: Option<Duration>,
+    /// Queue, serial: the group's retry backoff steps when this join creates it (e.g. 1s,5s,30s).
+    #[arg(long, value_name = "D,D,...", value_parser = crate::share::parse_backoff)]
+    pub retry_backoff: Option<Vec<Duration>>,
+    /// Queue, serial: the group's retries for records that name none, when this join creates it.
+    #[arg(long = "retries", value_name = "N")]
+    pub group_retries: Option<u32>,
+    /// The member's session timeout (e.g. 10s).
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub session_timeout: Option<Duration>,
 }
 
 /// Why the loop ended.
@@ -58,6 +77,9 @@ enum Stop {
 
 /// Runs `consume`.
 pub async fn run(args: ConsumeArgs, global: &GlobalOpts) -> anyhow::Result<()> {
+    if let Some(mode) = ferry_client::ShareMode::parse(&args.mode) {
+        return crate::share::consume(&args, mode, global).await;
+    }
     let client = global.client()?;
     let description = Admin::new(client.clone())
         .describe_topic(&args.topic)

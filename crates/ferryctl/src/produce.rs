@@ -50,6 +50,9 @@ pub struct ProduceArgs {
     /// Deliver the records at this RFC 3339 time (e.g. 2030-01-01T12:00:00Z).
     #[arg(long, value_name = "RFC3339")]
     pub deliver_at: Option<String>,
+    /// Retries a queue or serial group gives each record before dead-lettering it (the `ferry-retries` header).
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
 }
 
 /// A pending acknowledgement and the value bytes of its record.
@@ -67,7 +70,10 @@ struct Progress {
 
 /// Runs `produce`.
 pub async fn run(args: ProduceArgs, global: &GlobalOpts) -> anyhow::Result<()> {
-    let headers = parse_headers(&args.headers)?;
+    let mut headers = parse_headers(&args.headers)?;
+    if let Some(n) = args.retries {
+        headers.push(Header { key: "ferry-retries".into(), value: Some(Bytes::from(n.to_string())) });
+    }
     if let Some(when) = crate::delay::deliver_at(args.delay.as_deref(), args.deliver_at.as_deref())? {
         if args.count.is_some() {
             return Err(UsageError("--delay and --deliver-at read records from stdin, not --count".into()).into());

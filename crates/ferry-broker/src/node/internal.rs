@@ -29,7 +29,13 @@ pub const TRANSACTIONS: InternalTopic =
     InternalTopic { name: "__ferry_transactions", partitions: 8, segment_bytes: 8 << 20, retention_ms: 0 };
 
 /// Every internal state topic.
-pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS, TRANSACTIONS, DELAY_TOPIC];
+pub const INTERNAL_TOPICS: &[InternalTopic] = &[JOBS, TRANSACTIONS, DELAY_TOPIC, QUEUES];
+
+/// The message models' group state (`crate::share`): queue and serial progress, broadcast positions, dead-letter
+/// intents and redrive jobs, keyed by group. Kept 7 days (the history of a record's transitions is bounded by it);
+/// each group's whole state is written again every hour, so a replay never needs an older record.
+pub const QUEUES: InternalTopic =
+    InternalTopic { name: "__ferry_queues", partitions: 8, segment_bytes: 8 << 20, retention_ms: 7 * 86_400_000 };
 
 /// The delay store of delayed delivery and the broker's timer (`crate::delay`): its partitions spread the timer's
 /// streams, each owned by its leader; records stay until they fire (no time retention).

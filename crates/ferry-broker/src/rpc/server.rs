@@ -275,6 +275,7 @@ pub async fn run(
     let delays = crate::delay::start(&state, config.delay.max_delay, config.delay.tick, &tasks, shutdown.clone());
     let _ = delays_slot.set(Arc::clone(&delays));
     service = service.with_state(state).with_transactions(Arc::clone(&txns)).with_delays(delays);
+    tasks.spawn(service.clone().run_share_tasks(shutdown.clone()));
     // The Kafka listener (`[kafka] listen`) answers through the same service.
     let kafka = crate::rpc::kafka::start(
         service.clone(),

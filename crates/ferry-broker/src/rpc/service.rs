@@ -26,6 +26,11 @@ use crate::state::StateLogs;
 mod delay;
 mod failover;
 mod groups;
+mod share;
+mod share_ack;
+mod share_admin;
+mod share_io;
+mod share_redrive;
 mod topics;
 mod txn;
 
@@ -55,6 +60,10 @@ pub struct BrokerService {
     txns: Arc<crate::txn::Transactions>,
     /// The durable timer of delayed delivery (see `crate::delay`), once started.
     delays: Option<Arc<crate::delay::Delays>>,
+    /// The message models' group states this broker owns (see `crate::share`).
+    shares: Arc<crate::share::Shares>,
+    /// Groups whose redrive job runs here now.
+    redrives: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl BrokerService {
@@ -85,6 +94,8 @@ impl BrokerService {
             jobs: Arc::new(crate::state::Owners::new(&crate::jobs::JOBS_TOPIC)),
             txns,
             delays: None,
+            shares: Arc::new(crate::share::shares()),
+            redrives: Arc::default(),
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -379,8 +390,11 @@ impl Broker for BrokerService {
 
     async fn fetch(&self, req: Request<pb::FetchRequest>) -> Rpc<pb::FetchResponse> {
         let who = caller(&req)?;
-        for p in &req.get_ref().partitions {
-            who.allow_topic("Fetch", READ, &p.topic)?;
+        // A cluster member reads for a feature it owns (a queue group's records), with its member credential.
+        if req.extensions().get::<crate::rpc::auth::Member>().is_none() {
+            for p in &req.get_ref().partitions {
+                who.allow_topic("Fetch", READ, &p.topic)?;
+            }
         }
         let limit = crate::rpc::fetch::response_limit(self.max_batch_bytes);
         let turn = self.fetch_turns.fetch_add(1, Ordering::Relaxed) as usize;
@@ -529,6 +543,38 @@ impl Broker for BrokerService {
 
     async fn move_delayed(&self, req: Request<pb::MoveDelayedRequest>) -> Rpc<pb::ProduceResponse> {
         self.move_delayed_rpc(req).await
+    }
+
+    async fn share_join(&self, req: Request<pb::ShareJoinRequest>) -> Rpc<pb::ShareJoinResponse> {
+        self.share_join_rpc(req).await
+    }
+
+    async fn share_poll(&self, req: Request<pb::SharePollRequest>) -> Rpc<pb::SharePollResponse> {
+        self.share_poll_rpc(req).await
+    }
+
+    async fn share_ack(&self, req: Request<pb::ShareAckRequest>) -> Rpc<pb::ShareAckResponse> {
+        self.share_ack_rpc(req).await
+    }
+
+    async fn share_leave(&self, req: Request<pb::ShareLeaveRequest>) -> Rpc<pb::ShareLeaveResponse> {
+        self.share_leave_rpc(req).await
+    }
+
+    async fn share_describe(&self, req: Request<pb::ShareDescribeRequest>) -> Rpc<pb::ShareDescribeResponse> {
+        self.share_describe_rpc(req).await
+    }
+
+    async fn share_unpin(&self, req: Request<pb::ShareUnpinRequest>) -> Rpc<pb::ShareUnpinResponse> {
+        self.share_unpin_rpc(req).await
+    }
+
+    async fn message_status(&self, req: Request<pb::MessageStatusRequest>) -> Rpc<pb::MessageStatusResponse> {
+        self.message_status_rpc(req).await
+    }
+
+    async fn redrive(&self, req: Request<pb::RedriveRequest>) -> Rpc<pb::RedriveResponse> {
+        self.redrive_rpc(req).await
     }
 
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {

@@ -91,7 +91,7 @@ impl BrokerService {
 
     /// The partitions of topic `name`, from this broker or the cluster's catalog; `None` when there is no such
     /// topic.
-    fn partition_count(&self, name: &str) -> Option<u32> {
+    pub(super) fn partition_count(&self, name: &str) -> Option<u32> {
         match self.core.topic(name) {
             Ok(t) => Some(t.partition_count()),
             Err(_) => self.replication.as_ref().and_then(|r| r.partition_count(name)),

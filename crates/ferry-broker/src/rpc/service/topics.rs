@@ -251,11 +251,21 @@ impl BrokerService {
         partition: u32,
         batches: bytes::Bytes,
     ) -> Rpc<pb::ProduceResponse> {
+        ok(self.append_here(topic, partition, batches).await?)
+    }
+
+    /// The append of [`BrokerService::member_append`], its error as the broker's.
+    pub(super) async fn append_here(
+        &self,
+        topic: &str,
+        partition: u32,
+        batches: bytes::Bytes,
+    ) -> Result<pb::ProduceResponse, BrokerError> {
         let t = self.local_topic(topic, Some(partition))?;
         let part = self.placed(&t, partition)?;
         let produced = self.produce_to(&part, batches).await?;
         self.acknowledged(&part, &produced).await?;
-        ok(pb::ProduceResponse {
+        Ok(pb::ProduceResponse {
             partition,
             base_offset: produced.base_offset,
             last_offset: produced.last_offset,
