@@ -14,7 +14,7 @@ use crate::delay::{TICK, TOPIC, now_ms};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn ferryctl(addr: &str, args: &[&str], stdin: &str) -> anyhow::Result<Output> {
+pub async fn ferryctl(addr: &str, args: &[&str], stdin: &str) -> anyhow::Result<Output> {
     let mut child = tokio::process::Command::new(binary_path(FERRYCTL_BIN)?)
         .args(["--timeout", "5s", "--broker", addr])
         .args(args)

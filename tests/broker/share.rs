@@ -221,7 +221,9 @@ async fn retries_back_off_then_a_record_that_always_fails_is_dead_lettered_with_
         events,
         vec![("DELIVERED", 1), ("RETRY", 1), ("DELIVERED", 2), ("RETRY", 2), ("DELIVERED", 3), ("DEAD_LETTERED", 3)]
     );
-    assert_eq!(s.status, "SUCCESS", "settled below the start");
+    assert_eq!(s.status, "FAIL", "dead-lettered");
+    let ok = ShareAdmin::new(client.clone()).status("billing", "pay", 0, 1).await?;
+    assert_eq!((ok.status.as_str(), ok.delivery_count), ("SUCCESS", 3));
     Ok(())
 }
 

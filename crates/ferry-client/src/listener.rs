@@ -96,6 +96,22 @@ where
     let mut last_start = tokio::time::Instant::now() - Duration::from_secs(1);
     let spacing = config.max_rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
     let mut seq = 0u64;
+    // Polls run in a task of their own: a poll is never dropped half-way (the records it took would stay locked to
+    // this member until their locks ended).
+    let (ask, mut asks) = tokio::sync::mpsc::channel::<u32>(1);
+    let (give, mut answers) = tokio::sync::mpsc::channel(1);
+    let poller = {
+        let consumer = Arc::clone(&consumer);
+        let wait = config.poll_wait;
+        tokio::spawn(async move {
+            while let Some(credit) = asks.recv().await {
+                if give.send(consumer.poll(credit, wait).await).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let mut polling = false;
     loop {
         // Start what may start: the head of every idle lane, within the per-partition bound and the rate.
         let lanes: Vec<Lane> = waiting
@@ -132,7 +148,11 @@ where
         }
         waiting.retain(|_, q| !q.is_empty());
         let credit = max.saturating_sub(held);
-        if stop.is_cancelled() && running.is_empty() {
+        if credit > 0 && !polling && !stop.is_cancelled() && ask.send(credit as u32).await.is_ok() {
+            polling = true;
+        }
+        if stop.is_cancelled() && running.is_empty() && !polling {
+            poller.abort();
             // Records fetched but never started go back at once.
             let rest: Vec<ShareMessage> = waiting.drain().flat_map(|(_, q)| q).collect();
             let back: Vec<(&ShareMessage, Outcome)> = rest.iter().map(|m| (m, Outcome::Release)).collect();
@@ -150,7 +170,9 @@ where
                     consumer.ack(&[(&msg, outcome)]).await?;
                 }
             }
-            polled = consumer.poll(credit as u32, config.poll_wait), if credit > 0 && !stop.is_cancelled() => {
+            polled = answers.recv(), if polling => {
+                polling = false;
+                let Some(polled) = polled else { return consumer.leave().await };
                 for msg in polled? {
                     held += 1;
                     let lane = match &msg.key {
@@ -164,7 +186,7 @@ where
                 }
             }
             _ = stop.cancelled(), if !stop.is_cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(50)), if credit == 0 && running.is_empty() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)), if !polling && running.is_empty() => {}
         }
     }
 }

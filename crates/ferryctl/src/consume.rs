@@ -56,8 +56,8 @@ pub struct ConsumeArgs {
     #[arg(long, value_name = "D", value_parser = parse_duration)]
     pub ack_timeout: Option<Duration>,
     /// Queue, serial: the group's retry backoff steps when this join creates it (e.g. 1s,5s,30s).
-    #[arg(long, value_name = "D,D,...", value_parser = crate::share::parse_backoff)]
-    pub retry_backoff: Option<Vec<Duration>>,
+    #[arg(long, value_name = "D,D,...")]
+    pub retry_backoff: Option<String>,
     /// Queue, serial: the group's retries for records that name none, when this join creates it.
     #[arg(long = "retries", value_name = "N")]
     pub group_retries: Option<u32>,

@@ -27,7 +27,10 @@ pub async fn consume(args: &ConsumeArgs, mode: ShareMode, global: &GlobalOpts) -
     config.from_earliest = args.from_beginning;
     config.lock_timeout = args.ack_timeout;
     config.retries = args.group_retries;
-    config.backoff = args.retry_backoff.clone().unwrap_or_default();
+    config.backoff = match &args.retry_backoff {
+        Some(text) => parse_backoff(text).map_err(|e| UsageError(format!("--retry-backoff {text:?}: {e}")))?,
+        None => Vec::new(),
+    };
     if let Some(s) = args.session_timeout {
         config.session_timeout = s;
     }

@@ -63,7 +63,6 @@ impl BrokerService {
             .collect();
         members.sort_by_key(|m| m.joined_ms);
         let mut partitions = Vec::new();
-        let dead_total = self.partition_count(&crate::share::dlq_topic(&req.group)).map(|_| 0u64);
         for (tp, part) in &g.parts {
             let read = self.read_any(&tp.0, tp.1, u64::MAX, 1).await?;
             let (in_flight, failed, dead) = part.counts(now);
@@ -97,7 +96,6 @@ impl BrokerService {
                 }
             }
         }
-        let _ = dead_total;
         ok(pb::ShareDescribeResponse {
             group: req.group,
             mode: mode_pb(settings.mode) as i32,
@@ -172,6 +170,8 @@ impl BrokerService {
         let collect = History { group: req.group.clone(), tp, offset: req.offset, out: Vec::new(), deliveries: 0 };
         let (h, _) = self.state.replay(&owned, collect).await?;
         let count = count.max(h.deliveries);
+        // A dead letter below the start is settled as FAIL: its history says so.
+        let status = if h.out.last().is_some_and(|t| t.event == "DEAD_LETTERED") { "FAIL".to_owned() } else { status };
         ok(pb::MessageStatusResponse { status, delivery_count: count, history: h.out, member_id: holder })
     }
 
