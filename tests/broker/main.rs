@@ -38,6 +38,7 @@ mod restart;
 mod rpc_bounds;
 mod scopes;
 mod share;
+mod share_cluster;
 mod share_ops;
 mod startup;
 mod state_limits;

@@ -49,7 +49,8 @@ fn redrive(group: &str, to: &str, rate: u32, status_only: bool) -> pb::RedriveRe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redrive_resumes_after_a_kill_adds_no_duplicates_and_ends_when_it_writes_into_its_own_dlq() -> anyhow::Result<()> {
+async fn a_redrive_resumes_after_a_kill_adds_no_duplicates_and_ends_when_it_writes_into_its_own_dlq()
+-> anyhow::Result<()> {
     let mut broker = start_broker("").await?;
     let (client, admin) = connect(&broker);
     admin.create_topic("orders", 2, TopicConfig::default(), None).await?;
@@ -89,7 +90,8 @@ async fn a_redrive_resumes_after_a_kill_adds_no_duplicates_and_ends_when_it_writ
     let from: BTreeMap<String, String> = target
         .iter()
         .map(|r| {
-            let h = r.headers.iter().find(|(k, _)| k == "ferry-redriven-from").map(|(_, v)| text(v)).unwrap_or_default();
+            let h =
+                r.headers.iter().find(|(k, _)| k == "ferry-redriven-from").map(|(_, v)| text(v)).unwrap_or_default();
             (h, text(&r.value))
         })
         .collect();
@@ -160,7 +162,12 @@ async fn a_listener_keeps_key_order_runs_keys_in_parallel_and_never_holds_more_t
     .await;
     if let Err(e) = handled {
         let s = seen.lock().unwrap();
-        panic!("{e}: {} handled, {} first deliveries, last {:?}", s.len(), s.iter().filter(|s| s.3 == 1).count(), s.last());
+        panic!(
+            "{e}: {} handled, {} first deliveries, last {:?}",
+            s.len(),
+            s.iter().filter(|s| s.3 == 1).count(),
+            s.last()
+        );
     }
     listener.stop().await?;
     let seen = seen.lock().unwrap().clone();
@@ -197,7 +204,20 @@ async fn ferryctl_drives_the_lifecycle_and_bad_input_changes_nothing() -> anyhow
     let addr = broker.addr().to_string();
     let out = ferryctl(&addr, &["produce", "t", "--retries", "1", "--key", "K"], "hello\n").await?;
     assert!(out.status.success(), "{}", text(&Some(out.stderr.into())));
-    let args = ["consume", "t", "--group", "g", "--mode", "queue", "--nack", "--from-beginning", "--retry-backoff", "100ms", "--idle-timeout", "2s"];
+    let args = [
+        "consume",
+        "t",
+        "--group",
+        "g",
+        "--mode",
+        "queue",
+        "--nack",
+        "--from-beginning",
+        "--retry-backoff",
+        "100ms",
+        "--idle-timeout",
+        "2s",
+    ];
     let out = ferryctl(&addr, &args, "").await?;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<serde_json::Value> =
@@ -211,7 +231,8 @@ async fn ferryctl_drives_the_lifecycle_and_bad_input_changes_nothing() -> anyhow
     let shown: serde_json::Value = serde_json::from_slice(&show.stdout)?;
     assert_eq!(shown["status"], "FAIL");
     assert_eq!(shown["record"]["value"], "hello");
-    let events: Vec<&str> = shown["history"].as_array().map(|a| a.iter().filter_map(|t| t["event"].as_str()).collect()).unwrap_or_default();
+    let events: Vec<&str> =
+        shown["history"].as_array().map(|a| a.iter().filter_map(|t| t["event"].as_str()).collect()).unwrap_or_default();
     assert_eq!(events, vec!["DELIVERED", "RETRY", "DELIVERED", "DEAD_LETTERED"]);
     let describe = ferryctl(&addr, &["group", "describe", "g"], "").await?;
     let d: serde_json::Value = serde_json::from_slice(&describe.stdout)?;
@@ -226,17 +247,29 @@ async fn ferryctl_drives_the_lifecycle_and_bad_input_changes_nothing() -> anyhow
         ..Default::default()
     };
     let mut c = raw().await?;
-    let e = c.share_join(join(pb::ShareMode::Broadcast, "g", 0)).await.map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
+    let e = c
+        .share_join(join(pb::ShareMode::Broadcast, "g", 0))
+        .await
+        .map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
     assert_status(e, Code::InvalidArgument, &["is a queue group", "broadcast"]);
-    let e = c.share_join(join(pb::ShareMode::Unspecified, "g", 0)).await.map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
+    let e = c
+        .share_join(join(pb::ShareMode::Unspecified, "g", 0))
+        .await
+        .map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
     assert_status(e, Code::InvalidArgument, &["unknown group mode"]);
-    let e = c.share_join(join(pb::ShareMode::Queue, "h", 5)).await.map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
+    let e = c
+        .share_join(join(pb::ShareMode::Queue, "h", 5))
+        .await
+        .map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
     assert_status(e, Code::InvalidArgument, &["lock_timeout_ms 5"]);
     let mut bad_window = join(pb::ShareMode::Queue, "h", 0);
     bad_window.window = 1_000_000;
     let e = c.share_join(bad_window).await.map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
     assert_status(e, Code::InvalidArgument, &["window 1000000"]);
-    let e = c.share_join(join(pb::ShareMode::Queue, "a/b", 0)).await.map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
+    let e = c
+        .share_join(join(pb::ShareMode::Queue, "a/b", 0))
+        .await
+        .map_err(|s| ferry_client::ClientError::from_status(&s, &addr));
     assert_status(e, Code::InvalidArgument, &["group name", ".dlq"]);
     let after = ShareAdmin::new(client.clone()).describe("g").await?;
     assert_eq!((after.mode, after.partitions[0].start_offset), (pb::ShareMode::Queue as i32, 1));

@@ -17,8 +17,8 @@ use crate::error::{ClientError, Result};
 const QUEUES_TOPIC: &str = "__ferry_queues";
 /// Its partition count.
 const QUEUES_PARTITIONS: u32 = 8;
-/// Attempts of one call while the owner moves or is unreachable.
-const ATTEMPTS: u32 = 60;
+/// How long one call keeps trying while the owner moves or is unreachable (an election takes a lease TTL or two).
+const RETRY_FOR: Duration = Duration::from_secs(30);
 /// Pause between them.
 const PAUSE: Duration = Duration::from_millis(100);
 
@@ -185,8 +185,18 @@ impl ShareConsumer {
     }
 
     fn owner(&self) -> BrokerClient {
-        let k = ferry_proto::partition_for_key(self.config.group.as_bytes(), QUEUES_PARTITIONS);
-        self.client.for_partition(QUEUES_TOPIC, k)
+        self.client.for_partition(QUEUES_TOPIC, self.owner_partition())
+    }
+
+    fn owner_partition(&self) -> u32 {
+        ferry_proto::partition_for_key(self.config.group.as_bytes(), QUEUES_PARTITIONS)
+    }
+
+    /// Forgets the owner learnt (it is gone or refused without naming another): the next call asks the listed
+    /// brokers, which name the new one.
+    fn forget_owner(&self, owner: &BrokerClient) {
+        self.client.forget_leader(QUEUES_TOPIC, self.owner_partition());
+        owner.reconnect();
     }
 
     /// Calls the owner, following NOT_LEADER and riding out a moving or restarting owner.
@@ -196,13 +206,14 @@ impl ShareConsumer {
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut last = None;
-        for _ in 0..ATTEMPTS {
+        let until = tokio::time::Instant::now() + RETRY_FOR;
+        while tokio::time::Instant::now() < until {
             let owner = self.owner();
             let broker = owner.address();
             let raw = match owner.raw().await {
                 Ok(raw) => raw,
                 Err(e) => {
-                    owner.reconnect();
+                    self.forget_owner(&owner);
                     last = Some(e);
                     tokio::time::sleep(PAUSE).await;
                     continue;
@@ -219,7 +230,7 @@ impl ShareConsumer {
                     if !e.is_retriable() {
                         return Err(e);
                     }
-                    owner.reconnect();
+                    self.forget_owner(&owner);
                     last = Some(e);
                     tokio::time::sleep(PAUSE).await;
                 }

@@ -102,6 +102,20 @@ impl BrokerService {
         |t: &str| self.partition_count(t).unwrap_or(0)
     }
 
+    /// Refuses a partitioned join of a group that is a queue, serial or broadcast group, when this broker owns
+    /// that group's state (always on a single broker; on a cluster when it leads the group's `__ferry_queues`
+    /// partition too).
+    async fn refuse_share_group(&self, group: &str) -> Result<(), BrokerError> {
+        let Ok(guard) = self.share_lock(group).await else { return Ok(()) };
+        if let Some(s) = guard.state().groups.get(group).and_then(|g| g.settings.as_ref()) {
+            return Err(BrokerError::InvalidArgument(format!(
+                "group \"{group}\" is a {} group; it cannot be joined as a partitioned group",
+                s.mode.name()
+            )));
+        }
+        Ok(())
+    }
+
     pub(super) async fn join_group_rpc(&self, req: Request<pb::JoinGroupRequest>) -> Rpc<pb::JoinGroupResponse> {
         let who = caller(&req)?;
         let req = req.into_inner();
@@ -116,6 +130,7 @@ impl BrokerService {
             }
         }
         self.coordinate(&req.group).await?;
+        self.refuse_share_group(&req.group).await?;
         let j = self.groups.join(&req, &self.topic_counts())?;
         ok(pb::JoinGroupResponse {
             member_id: j.member_id,
