@@ -308,7 +308,7 @@ async fn cancel_before_due_removes_a_record_and_after_due_is_refused() -> anyhow
 }
 
 /// The sum of the samples of the metric lines starting with `prefix`.
-fn metric_sum(text: &str, prefix: &str) -> i64 {
+pub fn metric_sum(text: &str, prefix: &str) -> i64 {
     text.lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -224,6 +224,17 @@ async fn retries_back_off_then_a_record_that_always_fails_is_dead_lettered_with_
     assert_eq!(s.status, "FAIL", "dead-lettered");
     let ok = ShareAdmin::new(client.clone()).status("billing", "pay", 0, 1).await?;
     assert_eq!((ok.status.as_str(), ok.delivery_count), ("SUCCESS", 3));
+    // The owner's metrics count the same, per group.
+    let figures = |m: &str, name: &str| crate::delay::metric_sum(m, &format!("{name}{{group=\"billing\",mode=\"queue\"}}"));
+    let names = ["dead_lettered", "settled", "redeliveries", "backlog", "in_flight", "members"];
+    let mut got = Vec::new();
+    let counted = wait_until("the group's metrics", deadline(&[Duration::from_millis(500)]), async || {
+        let metrics = crate::raft3::scrape(&broker).await?;
+        got = names.iter().map(|n| figures(&metrics, &format!("ferry_broker_group_{n}"))).collect();
+        anyhow::Ok(got == vec![1, 1, 4, 0, 0, 1])
+    })
+    .await;
+    assert!(counted.is_ok(), "{names:?}: {got:?}, want [1, 1, 4, 0, 0, 1]");
     Ok(())
 }
 

@@ -20,6 +20,10 @@
 //! | `ferry_broker_delay_earliest_due_ms`, `ferry_broker_delay_latest_due_ms` | partition | earliest and latest due time pending (0: none) |
 //! | `ferry_broker_delay_moves_total` | | delayed records moved to their partitions since start |
 //! | `ferry_broker_delay_lateness_ms` | quantile (0.5, 0.99) | how late the last 10,000 moved records became readable |
+//! | `ferry_broker_group_backlog` | group, mode | a queue, serial or broadcast group owned here: records not settled (broadcast: the slowest member's lag) |
+//! | `ferry_broker_group_in_flight`, `ferry_broker_group_retry_wait` | group, mode | records locked to members now; records failed and waiting for their retry |
+//! | `ferry_broker_group_redeliveries`, `ferry_broker_group_lock_expiries`, `ferry_broker_group_dead_lettered`, `ferry_broker_group_settled` | group, mode | since this owner loaded the group: deliveries after the first, locks that ended unanswered, dead letters, successes |
+//! | `ferry_broker_group_members` | group, mode | live members |
 //! | `ferry_broker_events_total` | event | leader_change, leader_elected, isr_shrink, isr_expand, fenced, replica_repair, move_done, risk_phase_entered, risk_phase_left |
 
 use std::sync::Arc;
@@ -54,17 +58,24 @@ pub struct Sources {
     ready: Arc<Readiness>,
     txns: Arc<OnceLock<Arc<crate::txn::Transactions>>>,
     delays: Arc<OnceLock<Arc<Delays>>>,
+    shares: crate::share::gauges::ShareGauges,
 }
 
 impl Sources {
     /// The sources of a broker over `core`, whose replication manager is put in `replication` once it exists.
     pub fn new(core: Arc<BrokerCore>, replication: Arc<OnceLock<Arc<Replication>>>, ready: Arc<Readiness>) -> Sources {
-        Sources { core, replication, ready, txns: Arc::default(), delays: Arc::default() }
+        Sources { core, replication, ready, txns: Arc::default(), delays: Arc::default(), shares: Default::default() }
     }
 
     /// Also the transactional messages' counts, once `txns` holds them.
     pub fn with_transactions(mut self, txns: Arc<OnceLock<Arc<crate::txn::Transactions>>>) -> Sources {
         self.txns = txns;
+        self
+    }
+
+    /// Reports the message-model groups owned here.
+    pub fn with_shares(mut self, shares: crate::share::gauges::ShareGauges) -> Sources {
+        self.shares = shares;
         self
     }
 
@@ -86,7 +97,13 @@ pub async fn serve(listener: tokio::net::TcpListener, sources: Sources, stop: Ca
 async fn scrape(State(s): State<Sources>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        render(&s.core, s.replication.get().map(|r| &**r), s.txns.get().map(|t| &**t), s.delays.get().map(|d| &**d)),
+        render(
+            &s.core,
+            s.replication.get().map(|r| &**r),
+            s.txns.get().map(|t| &**t),
+            s.delays.get().map(|d| &**d),
+            Some(&s.shares),
+        ),
     )
 }
 
@@ -113,12 +130,14 @@ fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The metrics text of `core` (and `replication`, on a cluster member; the transactions' and the delay timer's).
+/// The metrics text of `core` (and `replication`, on a cluster member; the transactions', the delay timer's and the
+/// message-model groups').
 pub fn render(
     core: &BrokerCore,
     replication: Option<&Replication>,
     txns: Option<&crate::txn::Transactions>,
     delays: Option<&Delays>,
+    shares: Option<&crate::share::gauges::ShareGauges>,
 ) -> String {
     let mut r = Registry::default();
     let hw = family(&mut r, "ferry_broker_partition_high_watermark", "The offset clients read up to, per partition");
@@ -208,6 +227,9 @@ pub fn render(
     }
     if let Some(d) = delays {
         d.register_metrics(&mut r);
+    }
+    if let Some(g) = shares {
+        g.register(&mut r);
     }
     let mut out = String::new();
     // Writing into a String cannot fail.

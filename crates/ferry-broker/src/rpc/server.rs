@@ -178,6 +178,7 @@ pub async fn run(
     let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
     let txns_slot: Arc<std::sync::OnceLock<Arc<crate::txn::Transactions>>> = Arc::new(std::sync::OnceLock::new());
     let delays_slot: Arc<std::sync::OnceLock<Arc<crate::delay::Delays>>> = Arc::default();
+    let share_gauges = crate::share::gauges::ShareGauges::default();
     let tasks = TaskTracker::new();
     if config.metrics.enabled {
         let at = config.metrics.listen;
@@ -195,7 +196,8 @@ pub async fn run(
         let sources =
             crate::metrics::Sources::new(Arc::clone(&core), Arc::clone(&replication_slot), Arc::clone(&ready))
                 .with_transactions(Arc::clone(&txns_slot))
-                .with_delays(Arc::clone(&delays_slot));
+                .with_delays(Arc::clone(&delays_slot))
+                .with_shares(share_gauges.clone());
         tasks.spawn(crate::metrics::serve(bound, sources, shutdown.clone()));
     }
     // A cluster member registers before it serves, so a broker refused by its cluster never starts serving.
@@ -275,6 +277,7 @@ pub async fn run(
     let delays = crate::delay::start(&state, config.delay.max_delay, config.delay.tick, &tasks, shutdown.clone());
     let _ = delays_slot.set(Arc::clone(&delays));
     service = service.with_state(state).with_transactions(Arc::clone(&txns)).with_delays(delays);
+    service = service.with_share_gauges(share_gauges);
     tasks.spawn(service.clone().run_share_tasks(shutdown.clone()));
     // The Kafka listener (`[kafka] listen`) answers through the same service.
     let kafka = crate::rpc::kafka::start(

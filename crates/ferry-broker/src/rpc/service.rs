@@ -64,6 +64,8 @@ pub struct BrokerService {
     shares: Arc<crate::share::Shares>,
     /// Groups whose redrive job runs here now.
     redrives: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// The figures of the message-model groups owned here, for the metrics endpoint.
+    share_gauges: crate::share::gauges::ShareGauges,
 }
 
 impl BrokerService {
@@ -96,6 +98,7 @@ impl BrokerService {
             delays: None,
             shares: Arc::new(crate::share::shares()),
             redrives: Arc::default(),
+            share_gauges: Default::default(),
             replication: None,
             coordinator_loads: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -116,6 +119,12 @@ impl BrokerService {
     /// Keeps transactional messages through `txns` (built over the same state logs).
     pub fn with_transactions(mut self, txns: Arc<crate::txn::Transactions>) -> BrokerService {
         self.txns = txns;
+        self
+    }
+
+    /// Reports the message-model groups owned here in `gauges`.
+    pub fn with_share_gauges(mut self, gauges: crate::share::gauges::ShareGauges) -> BrokerService {
+        self.share_gauges = gauges;
         self
     }
 

@@ -16,6 +16,7 @@
 //! - **Decisions** are in `core` (pure); the service's calls (`rpc::service::share`) drive them.
 
 pub mod core;
+pub mod gauges;
 pub mod state;
 
 use crate::node::internal::QUEUES;

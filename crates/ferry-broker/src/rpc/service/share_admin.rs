@@ -15,6 +15,7 @@ use crate::error::BrokerError;
 use crate::node::internal::QUEUES;
 use crate::rpc::auth::{Scopes, caller};
 use crate::share::core::Mode;
+use crate::share::gauges::GroupGauges;
 use crate::share::state::{Change, Event, change_of};
 use crate::state::Replayed;
 
@@ -187,21 +188,31 @@ impl BrokerService {
                 _ = timer.tick() => {}
             }
             self.shares.forget_unowned(&self.state);
+            let mut gauges = std::collections::BTreeMap::new();
             for owned in self.state.owned(&QUEUES) {
-                if let Err(e) = self.share_tick(owned.k, &mut snapshots).await {
+                if let Err(e) = self.share_tick(owned.k, &mut snapshots, &mut gauges).await {
                     tracing::debug!(partition = owned.k, error = %e, "message-model housekeeping failed; retried next tick");
                 }
             }
+            self.share_gauges.set(gauges);
         }
     }
 
-    async fn share_tick(&self, k: u32, snapshots: &mut std::collections::HashMap<String, i64>) -> Result<()> {
+    async fn share_tick(
+        &self,
+        k: u32,
+        snapshots: &mut std::collections::HashMap<String, i64>,
+        gauges: &mut std::collections::BTreeMap<String, GroupGauges>,
+    ) -> Result<()> {
         let mut guard = self.shares.lock(&self.state, k).await?;
         let names: Vec<String> = guard.state().groups.keys().cloned().collect();
         let now = now();
         for group in names {
             self.share_housekeep(&mut guard, &group, now).await?;
             let Some(g) = guard.state().groups.get(&group) else { continue };
+            if let Some(figures) = self.share_figures(g, now).await {
+                gauges.insert(group.clone(), figures);
+            }
             if g.redrive.as_ref().is_some_and(|j| j.state == "RUNNING") && self.redrives.lock().insert(group.clone()) {
                 let svc = self.clone();
                 let name = group.clone();
@@ -215,6 +226,40 @@ impl BrokerService {
             }
         }
         Ok(())
+    }
+}
+
+impl BrokerService {
+    /// A group's figures for the metrics (its partitions' ends read now).
+    async fn share_figures(&self, g: &crate::share::Group, now: i64) -> Option<GroupGauges> {
+        let settings = g.settings.as_ref()?;
+        let mut f = GroupGauges {
+            mode: settings.mode.name(),
+            redeliveries: g.rt.counters.redeliveries,
+            lock_expiries: g.rt.counters.lock_expiries,
+            dead_lettered: g.rt.counters.dead_lettered,
+            settled: g.rt.counters.settled,
+            members: g.rt.members.len() as u64,
+            ..GroupGauges::default()
+        };
+        let mut ends = std::collections::HashMap::new();
+        for tp in g.parts.keys().chain(g.positions.values().flat_map(|ps| ps.keys())) {
+            if !ends.contains_key(tp) {
+                let end = self.read_any(&tp.0, tp.1, u64::MAX, 1).await.map_or(0, |r| r.end);
+                ends.insert(tp.clone(), end);
+            }
+        }
+        for (tp, part) in &g.parts {
+            let (in_flight, retry_wait, _) = part.counts(now);
+            f.backlog += ends[tp].saturating_sub(part.start);
+            f.in_flight += in_flight;
+            f.retry_wait += retry_wait;
+        }
+        for ps in g.positions.values() {
+            let lag: u64 = ps.iter().map(|(tp, pos)| ends[tp].saturating_sub(*pos)).sum();
+            f.backlog = f.backlog.max(lag);
+        }
+        Some(f)
     }
 }
 
