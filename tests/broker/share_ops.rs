@@ -237,6 +237,8 @@ async fn ferryctl_drives_the_lifecycle_and_bad_input_changes_nothing() -> anyhow
     let describe = ferryctl(&addr, &["group", "describe", "g"], "").await?;
     let d: serde_json::Value = serde_json::from_slice(&describe.stdout)?;
     assert_eq!((d["mode"].as_str(), d["partitions"][0]["start_offset"].as_u64()), (Some("queue"), Some(1)));
+    let list = ferryctl(&addr, &["group", "list"], "").await?;
+    assert_eq!(String::from_utf8_lossy(&list.stdout), "g\tqueue\tmembers=0\n");
     // Bad input: each refused with the field named, and the group unchanged.
     let raw = || async { client.for_partition("t", 0).raw().await };
     let join = |mode: pb::ShareMode, group: &str, lock: u32| pb::ShareJoinRequest {

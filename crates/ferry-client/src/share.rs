@@ -367,6 +367,26 @@ impl ShareAdmin {
         probe.call(f).await
     }
 
+    /// Every message-model group, from each state partition's owner: (group, mode, live members).
+    pub async fn list(&self) -> Result<Vec<pb::ShareGroupSummary>> {
+        let mut all = Vec::new();
+        for k in 0..QUEUES_PARTITIONS {
+            // A group name that hashes to partition k reaches its owner.
+            let probe = (0u32..).map(|i| format!("probe-{i}")).find(|g| ferry_proto::partition_for_key(g.as_bytes(), QUEUES_PARTITIONS) == k);
+            let Some(probe) = probe else { continue };
+            let req = pb::ShareListRequest { partition: k };
+            let got = self
+                .call(&probe, |mut raw| {
+                    let req = req.clone();
+                    async move { raw.share_list(req).await }
+                })
+                .await?;
+            all.extend(got.groups);
+        }
+        all.sort_by(|a, b| a.group.cmp(&b.group));
+        Ok(all)
+    }
+
     /// The group's mode, members and backlog.
     pub async fn describe(&self, group: &str) -> Result<pb::ShareDescribeResponse> {
         let req = pb::ShareDescribeRequest { group: group.to_owned() };

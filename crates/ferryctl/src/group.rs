@@ -14,7 +14,7 @@ use crate::common::GlobalOpts;
 /// `group` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum GroupCommand {
-    /// Every partitioned group (with members or committed offsets).
+    /// Every group: partitioned ones (with members or committed offsets) and queue, serial and broadcast ones.
     List,
     /// A group: its mode, members and backlog.
     Describe {
@@ -47,6 +47,10 @@ pub async fn run(cmd: GroupCommand, global: &GlobalOpts) -> anyhow::Result<()> {
         GroupCommand::List => {
             for g in admin.list_groups().await? {
                 println!("{}\tpartitioned\tmembers={}\tgeneration={}", g.group, g.members, g.generation);
+            }
+            for g in ShareAdmin::new(client).list().await? {
+                let mode = pb::ShareMode::try_from(g.mode).map_or("unknown", mode_name);
+                println!("{}\t{mode}\tmembers={}", g.group, g.members);
             }
             Ok(())
         }
@@ -135,12 +139,7 @@ fn parse_target(to: &str) -> anyhow::Result<Target> {
 }
 
 fn share_json(d: &pb::ShareDescribeResponse) -> serde_json::Value {
-    let mode = pb::ShareMode::try_from(d.mode).map_or("unknown", |m| match m {
-        pb::ShareMode::Broadcast => "broadcast",
-        pb::ShareMode::Queue => "queue",
-        pb::ShareMode::Serial => "serial",
-        pb::ShareMode::Unspecified => "unknown",
-    });
+    let mode = pb::ShareMode::try_from(d.mode).map_or("unknown", mode_name);
     json!({
         "group": d.group, "mode": mode, "lock_timeout_ms": d.lock_timeout_ms, "window": d.window,
         "retries": d.retry.as_ref().and_then(|r| r.retries),
@@ -153,4 +152,13 @@ fn share_json(d: &pb::ShareDescribeResponse) -> serde_json::Value {
         "redeliveries": d.redeliveries, "lock_expiries": d.lock_expiries, "dead_lettered": d.dead_lettered,
         "settled": d.settled,
     })
+}
+
+fn mode_name(m: pb::ShareMode) -> &'static str {
+    match m {
+        pb::ShareMode::Broadcast => "broadcast",
+        pb::ShareMode::Queue => "queue",
+        pb::ShareMode::Serial => "serial",
+        pb::ShareMode::Unspecified => "unknown",
+    }
 }

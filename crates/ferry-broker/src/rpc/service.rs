@@ -586,6 +586,10 @@ impl Broker for BrokerService {
         self.redrive_rpc(req).await
     }
 
+    async fn share_list(&self, req: Request<pb::ShareListRequest>) -> Rpc<pb::ShareListResponse> {
+        self.share_list_rpc(req).await
+    }
+
     async fn cluster_status(&self, req: Request<pb::ClusterStatusRequest>) -> Rpc<pb::ClusterStatusResponse> {
         caller(&req)?.allow("ClusterStatus", DESCRIBE)?;
         ok(self.replication()?.status())

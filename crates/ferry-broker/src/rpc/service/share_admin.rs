@@ -112,6 +112,30 @@ impl BrokerService {
         })
     }
 
+    pub(super) async fn share_list_rpc(&self, req: Request<pb::ShareListRequest>) -> Rpc<pb::ShareListResponse> {
+        let who = caller(&req)?;
+        who.allow("ShareList", DESCRIBE)?;
+        let k = req.into_inner().partition;
+        if k >= QUEUES.partitions {
+            return Err(BrokerError::InvalidArgument(format!("{} has {} partitions; {k} is not one", QUEUES.name, QUEUES.partitions)).into());
+        }
+        let guard = self.shares.lock(&self.state, k).await?;
+        let mut groups: Vec<pb::ShareGroupSummary> = guard
+            .state()
+            .groups
+            .iter()
+            .filter_map(|(name, g)| {
+                Some(pb::ShareGroupSummary {
+                    group: name.clone(),
+                    mode: mode_pb(g.settings.as_ref()?.mode) as i32,
+                    members: g.rt.members.len() as u32,
+                })
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        ok(pb::ShareListResponse { groups })
+    }
+
     pub(super) async fn share_unpin_rpc(&self, req: Request<pb::ShareUnpinRequest>) -> Rpc<pb::ShareUnpinResponse> {
         let who = caller(&req)?;
         let req = req.into_inner();
