@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ferry::{BrokerClient, ClientConfig, Consumer, ConsumerConfig, OffsetReset, Outcome, ShareConfig, ShareConsumer, ShareMode};
+use ferry::{
+    BrokerClient, ClientConfig, Consumer, ConsumerConfig, OffsetReset, Outcome, ShareConfig, ShareConsumer, ShareMode,
+};
 use ferry_client::admin::{Admin, TopicConfig};
 
 mod support;
@@ -33,7 +35,13 @@ fn main() -> ExitCode {
 }
 
 /// A partitioned group of `members` reading `topic` until `total` records arrived; records per second.
-async fn partitioned(client: &BrokerClient, topic: &str, group: &str, members: usize, total: usize) -> anyhow::Result<f64> {
+async fn partitioned(
+    client: &BrokerClient,
+    topic: &str,
+    group: &str,
+    members: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
     let done = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -67,7 +75,14 @@ async fn partitioned(client: &BrokerClient, topic: &str, group: &str, members: u
 
 /// `members` message-model members of `mode` until `total` records were settled (queue) or each member got them
 /// all (broadcast, `total` per member); records per second over all members.
-async fn modelled(client: &BrokerClient, topic: &str, group: &str, mode: ShareMode, members: usize, total: usize) -> anyhow::Result<f64> {
+async fn modelled(
+    client: &BrokerClient,
+    topic: &str,
+    group: &str,
+    mode: ShareMode,
+    members: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
     let done = Arc::new(AtomicUsize::new(0));
     let mut joined = Vec::new();
     for _ in 0..members {

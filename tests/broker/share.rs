@@ -225,7 +225,8 @@ async fn retries_back_off_then_a_record_that_always_fails_is_dead_lettered_with_
     let ok = ShareAdmin::new(client.clone()).status("billing", "pay", 0, 1).await?;
     assert_eq!((ok.status.as_str(), ok.delivery_count), ("SUCCESS", 3));
     // The owner's metrics count the same, per group.
-    let figures = |m: &str, name: &str| crate::delay::metric_sum(m, &format!("{name}{{group=\"billing\",mode=\"queue\"}}"));
+    let figures =
+        |m: &str, name: &str| crate::delay::metric_sum(m, &format!("{name}{{group=\"billing\",mode=\"queue\"}}"));
     let names = ["dead_lettered", "settled", "redeliveries", "backlog", "in_flight", "members"];
     let mut got = Vec::new();
     let counted = wait_until("the group's metrics", deadline(&[Duration::from_millis(500)]), async || {

@@ -16,6 +16,7 @@ mod commits;
 mod config;
 mod discovery;
 mod divergence;
+mod dlq;
 mod env;
 mod full_target;
 mod group_edges;

@@ -372,7 +372,9 @@ impl ShareAdmin {
         let mut all = Vec::new();
         for k in 0..QUEUES_PARTITIONS {
             // A group name that hashes to partition k reaches its owner.
-            let probe = (0u32..).map(|i| format!("probe-{i}")).find(|g| ferry_proto::partition_for_key(g.as_bytes(), QUEUES_PARTITIONS) == k);
+            let probe = (0u32..)
+                .map(|i| format!("probe-{i}"))
+                .find(|g| ferry_proto::partition_for_key(g.as_bytes(), QUEUES_PARTITIONS) == k);
             let Some(probe) = probe else { continue };
             let req = pb::ShareListRequest { partition: k };
             let got = self

@@ -50,10 +50,15 @@ impl ShareGauges {
             r.register(name, help, f.clone());
             f
         };
-        let backlog = family(r, "ferry_broker_group_backlog", "Records not settled yet, per queue, serial or broadcast group");
+        let backlog =
+            family(r, "ferry_broker_group_backlog", "Records not settled yet, per queue, serial or broadcast group");
         let in_flight = family(r, "ferry_broker_group_in_flight", "Records locked to members now");
         let retry_wait = family(r, "ferry_broker_group_retry_wait", "Records failed and waiting for their retry");
-        let redeliveries = family(r, "ferry_broker_group_redeliveries", "Deliveries after the first, since this owner loaded the group");
+        let redeliveries = family(
+            r,
+            "ferry_broker_group_redeliveries",
+            "Deliveries after the first, since this owner loaded the group",
+        );
         let expiries = family(r, "ferry_broker_group_lock_expiries", "Locks that ended without an answer");
         let dead = family(r, "ferry_broker_group_dead_lettered", "Records dead-lettered");
         let settled = family(r, "ferry_broker_group_settled", "Records settled as succeeded");

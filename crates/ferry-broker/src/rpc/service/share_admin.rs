@@ -117,7 +117,11 @@ impl BrokerService {
         who.allow("ShareList", DESCRIBE)?;
         let k = req.into_inner().partition;
         if k >= QUEUES.partitions {
-            return Err(BrokerError::InvalidArgument(format!("{} has {} partitions; {k} is not one", QUEUES.name, QUEUES.partitions)).into());
+            return Err(BrokerError::InvalidArgument(format!(
+                "{} has {} partitions; {k} is not one",
+                QUEUES.name, QUEUES.partitions
+            ))
+            .into());
         }
         let guard = self.shares.lock(&self.state, k).await?;
         let mut groups: Vec<pb::ShareGroupSummary> = guard
