@@ -44,6 +44,9 @@ async fn dead_letters(client: &BrokerClient, topic: &str, group: &str, n: usize)
     Ok(())
 }
 
+/// A handled record: key, offset, partition, delivery count.
+type Handled = (String, u64, u32, u32);
+
 fn redrive(group: &str, to: &str, rate: u32, status_only: bool) -> pb::RedriveRequest {
     pb::RedriveRequest { group: group.into(), to: to.into(), rate, dry_run: false, status_only }
 }
@@ -133,7 +136,7 @@ async fn a_listener_keeps_key_order_runs_keys_in_parallel_and_never_holds_more_t
     let consumer = Arc::new(ShareConsumer::join(client.clone(), config("push", "events", ShareMode::Queue)).await?);
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
-    let seen: Arc<Mutex<Vec<(String, u64, u32, u32)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Handled>>> = Arc::default();
     let cfg = ListenerConfig {
         max_in_flight: 6,
         max_per_partition: 2,

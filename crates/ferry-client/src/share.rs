@@ -377,12 +377,7 @@ impl ShareAdmin {
                 .find(|g| ferry_proto::partition_for_key(g.as_bytes(), QUEUES_PARTITIONS) == k);
             let Some(probe) = probe else { continue };
             let req = pb::ShareListRequest { partition: k };
-            let got = self
-                .call(&probe, |mut raw| {
-                    let req = req.clone();
-                    async move { raw.share_list(req).await }
-                })
-                .await?;
+            let got = self.call(&probe, |mut raw| async move { raw.share_list(req).await }).await?;
             all.extend(got.groups);
         }
         all.sort_by(|a, b| a.group.cmp(&b.group));

@@ -78,7 +78,20 @@ enum Stop {
 /// Runs `consume`.
 pub async fn run(args: ConsumeArgs, global: &GlobalOpts) -> anyhow::Result<()> {
     if let Some(mode) = ferry_client::ShareMode::parse(&args.mode) {
-        return crate::share::consume(&args, mode, global).await;
+        let opts = crate::share::ConsumeOpts {
+            topic: args.topic.clone(),
+            group: args.group.clone(),
+            mode: args.mode.clone(),
+            from_beginning: args.from_beginning,
+            ack_timeout: args.ack_timeout,
+            group_retries: args.group_retries,
+            retry_backoff: args.retry_backoff.clone(),
+            session_timeout: args.session_timeout,
+            max: args.max,
+            idle_timeout: args.idle_timeout,
+            nack: args.nack,
+        };
+        return crate::share::consume(&opts, mode, global).await;
     }
     let client = global.client()?;
     let description = Admin::new(client.clone())

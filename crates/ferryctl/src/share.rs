@@ -16,10 +16,36 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::common::{GlobalOpts, UsageError, parse_duration};
-use crate::consume::ConsumeArgs;
+
+/// What `consume --mode broadcast|queue|serial` was asked.
+#[derive(Debug, Clone)]
+pub struct ConsumeOpts {
+    /// The topic.
+    pub topic: String,
+    /// The group (required).
+    pub group: Option<String>,
+    /// `--mode` as given.
+    pub mode: String,
+    /// Start a new group at the earliest offset.
+    pub from_beginning: bool,
+    /// The lock timeout.
+    pub ack_timeout: Option<Duration>,
+    /// The group's retries.
+    pub group_retries: Option<u32>,
+    /// The group's backoff, as given.
+    pub retry_backoff: Option<String>,
+    /// The session timeout.
+    pub session_timeout: Option<Duration>,
+    /// Stop after this many records.
+    pub max: Option<u64>,
+    /// Stop after this long without a record.
+    pub idle_timeout: Option<Duration>,
+    /// Fail every record.
+    pub nack: bool,
+}
 
 /// Runs a broadcast, queue or serial consumer for `consume`.
-pub async fn consume(args: &ConsumeArgs, mode: ShareMode, global: &GlobalOpts) -> anyhow::Result<()> {
+pub async fn consume(args: &ConsumeOpts, mode: ShareMode, global: &GlobalOpts) -> anyhow::Result<()> {
     let Some(group) = args.group.clone() else {
         return Err(UsageError(format!("--mode {} needs --group", args.mode)).into());
     };

@@ -112,13 +112,16 @@ pub struct Intent {
     pub error: String,
 }
 
+/// A partition's progress in a snapshot: topic, partition, start, and the records with a state.
+pub type PartSnapshot = (String, u32, u64, Vec<(u64, Rec)>);
+
 /// A group's persisted state, whole.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Its settings.
     pub settings: Option<Settings>,
     /// Queue and serial progress: (topic, partition, start, records with a state).
-    pub parts: Vec<(String, u32, u64, Vec<(u64, Rec)>)>,
+    pub parts: Vec<PartSnapshot>,
     /// Broadcast positions: (member, topic, partition, offset).
     pub positions: Vec<(String, String, u32, u64)>,
     /// The next dead-letter sequence.

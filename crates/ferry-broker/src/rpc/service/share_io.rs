@@ -120,8 +120,11 @@ impl BrokerService {
     }
 }
 
+/// A record to write: key, value, headers, timestamp.
+pub(super) type Out = (Option<Bytes>, Option<Bytes>, Vec<Header>, i64);
+
 /// One batch of `records` under `producer` (an idempotent identity with its first sequence).
-pub(super) fn batch_of(records: &[(Option<Bytes>, Option<Bytes>, Vec<Header>, i64)], producer: ProducerInfo) -> Bytes {
+pub(super) fn batch_of(records: &[Out], producer: ProducerInfo) -> Bytes {
     let mut b = BatchBuilder::new(Compression::None, producer);
     for (i, (key, value, headers, ts)) in records.iter().enumerate() {
         b.push(i as u32, *ts, key.as_deref(), value.as_deref(), headers);

@@ -11,12 +11,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use ferry_batch::{Header, ProducerInfo};
 use ferry_proto as pb;
 use tonic::Request;
 
-use super::share_io::{batch_of, header, now};
+use super::share_io::{Out, batch_of, header, now};
 use super::{BrokerService, Rpc, ok};
 use crate::error::BrokerError;
 use crate::rpc::auth::{Scopes, caller};
@@ -147,10 +146,7 @@ impl BrokerService {
             self.share_write(&mut guard, group, &[Change::Redrive(job)]).await?;
             return Ok(Some(Duration::ZERO));
         }
-        let mut by_target: std::collections::BTreeMap<
-            (String, u32),
-            Vec<(Option<Bytes>, Option<Bytes>, Vec<Header>, i64)>,
-        > = std::collections::BTreeMap::new();
+        let mut by_target: std::collections::BTreeMap<(String, u32), Vec<Out>> = std::collections::BTreeMap::new();
         for r in &records {
             let text = |k: &str| {
                 r.headers
