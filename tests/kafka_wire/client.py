@@ -4,9 +4,16 @@
 usage: client.py LIB BOOTSTRAP COMMAND ARGS...
   LIB: confluent (confluent-kafka, librdkafka) or kafkapython (kafka-python)
   produce TOPIC PARTITIONS TAG FROM TO   idempotent, acks=all; record i goes to partition i % PARTITIONS
+  stream TOPIC PARTITIONS TAG FIRST TO    as produce (confluent only), each acknowledgement printed as
+                                          {"ack": [i, partition, offset]}: records 0..FIRST flushed, then
+                                          {"ready": FIRST}, then FIRST..TO a record every 5 ms
   member TOPIC GROUP STOPFILE             consumes in GROUP, committing each record (metadata "m<offset>") before
-                                          the next, until STOPFILE exists; then leaves the group
+                                          the next, until STOPFILE exists; then leaves the group. With
+                                          COMMIT_FAILURES=report (confluent), a failed commit is printed as
+                                          {"commit_failed": [partition, offset, error]} and consuming goes on
   consume TOPIC GROUP COUNT               consumes COUNT records in GROUP, committing each; then leaves
+  metadata TOPIC                          (confluent) prints {"metadata": {"brokers": [[id, "host:port"], ...],
+                                          "partitions": [[p, leader, [replicas], [isr]], ...]}}
   admin TOPIC                             creates TOPIC (3 partitions), grows it to 5, lists it, deletes it
   inspect TOPIC GROUP                     lists and describes groups, describes TOPIC's retention.ms (and, with
                                           confluent, sets it to 3600000 and describes it again)
@@ -63,6 +70,29 @@ class Confluent:
         left = p.flush(60)
         out({"acked": len(acked), "unflushed": left})
 
+    def stream(self, topic, parts, tag, first, hi):
+        p = self.ck.Producer({"bootstrap.servers": self.b, "enable.idempotence": True, "acks": "all",
+                              "linger.ms": 5, **extra()})
+        acked = []
+        def cb(err, m, i):
+            if err is None:
+                acked.append(1)
+                out({"ack": [i, m.partition(), m.offset()]})
+            else:
+                out({"error": str(err)})
+        for i in range(0, hi):
+            if i == first:
+                p.flush(60)
+                out({"ready": first})
+            k, v, h, ts = record(tag, i)
+            p.produce(topic, key=k, value=v, headers=h, timestamp=ts, partition=i % parts,
+                      on_delivery=lambda err, m, i=i: cb(err, m, i))
+            p.poll(0)
+            if i >= first:
+                time.sleep(0.005)
+        left = p.flush(90)
+        out({"acked": len(acked), "unflushed": left})
+
     def consumer(self, topic, group):
         c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": group, "auto.offset.reset": "earliest",
                               "enable.auto.commit": False, "session.timeout.ms": 6000,
@@ -80,7 +110,12 @@ class Confluent:
             out({"error": str(m.error())})
             return None
         tp = self.ck.TopicPartition(topic, m.partition(), m.offset() + 1, metadata=f"m{m.offset()}")
-        c.commit(offsets=[tp], asynchronous=False)
+        try:
+            c.commit(offsets=[tp], asynchronous=False)
+        except self.ck.KafkaException as e:
+            if os.environ.get("COMMIT_FAILURES") != "report":
+                raise
+            out({"commit_failed": [m.partition(), m.offset(), str(e)]})
         return rec(m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1])
 
     def close(self, c):
@@ -106,6 +141,14 @@ class Confluent:
             f.result()
         out({"deleted": topic})
 
+
+    def metadata(self, topic):
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": self.b}).list_topics(topic, timeout=20)
+        brokers = sorted([b.id, f"{b.host}:{b.port}"] for b in md.brokers.values())
+        parts = sorted([p.id, p.leader, sorted(p.replicas), sorted(p.isrs)]
+                       for p in md.topics[topic].partitions.values())
+        out({"metadata": {"brokers": brokers, "partitions": parts}})
 
     def inspect(self, topic, group):
         from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
@@ -213,6 +256,9 @@ def main():
     if cmd == "produce":
         topic, parts, tag, lo, hi = args
         c.produce(topic, int(parts), tag, int(lo), int(hi))
+    elif cmd == "stream":
+        topic, parts, tag, first, hi = args[:5]
+        c.stream(topic, int(parts), tag, int(first), int(hi))
     elif cmd in ("member", "consume"):
         topic, group, until = args
         cons = c.consumer(topic, group)
@@ -223,6 +269,8 @@ def main():
                 out(r); n += 1
         c.close(cons)
         out({"closed": n})
+    elif cmd == "metadata":
+        c.metadata(args[0])
     elif cmd == "admin":
         c.admin(args[0])
     elif cmd == "inspect":

@@ -10,6 +10,7 @@ mod support;
 
 mod bad_input;
 mod clients;
+mod cluster;
 mod codecs;
 mod kcat;
 mod kill9;

@@ -2,6 +2,7 @@
 //! and its answers into the Kafka response.
 
 pub mod admin;
+pub mod cluster;
 pub mod data;
 pub mod groups;
 pub mod inspect;
