@@ -14,6 +14,9 @@ usage: client.py LIB BOOTSTRAP COMMAND ARGS...
   consume TOPIC GROUP COUNT               consumes COUNT records in GROUP, committing each; then leaves
   metadata TOPIC                          (confluent) prints {"metadata": {"brokers": [[id, "host:port"], ...],
                                           "partitions": [[p, leader, [replicas], [isr]], ...]}}
+  times TOPIC PARTITIONS T...              the first offset at or after each time T in each partition (ListOffsets):
+                                          {"times": [[partition, T, offset or -1, timestamp or null], ...]}
+  delete-group GROUP                      (confluent) deletes GROUP: {"delete_group": "ok" or Kafka's error name}
   admin TOPIC                             creates TOPIC (3 partitions), grows it to 5, lists it, deletes it
   inspect TOPIC GROUP                     lists and describes groups, describes TOPIC's retention.ms (and, with
                                           confluent, sets it to 3600000 and describes it again)
@@ -142,6 +145,28 @@ class Confluent:
         out({"deleted": topic})
 
 
+    def times(self, topic, parts, times):
+        c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": "times", **extra()})
+        res = []
+        for t in times:
+            asked = [self.ck.TopicPartition(topic, p, t) for p in range(parts)]
+            for tp in c.offsets_for_times(asked, timeout=20):
+                if tp.error:
+                    out({"error": str(tp.error)})
+                res.append([tp.partition, t, tp.offset, None])
+        c.close()
+        out({"times": sorted(res)})
+
+    def delete_group(self, group):
+        from confluent_kafka.admin import AdminClient
+        a = AdminClient({"bootstrap.servers": self.b, **extra()})
+        try:
+            for f in a.delete_consumer_groups([group], request_timeout=20).values():
+                f.result()
+            out({"delete_group": "ok"})
+        except self.ck.KafkaException as e:
+            out({"delete_group": e.args[0].name()})
+
     def metadata(self, topic):
         from confluent_kafka.admin import AdminClient
         md = AdminClient({"bootstrap.servers": self.b}).list_topics(topic, timeout=20)
@@ -236,6 +261,21 @@ class KafkaPython:
         a.close()
 
 
+def kp_times(self, topic, parts, times):
+    from kafka.structs import TopicPartition
+    c = self.k.KafkaConsumer(bootstrap_servers=self.b)
+    res = []
+    for t in times:
+        found = c.offsets_for_times({TopicPartition(topic, p): t for p in range(parts)})
+        for tp, ot in found.items():
+            res.append([tp.partition, t, ot.offset if ot else -1, ot.timestamp if ot else None])
+    c.close()
+    out({"times": sorted(res)})
+
+
+KafkaPython.times = kp_times
+
+
 def kp_inspect(self, topic, group):
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
     a = KafkaAdminClient(bootstrap_servers=self.b)
@@ -269,6 +309,10 @@ def main():
                 out(r); n += 1
         c.close(cons)
         out({"closed": n})
+    elif cmd == "times":
+        c.times(args[0], int(args[1]), [int(t) for t in args[2:]])
+    elif cmd == "delete-group":
+        c.delete_group(args[0])
     elif cmd == "metadata":
         c.metadata(args[0])
     elif cmd == "admin":

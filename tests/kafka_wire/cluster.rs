@@ -1,7 +1,8 @@
 //! The Kafka listener on a raft3 cluster: every member advertises its own Kafka address, Metadata names each
 //! partition's leader, replicas and in-sync set as the catalog has them, and when a leader is killed with SIGKILL a
 //! librdkafka producer (acks=all, idempotent) loses no acknowledged record while a consumer group follows the new
-//! leaders (and, when it coordinated the group, the new coordinator).
+//! leaders (and, when it coordinated the group, the new coordinator), and is then deleted through the new
+//! coordinator.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -179,5 +180,16 @@ async fn a_raft3_cluster_loses_no_acknowledged_kafka_record_through_a_leader_kil
     }
     distinct.sort();
     assert_same("read by the group across the leader's kill", &distinct, &acked);
+
+    // The group's commits are at each partition's end; DeleteGroups through a survivor's listener (the client
+    // finds the coordinator) drops them through the offsets partition.
+    let admin = Admin::new(survivors.clone());
+    let ends: Vec<(u32, u64)> =
+        (0..PARTS).map(|p| (p, acked.iter().filter(|r| r.partition == p).count() as u64)).collect();
+    let committed = admin.fetch_committed_offsets("follows", &[]).await?;
+    assert_eq!(committed.iter().map(|c| (c.partition, c.offset)).collect::<Vec<_>>(), ends);
+    let deleted = run_client("confluent", &kafka[after as usize - 1], &["delete-group", "follows"]).await?;
+    assert_eq!(deleted, vec![json!({"delete_group": "ok"})]);
+    assert!(admin.fetch_committed_offsets("follows", &[]).await?.is_empty(), "the group's offsets are gone");
     Ok(())
 }

@@ -15,4 +15,5 @@ mod codecs;
 mod kcat;
 mod kill9;
 mod mirror;
+mod offsets;
 mod sasl;

@@ -293,16 +293,12 @@ pub async fn run(
     tasks.spawn(service.clone().run_share_tasks(shutdown.clone()));
     // The Kafka listener (`[kafka] listen`) answers through the same service.
     let kafka = kafka_bound.map(|bound| {
-        crate::rpc::kafka::start(
-            bound,
-            service.clone(),
-            replication_slot.get().cloned(),
-            &auth,
-            &config.kafka,
-            config.broker.max_batch_bytes.as_u64(),
-            &tasks,
-            shutdown.clone(),
-        )
+        let max_batch = config.broker.max_batch_bytes.as_u64();
+        let advertised = bound.advertised.clone();
+        crate::rpc::kafka::Kafka::new(service.clone(), &auth, config.kafka.clone(), advertised, max_batch)
+            .map(|k| k.on_cluster(replication_slot.get().cloned()))
+            .map(|k| crate::rpc::kafka::start(bound, k, &tasks, shutdown.clone()))
+            .map_err(|e| e.to_string())
     });
     let kafka_addr = match kafka.transpose() {
         Ok(a) => a,

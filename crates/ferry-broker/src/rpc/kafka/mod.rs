@@ -148,24 +148,11 @@ pub async fn bind(cfg: &KafkaSection) -> Result<Option<Bound>, String> {
     Ok(Some(Bound { listener, addr, advertised }))
 }
 
-/// Serves the bound Kafka listener on `tasks` until `shutdown`, through `svc` (and, on a cluster member, answering
-/// from `cluster`'s catalog); returns the bound address.
-pub fn start(
-    bound: Bound,
-    svc: BrokerService,
-    cluster: Option<Arc<Replication>>,
-    authz: &Authorizer,
-    cfg: &KafkaSection,
-    max_batch_bytes: u64,
-    tasks: &TaskTracker,
-    shutdown: CancellationToken,
-) -> Result<SocketAddr, String> {
-    let kafka = Kafka::new(svc, authz, cfg.clone(), bound.advertised, max_batch_bytes)
-        .map_err(|e| e.to_string())?
-        .on_cluster(cluster);
+/// Serves the bound Kafka listener with `kafka` on `tasks` until `shutdown`; returns the bound address.
+pub fn start(bound: Bound, kafka: Kafka, tasks: &TaskTracker, shutdown: CancellationToken) -> SocketAddr {
     tracing::info!(addr = %bound.addr, advertised = %kafka.advertised, "kafka listener serving");
     tasks.spawn(serve(Arc::new(kafka), bound.listener, tasks.clone(), shutdown));
-    Ok(bound.addr)
+    bound.addr
 }
 
 /// Serves Kafka connections on `listener` until `shutdown`, at most `kafka.max_connections` at once. Each
