@@ -110,3 +110,55 @@ pub fn coordinator(k: &Kafka, group: &str) -> Option<(i32, String)> {
     let addr = r.listener_addresses(LISTENER_NAME).remove(&id)?;
     Some((node(id), addr))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(partition: u32, leader: u32) -> ((String, u32), pb::PartitionPlacement) {
+        let p = pb::PartitionPlacement {
+            topic: "t".into(),
+            partition,
+            leader_id: leader,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2],
+            ..Default::default()
+        };
+        (("t".into(), partition), p)
+    }
+
+    #[test]
+    fn partitions_name_their_leader_only_when_it_has_a_kafka_listener() {
+        // Members 1 and 2 have Kafka listeners, 3 does not; this is member 1.
+        let view = View {
+            me: 1,
+            brokers: BTreeMap::from([(1, "a:1".into()), (2, "b:2".into())]),
+            placements: BTreeMap::from([placed(0, 2), placed(1, 3), placed(2, 0)]),
+        };
+        let raft3 =
+            pb::TopicInfo { name: "t".into(), partitions: 4, replication: "raft3".into(), ..Default::default() };
+        let single = pb::TopicInfo { name: "s".into(), partitions: 1, ..Default::default() };
+        let na = E::LeaderNotAvailable.code();
+        // (topic, partition, leader, error, replicas, isr)
+        let cases: [(&pb::TopicInfo, u32, i32, i16, Vec<i32>, Vec<i32>); 5] = [
+            (&raft3, 0, 2, 0, vec![1, 2, 3], vec![1, 2]),
+            (&raft3, 1, -1, na, vec![1, 2, 3], vec![1, 2]),
+            (&raft3, 2, -1, na, vec![1, 2, 3], vec![1, 2]),
+            (&raft3, 3, -1, na, vec![], vec![]),
+            (&single, 0, 1, 0, vec![1], vec![1]),
+        ];
+        for (info, index, leader, error, replicas, isr) in cases {
+            let p = view.partition(info, index);
+            let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
+            assert_eq!(
+                (p.leader_id.0, p.error_code, ids(&p.replica_nodes), ids(&p.isr_nodes), p.leader_epoch),
+                (leader, error, replicas, isr, -1),
+                "{}/{index}",
+                info.name
+            );
+        }
+        let brokers: Vec<(i32, String, i32)> =
+            view.metadata_brokers().into_iter().map(|b| (b.node_id.0, b.host.to_string(), b.port)).collect();
+        assert_eq!(brokers, vec![(1, "a".into(), 1), (2, "b".into(), 2)]);
+    }
+}

@@ -51,11 +51,15 @@ fn unknown(name: &str, error: i16) -> MetadataResponseTopic {
     t
 }
 
-/// Metadata: the brokers with a Kafka listener, and the asked topics (all of them when the request names none, as Kafka's versions
-/// say). A missing topic is created when `kafka.auto_create_topics` and the client allow it.
+/// Metadata: the brokers with a Kafka listener, and the asked topics (all of them when the request names none, as
+/// Kafka's versions say). A missing topic is created when `kafka.auto_create_topics` and the client allow it.
 pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut r = MetadataResponse::default();
     r.cluster_authorized_operations = i32::MIN;
+    let brokers = View::of(k, &[]);
+    r.brokers = brokers.metadata_brokers();
+    // Admin requests go to the controller: any member answers them, so each names itself.
+    r.controller_id = BrokerId(brokers.me);
     if let Ok(m) = k.svc.metadata(k.rpc(pb::MetadataRequest::default())).await {
         r.cluster_id = Some(s(m.into_inner().cluster_id));
     }
@@ -83,9 +87,6 @@ pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> Metadata
         None => listed.iter().filter(|t| !t.name.starts_with("__")).map(|t| t.name.clone()).collect(),
     };
     let view = View::of(k, &names);
-    r.brokers = view.metadata_brokers();
-    // Admin requests go to the controller: any member answers them, so each names itself.
-    r.controller_id = BrokerId(view.me);
     let Some(asked) = asked else {
         r.topics = listed.iter().filter(|t| !t.name.starts_with("__")).map(|t| described(t, &view)).collect();
         return r;
