@@ -140,7 +140,8 @@ mod tests {
         let single = pb::TopicInfo { name: "s".into(), partitions: 1, ..Default::default() };
         let na = E::LeaderNotAvailable.code();
         // (topic, partition, leader, error, replicas, isr)
-        let cases: [(&pb::TopicInfo, u32, i32, i16, Vec<i32>, Vec<i32>); 5] = [
+        type Case<'a> = (&'a pb::TopicInfo, u32, i32, i16, Vec<i32>, Vec<i32>);
+        let cases: [Case<'_>; 5] = [
             (&raft3, 0, 2, 0, vec![1, 2, 3], vec![1, 2]),
             (&raft3, 1, -1, na, vec![1, 2, 3], vec![1, 2]),
             (&raft3, 2, -1, na, vec![1, 2, 3], vec![1, 2]),
