@@ -1,7 +1,7 @@
 //! Feeds arbitrary bytes to the Kafka listener's request decoder (`rpc::kafka::conn::decode`: framing checks
 //! against the advertised versions, then the pinned kafka-protocol codec), and every decoded Produce's records to
 //! the Kafka-to-Ferry batch conversion; then drives the group decisions (`rpc::kafka::core::group`) with the
-//! decoded generations. None may panic, loop or allocate without bound.
+//! decoded generations, and the fetch-session decision with the decoded epochs. None may panic, loop or allocate without bound.
 //!
 //! The process uses the broker's global allocator (`LazyHuge`), as the broker does: the codec sizes a list by its
 //! declared count before reading it, which that allocator reserves lazily; run with `-malloc_limit_mb` to see
@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use ferry_broker::rpc::kafka::conn::{self, Decoded};
-use ferry_broker::rpc::kafka::core::group;
+use ferry_broker::rpc::kafka::core::{group, session};
 use ferry_broker::rpc::kafka::records;
 use ferry_broker::rpc::kafka::versions::Versions;
 use kafka_protocol::messages::RequestKind;
@@ -57,6 +57,11 @@ fuzz_target!(|data: &[u8]| {
                             let g = group::commit_generation(current, h.generation_id);
                             assert_eq!(g == current, group::kafka_generation(current) == h.generation_id);
                         }
+                    }
+                    RequestKind::Fetch(f) => {
+                        // Only full fetches (epoch 0 or -1) are answered with data; every other epoch is refused.
+                        let code = session::check(f.session_epoch);
+                        assert_eq!(code == 0, matches!(f.session_epoch, 0 | -1));
                     }
                     RequestKind::JoinGroup(j) => {
                         let picked = group::pick_protocol(j.protocols.iter().map(|p| p.name.as_str()));

@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 use crate::support::{Wire, step_deadline};
 
 /// A request frame: size, API key, version, correlation id, client id "t", body.
-fn frame(key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
+pub fn frame(key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
     let mut f = BytesMut::new();
     f.put_i16(key);
     f.put_i16(version);
@@ -24,7 +24,7 @@ fn frame(key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
 
 /// Sends `bytes` on a new connection; the answer frame (without its size), or `None` when the listener closed
 /// the connection without one.
-async fn exchange(addr: &str, bytes: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+pub async fn exchange(addr: &str, bytes: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
     let mut s = TcpStream::connect(addr).await?;
     // The listener may close before it has read everything: a failed write is a close too.
     if s.write_all(bytes).await.is_err() {

@@ -4,9 +4,19 @@
 usage: client.py LIB BOOTSTRAP COMMAND ARGS...
   LIB: confluent (confluent-kafka, librdkafka) or kafkapython (kafka-python)
   produce TOPIC PARTITIONS TAG FROM TO   idempotent, acks=all; record i goes to partition i % PARTITIONS
+  stream TOPIC PARTITIONS TAG FIRST TO    as produce (confluent only), each acknowledgement printed as
+                                          {"ack": [i, partition, offset]}: records 0..FIRST flushed, then
+                                          {"ready": FIRST}, then FIRST..TO a record every 5 ms
   member TOPIC GROUP STOPFILE             consumes in GROUP, committing each record (metadata "m<offset>") before
-                                          the next, until STOPFILE exists; then leaves the group
+                                          the next, until STOPFILE exists; then leaves the group. With
+                                          COMMIT_FAILURES=report (confluent), a failed commit is printed as
+                                          {"commit_failed": [partition, offset, error]} and consuming goes on
   consume TOPIC GROUP COUNT               consumes COUNT records in GROUP, committing each; then leaves
+  metadata TOPIC                          (confluent) prints {"metadata": {"brokers": [[id, "host:port"], ...],
+                                          "partitions": [[p, leader, [replicas], [isr]], ...]}}
+  times TOPIC PARTITIONS T...              the first offset at or after each time T in each partition (ListOffsets):
+                                          {"times": [[partition, T, offset or -1, timestamp or null], ...]}
+  delete-group GROUP                      (confluent) deletes GROUP: {"delete_group": "ok" or Kafka's error name}
   admin TOPIC                             creates TOPIC (3 partitions), grows it to 5, lists it, deletes it
   inspect TOPIC GROUP                     lists and describes groups, describes TOPIC's retention.ms (and, with
                                           confluent, sets it to 3600000 and describes it again)
@@ -63,6 +73,29 @@ class Confluent:
         left = p.flush(60)
         out({"acked": len(acked), "unflushed": left})
 
+    def stream(self, topic, parts, tag, first, hi):
+        p = self.ck.Producer({"bootstrap.servers": self.b, "enable.idempotence": True, "acks": "all",
+                              "linger.ms": 5, **extra()})
+        acked = []
+        def cb(err, m, i):
+            if err is None:
+                acked.append(1)
+                out({"ack": [i, m.partition(), m.offset()]})
+            else:
+                out({"error": str(err)})
+        for i in range(0, hi):
+            if i == first:
+                p.flush(60)
+                out({"ready": first})
+            k, v, h, ts = record(tag, i)
+            p.produce(topic, key=k, value=v, headers=h, timestamp=ts, partition=i % parts,
+                      on_delivery=lambda err, m, i=i: cb(err, m, i))
+            p.poll(0)
+            if i >= first:
+                time.sleep(0.005)
+        left = p.flush(90)
+        out({"acked": len(acked), "unflushed": left})
+
     def consumer(self, topic, group):
         c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": group, "auto.offset.reset": "earliest",
                               "enable.auto.commit": False, "session.timeout.ms": 6000,
@@ -80,7 +113,12 @@ class Confluent:
             out({"error": str(m.error())})
             return None
         tp = self.ck.TopicPartition(topic, m.partition(), m.offset() + 1, metadata=f"m{m.offset()}")
-        c.commit(offsets=[tp], asynchronous=False)
+        try:
+            c.commit(offsets=[tp], asynchronous=False)
+        except self.ck.KafkaException as e:
+            if os.environ.get("COMMIT_FAILURES") != "report":
+                raise
+            out({"commit_failed": [m.partition(), m.offset(), str(e)]})
         return rec(m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1])
 
     def close(self, c):
@@ -106,6 +144,36 @@ class Confluent:
             f.result()
         out({"deleted": topic})
 
+
+    def times(self, topic, parts, times):
+        c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": "times", **extra()})
+        res = []
+        for t in times:
+            asked = [self.ck.TopicPartition(topic, p, t) for p in range(parts)]
+            for tp in c.offsets_for_times(asked, timeout=20):
+                if tp.error:
+                    out({"error": str(tp.error)})
+                res.append([tp.partition, t, tp.offset, None])
+        c.close()
+        out({"times": sorted(res)})
+
+    def delete_group(self, group):
+        from confluent_kafka.admin import AdminClient
+        a = AdminClient({"bootstrap.servers": self.b, **extra()})
+        try:
+            for f in a.delete_consumer_groups([group], request_timeout=20).values():
+                f.result()
+            out({"delete_group": "ok"})
+        except self.ck.KafkaException as e:
+            out({"delete_group": e.args[0].name()})
+
+    def metadata(self, topic):
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": self.b}).list_topics(topic, timeout=20)
+        brokers = sorted([b.id, f"{b.host}:{b.port}"] for b in md.brokers.values())
+        parts = sorted([p.id, p.leader, sorted(p.replicas), sorted(p.isrs)]
+                       for p in md.topics[topic].partitions.values())
+        out({"metadata": {"brokers": brokers, "partitions": parts}})
 
     def inspect(self, topic, group):
         from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
@@ -193,6 +261,21 @@ class KafkaPython:
         a.close()
 
 
+def kp_times(self, topic, parts, times):
+    from kafka.structs import TopicPartition
+    c = self.k.KafkaConsumer(bootstrap_servers=self.b)
+    res = []
+    for t in times:
+        found = c.offsets_for_times({TopicPartition(topic, p): t for p in range(parts)})
+        for tp, ot in found.items():
+            res.append([tp.partition, t, ot.offset if ot else -1, ot.timestamp if ot else None])
+    c.close()
+    out({"times": sorted(res)})
+
+
+KafkaPython.times = kp_times
+
+
 def kp_inspect(self, topic, group):
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
     a = KafkaAdminClient(bootstrap_servers=self.b)
@@ -213,6 +296,9 @@ def main():
     if cmd == "produce":
         topic, parts, tag, lo, hi = args
         c.produce(topic, int(parts), tag, int(lo), int(hi))
+    elif cmd == "stream":
+        topic, parts, tag, first, hi = args[:5]
+        c.stream(topic, int(parts), tag, int(first), int(hi))
     elif cmd in ("member", "consume"):
         topic, group, until = args
         cons = c.consumer(topic, group)
@@ -223,6 +309,12 @@ def main():
                 out(r); n += 1
         c.close(cons)
         out({"closed": n})
+    elif cmd == "times":
+        c.times(args[0], int(args[1]), [int(t) for t in args[2:]])
+    elif cmd == "delete-group":
+        c.delete_group(args[0])
+    elif cmd == "metadata":
+        c.metadata(args[0])
     elif cmd == "admin":
         c.admin(args[0])
     elif cmd == "inspect":

@@ -10,8 +10,10 @@ mod support;
 
 mod bad_input;
 mod clients;
+mod cluster;
 mod codecs;
 mod kcat;
 mod kill9;
 mod mirror;
+mod offsets;
 mod sasl;

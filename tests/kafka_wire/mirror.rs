@@ -103,3 +103,74 @@ async fn a_mirror_topic_refuses_kafka_writes_until_promoted() -> anyhow::Result<
     assert_same("written after the promotion", &stored, &expected_range("r", 1, 0, 5));
     Ok(())
 }
+
+/// `ferry-mirror` from the source broker's gRPC API, copying "orders" and the committed offsets of group "app".
+fn group_sync_toml(source: &str, target: &str) -> String {
+    format!(
+        r#"[mirror]
+name = "groups_to_dc-b"
+
+[source]
+cluster = "dc-a"
+
+[[source.routes]]
+name = "primary"
+brokers = ["{source}"]
+
+[target]
+cluster = "dc-b"
+brokers = ["{target}"]
+
+[topics]
+include = ["^orders$"]
+discovery_interval = "1s"
+start_position = "earliest"
+
+[groups]
+include = ["^app$"]
+group_sync_interval = "500ms"
+
+[sync]
+commit_interval = "1s"
+shutdown_timeout = "10s"
+
+[monitor]
+listen = "127.0.0.1:0"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mirror_syncs_offsets_a_kafka_group_committed() -> anyhow::Result<()> {
+    let src = Wire::start().await?;
+    let dst = BrokerProcess::builder().cluster_id("dc-b").start().await?;
+    let dst_admin = Admin::new(BrokerClient::new(ClientConfig::new([dst.addr().to_string()]))?);
+    src.admin.create_topic("orders", 2, TopicConfig::default(), None).await?;
+    run_client("kafkapython", &src.kafka, &["produce", "orders", "2", "k", "0", "60"]).await?;
+    // A kafka-python group reads 25 of the 60 records, committing each through the Kafka listener.
+    let read = run_client("kafkapython", &src.kafka, &["consume", "orders", "app", "25"]).await?;
+    let read: Vec<Rec> = read.iter().filter_map(|l| l.get("rec")).map(Rec::of).collect();
+    assert_eq!(read.len(), 25);
+    let mut want: Vec<(u32, u64)> = (0..2u32)
+        .filter_map(|p| read.iter().filter(|r| r.partition == p).map(|r| r.offset + 1).max().map(|o| (p, o)))
+        .collect();
+    want.sort();
+    let on_source: Vec<(u32, u64)> =
+        src.admin.fetch_committed_offsets("app", &[]).await?.iter().map(|c| (c.partition, c.offset)).collect();
+    assert_eq!(on_source, want, "the Kafka commits as the source's gRPC API reads them");
+
+    // The mirror copies the topic and the group's offsets: the target's are the Kafka group's, exactly.
+    let mut mirror = MirrorProcess::builder(group_sync_toml(&src.broker.addr().to_string(), &dst.addr().to_string()))
+        .start()
+        .await?;
+    ferry_testkit::wait_until("the group's offsets on the target", step_deadline(), async || {
+        let Ok(got) = dst_admin.fetch_committed_offsets("app", &[]).await else { return Ok::<_, anyhow::Error>(false) };
+        Ok(got.iter().map(|c| (c.partition, c.offset)).collect::<Vec<_>>() == want)
+    })
+    .await?;
+    let copied: Vec<u64> =
+        dst_admin.describe_topic("orders").await?.partitions.iter().map(|p| p.log_end_offset).collect();
+    assert_eq!(copied, vec![30, 30], "the topic copied whole");
+    mirror.terminate(Duration::from_secs(20)).await?;
+    Ok(())
+}

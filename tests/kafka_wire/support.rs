@@ -129,11 +129,19 @@ pub struct Member {
 impl Member {
     /// Starts `client.py LIB BOOTSTRAP member TOPIC GROUP STOPFILE`.
     pub fn start(lib: &str, bootstrap: &str, topic: &str, group: &str) -> anyhow::Result<Member> {
+        Member::spawn(lib, bootstrap, &["member", topic, group], &[])
+    }
+
+    /// Starts `client.py LIB BOOTSTRAP ARGS... STOPFILE` with `env` added.
+    pub fn spawn(lib: &str, bootstrap: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Member> {
         let dir = tempfile::tempdir()?;
         let stop = dir.path().join("stop");
         let mut child = driver(lib)
-            .args([lib, bootstrap, "member", topic, group])
+            .arg(lib)
+            .arg(bootstrap)
+            .args(args)
             .arg(&stop)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
@@ -151,6 +159,11 @@ impl Member {
         Ok(Member { child, stop, lines, _dir: dir })
     }
 
+    /// Every line it printed so far.
+    pub fn lines(&self) -> Vec<Value> {
+        self.lines.lock().unwrap().clone()
+    }
+
     /// The partitions of its latest assignment (`None` before the first).
     pub fn assigned(&self) -> Option<Vec<u32>> {
         let lines = self.lines.lock().unwrap();
@@ -166,6 +179,18 @@ impl Member {
     /// Its error lines.
     pub fn errors(&self) -> Vec<Value> {
         self.lines.lock().unwrap().iter().filter(|l| l.get("error").is_some()).cloned().collect()
+    }
+
+    /// Waits for its clean exit on its own and for its `last` line; every line it printed.
+    pub async fn finish(mut self, last: &str) -> anyhow::Result<Vec<Value>> {
+        let status =
+            tokio::time::timeout(step_deadline(), self.child.wait()).await.context("client did not exit")??;
+        ensure!(status.success(), "client exited with {status}");
+        ferry_testkit::wait_until("the client's last lines", step_deadline(), async || {
+            Ok::<_, anyhow::Error>(self.lines.lock().unwrap().iter().any(|l| l.get(last).is_some()))
+        })
+        .await?;
+        Ok(self.lines())
     }
 
     /// Kills it (SIGKILL): it leaves nothing behind but its session, which the group expires.

@@ -489,9 +489,6 @@ impl BrokerConfig {
         let retention = crate::node::internal::TRANSACTIONS.retention_ms;
         self.transactions.validate((retention > 0).then(|| std::time::Duration::from_millis(retention)), p);
         self.kafka.validate(p);
-        if self.kafka.enabled() && self.cluster.enabled() {
-            p.push("kafka.listen", "the Kafka listener serves single brokers only; unset it on a cluster member");
-        }
         self.delay.validate(p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {

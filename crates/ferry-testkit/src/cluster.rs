@@ -31,6 +31,9 @@ pub struct ClusterSpec {
     pub extra: String,
     /// Whether the members run on the journaled file layer, for [`BrokerProcess::power_loss`].
     pub sync_journal: bool,
+    /// When set, each member runs a Kafka listener on a port of its own: these lines are the rest of its `[kafka]`
+    /// section (`extra` must then have none).
+    pub kafka: Option<String>,
 }
 
 impl Default for ClusterSpec {
@@ -44,6 +47,7 @@ impl Default for ClusterSpec {
             storage: "flush = \"sync\"\n".into(),
             extra: String::new(),
             sync_journal: false,
+            kafka: None,
         }
     }
 }
@@ -59,6 +63,8 @@ pub struct FaultyCluster {
     etcd_links: Vec<Proxy>,
     /// (from, to): the link `from` dials `to` through.
     peer_links: BTreeMap<(u32, u32), Proxy>,
+    /// Each member's Kafka listener (`host:port`), when [`ClusterSpec::kafka`] is set.
+    kafka_addrs: Vec<String>,
 }
 
 fn secs(d: Duration) -> String {
@@ -104,14 +110,23 @@ impl FaultyCluster {
             }
         }
         let mut brokers = Vec::new();
+        let mut kafka_addrs = Vec::new();
         for id in 1..=n {
+            let kafka = match &spec.kafka {
+                Some(lines) => {
+                    let addr = format!("127.0.0.1:{}", reserve_port()?);
+                    kafka_addrs.push(addr.clone());
+                    format!("\n[kafka]\nlisten = \"{addr}\"\n{lines}\n")
+                }
+                None => String::new(),
+            };
             let peers: Vec<String> = (1..=n)
                 .filter(|to| *to != id)
                 .map(|to| format!("\"{to}\" = \"{}\"", peer_links[&(id, to)].addr()))
                 .collect();
             let config = format!(
                 "[cluster]\netcd = [\"{}\"]\nbroker_id = {id}\nlease_ttl = \"{}\"\nreplica_lag_max = \"{}\"\n\
-                 ack_timeout = \"{}\"\npeer_addrs = {{ {} }}\n\n[storage]\n{}\n{}",
+                 ack_timeout = \"{}\"\npeer_addrs = {{ {} }}\n\n[storage]\n{}\n{}{kafka}",
                 etcd_links[id as usize - 1].endpoint(),
                 secs(spec.lease_ttl),
                 secs(spec.replica_lag),
@@ -149,12 +164,17 @@ impl FaultyCluster {
             };
             brokers.push(broker);
         }
-        Ok(FaultyCluster { etcd, brokers, spec, etcd_links, peer_links })
+        Ok(FaultyCluster { etcd, brokers, spec, etcd_links, peer_links, kafka_addrs })
     }
 
     /// What it runs.
     pub fn spec(&self) -> &ClusterSpec {
         &self.spec
+    }
+
+    /// Member `id`'s Kafka listener (`host:port`); `None` without [`ClusterSpec::kafka`].
+    pub fn kafka_addr(&self, id: u32) -> Option<&str> {
+        self.kafka_addrs.get((id as usize).checked_sub(1)?).map(String::as_str)
     }
 
     /// Every member's address, in id order.

@@ -35,6 +35,8 @@ pub const COMPACT_MIN_BYTES: u64 = 64 << 20;
 
 /// (offset, metadata, topic id).
 type Committed = (u64, String, String);
+/// Offsets written to an offsets partition: each `None` a tombstone (the offset deleted).
+type Entries = Vec<(Slot, Option<Committed>)>;
 
 /// The offsets of one partition's groups, loaded at one leader epoch.
 #[derive(Debug, Default)]
@@ -43,8 +45,8 @@ struct Loaded {
     map: SlotMap<Committed>,
     /// The partition's size after its last compaction, or when it was loaded.
     base_size: u64,
-    /// Commits written and not applied yet, by the last offset of the batch that holds them.
-    pending: std::collections::BTreeMap<u64, Vec<(Slot, Committed)>>,
+    /// Commits (and, `None`, deletions) written and not applied yet, by the last offset of the batch that holds them.
+    pending: std::collections::BTreeMap<u64, Entries>,
 }
 
 /// The offsets of the groups this broker coordinates, per offsets partition.
@@ -57,10 +59,11 @@ pub struct ClusterOffsets {
     orders: Mutex<HashMap<u32, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// One commit's records, as batches to write to the offsets partition, each with the offsets it holds.
+/// One commit's records, as batches to write to the offsets partition, each with the offsets it holds (`None`: a
+/// tombstone, the offset deleted).
 pub struct CommitBatches {
     /// The encoded batches and their entries.
-    pub batches: Vec<(Bytes, Vec<(Slot, Committed)>)>,
+    pub batches: Vec<(Bytes, Entries)>,
 }
 
 impl ClusterOffsets {
@@ -157,7 +160,34 @@ impl ClusterOffsets {
                 ((group.to_owned(), o.topic.clone(), o.partition), (o.offset, o.metadata.clone(), topic_id(&o.topic)))
             })
             .collect();
-        CommitBatches { batches: encode_entries(&entries) }
+        let batches = encode_entries(&entries)
+            .into_iter()
+            .map(|(b, held)| (b, held.into_iter().map(|(slot, v)| (slot, Some(v))).collect()))
+            .collect();
+        CommitBatches { batches }
+    }
+
+    /// The tombstones deleting every offset `group` has here (none when this broker does not hold its partition).
+    pub fn tombstones(&self, group: &str) -> CommitBatches {
+        let slots: Vec<Slot> = {
+            let loaded = self.loaded.lock();
+            let Some(l) = loaded.get(&self.partition_of(group)) else { return CommitBatches { batches: Vec::new() } };
+            l.map
+                .range((group.to_owned(), String::new(), 0)..)
+                .take_while(|((g, _, _), _)| g == group)
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let ts = crate::node::registry::now_ms();
+        let mut batches = Vec::new();
+        for chunk in slots.chunks(4096) {
+            let mut builder = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+            for (i, (g, t, p)) in chunk.iter().enumerate() {
+                builder.push(i as u32, ts, Some(&encode_key(g, t, *p)), None, &[]);
+            }
+            batches.push((builder.build(0, 0), chunk.iter().map(|slot| (slot.clone(), None)).collect()));
+        }
+        CommitBatches { batches }
     }
 
     /// The write order of offsets partition `k` (see the module docs).
@@ -167,7 +197,7 @@ impl ClusterOffsets {
 
     /// Registers a written batch's entries at its last offset `last`, if `k` is still loaded at `epoch`. The
     /// caller holds the write order.
-    pub fn register(&self, k: u32, epoch: u32, last: u64, entries: Vec<(Slot, Committed)>) {
+    pub fn register(&self, k: u32, epoch: u32, last: u64, entries: Entries) {
         if let Some(l) = self.loaded.lock().get_mut(&k).filter(|l| l.epoch == epoch) {
             l.pending.insert(last, entries);
         }
@@ -181,7 +211,10 @@ impl ClusterOffsets {
         let later = l.pending.split_off(&hw);
         for (_, entries) in std::mem::replace(&mut l.pending, later) {
             for (slot, v) in entries {
-                l.map.insert(slot, v);
+                match v {
+                    Some(v) => l.map.insert(slot, v),
+                    None => l.map.remove(&slot),
+                }
             }
         }
     }

@@ -465,6 +465,34 @@ impl GroupCoordinator {
         }
     }
 
+    /// The first step of deleting `group`: refused while it has members (`group_has_members`); otherwise its empty
+    /// record is dropped. Whether the group was known (a record or committed offsets). Its offsets are then dropped
+    /// with [`GroupCoordinator::delete_offsets`] (a single broker) or through the offsets partition (a cluster).
+    pub fn check_delete(&self, group: &str) -> Result<bool> {
+        check_group_name(group)?;
+        let mut groups = self.groups.lock();
+        if groups.get(group).is_some_and(|g| !g.members.is_empty()) {
+            return Err(BrokerError::Group {
+                group: group.to_owned(),
+                kind: GroupRefusal::ActiveMembers,
+                reason: "has active members; stop them (or let their sessions expire) before deleting it".into(),
+            });
+        }
+        let had_record = groups.remove(group).is_some();
+        Ok(had_record || self.offsets.has_group(group))
+    }
+
+    /// Drops a single broker's committed offsets of `group` (tombstones in its offsets partition); how many.
+    /// Blocking.
+    pub fn delete_offsets(&self, group: &str) -> Result<usize> {
+        match &self.offsets {
+            Backend::Local(s) => s.lock().delete_group(group),
+            Backend::Cluster { .. } => {
+                Err(BrokerError::Internal("a cluster's offsets are deleted through its offsets partition".into()))
+            }
+        }
+    }
+
     /// Committed offsets of a group, optionally restricted to some partitions.
     pub fn committed(&self, group: &str, only: &[pb::TopicPartition]) -> Vec<pb::CommittedOffset> {
         let all = self.offsets.of_group(group);

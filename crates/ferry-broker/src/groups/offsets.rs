@@ -341,6 +341,22 @@ impl OffsetStore {
         Ok(count)
     }
 
+    /// Drops every committed offset of `group`, with tombstones. Returns how many.
+    pub(super) fn delete_group(&mut self, group: &str) -> Result<usize> {
+        let dropped: Vec<_> = self
+            .map
+            .range((group.to_owned(), String::new(), 0)..)
+            .take_while(|((g, _, _), _)| g == group)
+            .map(|(k, _)| (k.clone(), None))
+            .collect();
+        let count = dropped.len();
+        if count > 0 {
+            self.write(dropped)?;
+            self.snapshot_if_due();
+        }
+        Ok(count)
+    }
+
     pub(super) fn of_group(&self, group: &str) -> Vec<pb::CommittedOffset> {
         self.map
             .range((group.to_owned(), String::new(), 0)..)

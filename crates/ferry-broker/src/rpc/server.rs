@@ -174,6 +174,18 @@ pub async fn run(
         tracing::info!(listener = %l.name, addr = %local, "named listener bound");
         named.push(bound);
     }
+    // The Kafka listener: bound now too, so that a member registers its Kafka address with its named listeners.
+    let kafka_bound = match crate::rpc::kafka::bind(&config.kafka).await {
+        Ok(b) => b,
+        Err(e) => {
+            let closing = Arc::clone(&core);
+            let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+            return Err(ServerError::Kafka(e));
+        }
+    };
+    if let (Some(b), true) = (&kafka_bound, config.cluster.enabled()) {
+        named_addrs.insert(crate::rpc::kafka::LISTENER_NAME.to_owned(), b.advertised.clone());
+    }
     let ready = Arc::new(crate::readiness::Readiness::default());
     let replication_slot: Arc<std::sync::OnceLock<Arc<Replication>>> = Arc::new(std::sync::OnceLock::new());
     let txns_slot: Arc<std::sync::OnceLock<Arc<crate::txn::Transactions>>> = Arc::new(std::sync::OnceLock::new());
@@ -280,15 +292,15 @@ pub async fn run(
     service = service.with_share_gauges(share_gauges);
     tasks.spawn(service.clone().run_share_tasks(shutdown.clone()));
     // The Kafka listener (`[kafka] listen`) answers through the same service.
-    let kafka = crate::rpc::kafka::start(
-        service.clone(),
-        &auth,
-        &config.kafka,
-        config.broker.max_batch_bytes.as_u64(),
-        &tasks,
-        shutdown.clone(),
-    );
-    let kafka_addr = match kafka.await {
+    let kafka = kafka_bound.map(|bound| {
+        let max_batch = config.broker.max_batch_bytes.as_u64();
+        let advertised = bound.advertised.clone();
+        crate::rpc::kafka::Kafka::new(service.clone(), &auth, config.kafka.clone(), advertised, max_batch)
+            .map(|k| k.on_cluster(replication_slot.get().cloned()))
+            .map(|k| crate::rpc::kafka::start(bound, k, &tasks, shutdown.clone()))
+            .map_err(|e| e.to_string())
+    });
+    let kafka_addr = match kafka.transpose() {
         Ok(a) => a,
         Err(e) => {
             abort_start(&shutdown, &tasks, config.broker.shutdown_timeout, &core).await;

@@ -24,6 +24,22 @@ impl Replication {
         self.peer(id, &snap)
     }
 
+    /// Each live broker that registered named listener `listener`, with its address there (brokers without it are
+    /// left out).
+    pub fn listener_addresses(&self, listener: &str) -> std::collections::BTreeMap<u32, String> {
+        let snap = self.snap.read();
+        snap.brokers.keys().filter_map(|id| Some((*id, snap.listeners.get(id)?.get(listener)?.clone()))).collect()
+    }
+
+    /// The broker coordinating `group` as the catalog says (the leader of its offsets partition); `None` on a
+    /// cluster without offsets partitions yet, or while that partition has no leader.
+    pub fn group_coordinator(&self, group: &str) -> Option<u32> {
+        let k = self.groups.cluster()?.partition_of(group);
+        let snap = self.snap.read();
+        let leader = snap.partitions.get(&(crate::groups::CLUSTER_OFFSETS_TOPIC.to_owned(), k))?.state.leader;
+        (leader != 0).then_some(leader)
+    }
+
     /// The placement of `topics`' partitions (every topic's when empty), with the leaders' addresses on
     /// `listener` (the registered ones for `None`).
     /// A partition this broker leads, as the catalog says, is answered as led here only while it may act as its

@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::manager::Replication;
 use crate::config::KafkaSection;
 use crate::rpc::auth::{Authorizer, Caller, Grant};
 use crate::rpc::service::BrokerService;
@@ -64,6 +65,9 @@ pub struct Kafka {
     advertised: String,
     max_batch_bytes: u64,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// A cluster member's replication manager: the members' Kafka addresses, the partitions' leaders, the groups'
+    /// coordinators.
+    cluster: Option<Arc<Replication>>,
 }
 
 impl std::fmt::Debug for Kafka {
@@ -89,7 +93,13 @@ impl Kafka {
             _ => {}
         }
         let tls = cfg.tls.as_ref().map(tls::acceptor).transpose().map_err(KafkaError::Tls)?;
-        Ok(Kafka { svc, authz: authz.clone(), open, cfg, versions, advertised, max_batch_bytes, tls })
+        Ok(Kafka { svc, authz: authz.clone(), open, cfg, versions, advertised, max_batch_bytes, tls, cluster: None })
+    }
+
+    /// Answers as a member of the cluster `replication` manages.
+    pub fn on_cluster(mut self, replication: Option<Arc<Replication>>) -> Kafka {
+        self.cluster = replication;
+        self
     }
 
     /// A service request made as the connection's grant (the open grant outside a connection's request).
@@ -105,11 +115,6 @@ impl Kafka {
     fn inflate_limit(&self) -> usize {
         ferry_batch::decode_limit(self.max_batch_bytes)
     }
-
-    /// This broker's Kafka host and port.
-    fn host_port(&self) -> (String, i32) {
-        split_host_port(&self.advertised)
-    }
 }
 
 /// `host:port` split, the port 0 when it does not parse.
@@ -120,23 +125,34 @@ pub fn split_host_port(addr: &str) -> (String, i32) {
     }
 }
 
-/// Binds `[kafka] listen` and serves it on `tasks` until `shutdown`; returns the bound address.
-pub async fn start(
-    svc: BrokerService,
-    authz: &Authorizer,
-    cfg: &KafkaSection,
-    max_batch_bytes: u64,
-    tasks: &TaskTracker,
-    shutdown: CancellationToken,
-) -> Result<Option<SocketAddr>, String> {
+/// The name under which a cluster member registers its Kafka listener's advertised address with its named listeners
+/// (`/ferry/listeners/{id}`). Not a name `[[cluster.listeners]]` may take (it has a dot).
+pub const LISTENER_NAME: &str = "kafka.wire";
+
+/// The Kafka listener bound (before a cluster member registers, so that its address is registered with it).
+#[derive(Debug)]
+pub struct Bound {
+    listener: TcpListener,
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// `host:port` clients are told to dial: `kafka.advertised_address`, else the bound address.
+    pub advertised: String,
+}
+
+/// Binds `[kafka] listen`; `None` when it is not set.
+pub async fn bind(cfg: &KafkaSection) -> Result<Option<Bound>, String> {
     let Some(at) = cfg.listen else { return Ok(None) };
     let listener = TcpListener::bind(at).await.map_err(|e| format!("cannot listen on {at} (kafka.listen): {e}"))?;
-    let bound = listener.local_addr().map_err(|e| format!("kafka.listen: {e}"))?;
-    let advertised = cfg.advertised_address.clone().unwrap_or_else(|| bound.to_string());
-    let kafka = Kafka::new(svc, authz, cfg.clone(), advertised, max_batch_bytes).map_err(|e| e.to_string())?;
-    tracing::info!(addr = %bound, advertised = %kafka.advertised, "kafka listener serving");
-    tasks.spawn(serve(Arc::new(kafka), listener, tasks.clone(), shutdown));
-    Ok(Some(bound))
+    let addr = listener.local_addr().map_err(|e| format!("kafka.listen: {e}"))?;
+    let advertised = cfg.advertised_address.clone().unwrap_or_else(|| addr.to_string());
+    Ok(Some(Bound { listener, addr, advertised }))
+}
+
+/// Serves the bound Kafka listener with `kafka` on `tasks` until `shutdown`; returns the bound address.
+pub fn start(bound: Bound, kafka: Kafka, tasks: &TaskTracker, shutdown: CancellationToken) -> SocketAddr {
+    tracing::info!(addr = %bound.addr, advertised = %kafka.advertised, "kafka listener serving");
+    tasks.spawn(serve(Arc::new(kafka), bound.listener, tasks.clone(), shutdown));
+    bound.addr
 }
 
 /// Serves Kafka connections on `listener` until `shutdown`, at most `kafka.max_connections` at once. Each

@@ -27,6 +27,7 @@ pub const HANDLED: &[ApiKey] = &[
     ApiKey::InitProducerId,
     ApiKey::ListGroups,
     ApiKey::DescribeGroups,
+    ApiKey::DeleteGroups,
     ApiKey::DescribeConfigs,
     ApiKey::IncrementalAlterConfigs,
     ApiKey::SaslHandshake,

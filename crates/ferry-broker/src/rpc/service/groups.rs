@@ -209,6 +209,42 @@ impl BrokerService {
         ok(pb::CommitOffsetsResponse {})
     }
 
+    /// Deletes a group with no members: its committed offsets are dropped (with tombstones, through the offsets
+    /// partition on a cluster, answered once the in-sync replicas hold them). Whether there was such a group.
+    /// Refused while it has members (`group_has_members`); on a cluster, NOT_COORDINATOR from a broker that does not
+    /// coordinate it. Kafka's DeleteGroups (no gRPC call yet).
+    pub(crate) async fn delete_group(&self, req: Request<String>) -> Result<bool, tonic::Status> {
+        let who = caller(&req)?;
+        let group = req.into_inner();
+        who.allow_group("DeleteGroups", offset_scopes(&group).or(Scopes::ADMIN), &group)?;
+        let Some(at) = self.coordinate(&group).await? else {
+            let found = self.groups.check_delete(&group)?;
+            let (groups, name) = (Arc::clone(&self.groups), group.clone());
+            tokio::task::spawn_blocking(move || groups.delete_offsets(&name))
+                .await
+                .map_err(|e| BrokerError::Internal(format!("delete task failed: {e}")))??;
+            return Ok(found);
+        };
+        let found = self.groups.check_delete(&group)?;
+        let Some(cluster) = self.groups.cluster() else { return Ok(found) };
+        let tombstones = cluster.tombstones(&group);
+        let mut written = Vec::new();
+        {
+            let order = cluster.write_order(at.k);
+            let _order = order.lock().await;
+            for (batch, entries) in tombstones.batches {
+                let produced = self.produce_to(&at.part, batch).await.map_err(|e| self.lost_coordination(&group, e))?;
+                cluster.register(at.k, at.epoch, produced.last_offset, entries);
+                written.push(produced);
+            }
+        }
+        for produced in &written {
+            self.acknowledged(&at.part, produced).await?;
+        }
+        cluster.apply_through(at.k, at.epoch, at.part.visible_end());
+        Ok(found)
+    }
+
     /// Compacts the offsets partition when it is due (see `ClusterOffsets::compaction`): every offset is written
     /// again, and once the in-sync replicas hold them, the segments before them are deleted (the followers follow
     /// the leader's log start). A failure leaves harmless copies and is retried after the next commit.

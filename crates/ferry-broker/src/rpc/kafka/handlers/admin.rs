@@ -48,10 +48,17 @@ fn topic_config(t: &CreatableTopic) -> Result<pb::TopicConfig, String> {
     Ok(c)
 }
 
+/// Ferry's replication of a topic created with Kafka's default replication factor (-1) or auto-created: a single
+/// broker's topic, raft3 on a cluster (so that every member's Kafka listener serves it).
+pub fn default_replication(k: &Kafka) -> &'static str {
+    if k.cluster.is_some() { "raft3" } else { "" }
+}
+
 /// Ferry's replication for a Kafka replication factor (-1: the default).
-fn replication(factor: i16) -> Option<&'static str> {
+fn replication(k: &Kafka, factor: i16) -> Option<&'static str> {
     match factor {
-        -1 | 1 => Some(""),
+        -1 => Some(default_replication(k)),
+        1 => Some(""),
         2 => Some("double_write"),
         3 => Some("raft3"),
         _ => None,
@@ -68,7 +75,7 @@ pub async fn create_topics(k: &Kafka, req: CreateTopicsRequest) -> CreateTopicsR
         tr.replication_factor = -1;
         let partitions =
             if t.num_partitions == -1 { Ok(k.cfg.default_partitions) } else { u32::try_from(t.num_partitions) };
-        let checked = match (partitions, replication(t.replication_factor), topic_config(&t)) {
+        let checked = match (partitions, replication(k, t.replication_factor), topic_config(&t)) {
             (Err(_), _, _) | (Ok(0), _, _) => Err((E::InvalidPartitions, format!("{} partitions", t.num_partitions))),
             (_, None, _) => Err((
                 E::InvalidReplicationFactor,

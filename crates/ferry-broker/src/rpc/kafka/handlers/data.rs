@@ -111,8 +111,16 @@ pub async fn produce(k: &Kafka, req: ProduceRequest) -> Option<ProduceResponse> 
 }
 
 /// Fetch: one service fetch for every asked partition, the stored batches served as Kafka v2 batches. Fetch
-/// sessions are not kept: the answer's session id is 0, so clients send full requests and get full answers.
+/// sessions (KIP-227) are not kept: a full request (epoch 0, opening one, or -1, without one) gets a full answer
+/// with session id 0, "no session made", so the client goes on sending full requests; an incremental one (another
+/// epoch) gets FETCH_SESSION_ID_NOT_FOUND and no data, and the client starts over with a full request.
 pub async fn fetch(k: &Kafka, req: FetchRequest) -> FetchResponse {
+    let session = crate::rpc::kafka::core::session::check(req.session_epoch);
+    if session != 0 {
+        let mut r = FetchResponse::default();
+        r.error_code = session;
+        return r;
+    }
     let mut asked = Vec::new();
     let mut early: Vec<(String, PartitionData)> = Vec::new();
     for t in &req.topics {
@@ -249,9 +257,33 @@ pub async fn list_offsets(k: &Kafka, req: ListOffsetsRequest) -> ListOffsetsResp
         };
         if res.error != 0 {
             pr.error_code = partition_code(res.error);
-        } else {
-            pr.offset = res.offset.map_or(-1, |o| o as i64);
+            continue;
+        }
+        pr.offset = res.offset.map_or(-1, |o| o as i64);
+        // For a timestamp, Kafka answers the found record's own timestamp (clients refuse a negative one).
+        let by_time = req.topics.iter().any(|t| {
+            t.name.0.as_str() == res.topic
+                && t.partitions.iter().any(|p| p.partition_index == res.partition as i32 && p.timestamp >= 0)
+        });
+        if let (true, Some(offset)) = (by_time, res.offset) {
+            pr.timestamp = record_timestamp(k, &res.topic, res.partition, offset).await;
         }
     }
     r
+}
+
+/// The timestamp of the record at `offset` (read through the service's Fetch), -1 when it cannot be read.
+async fn record_timestamp(k: &Kafka, topic: &str, partition: u32, offset: u64) -> i64 {
+    let asked = pb::PartitionFetch { topic: topic.to_owned(), partition, offset, max_bytes: 1, leader_epoch: None };
+    let call = pb::FetchRequest { partitions: vec![asked], max_wait_ms: 0, max_bytes: 1 };
+    let Ok(f) = k.svc.fetch(k.rpc(call)).await else { return -1 };
+    let Some(d) = f.into_inner().partitions.into_iter().next() else { return -1 };
+    let Ok(batches) = ferry_batch::split_verified(&d.batches) else { return -1 };
+    for (_, bytes) in batches {
+        let Ok(records) = ferry_batch::decode_records_bounded(&bytes, k.inflate_limit()) else { return -1 };
+        if let Some(r) = records.iter().find(|r| r.offset == offset) {
+            return r.timestamp;
+        }
+    }
+    -1
 }

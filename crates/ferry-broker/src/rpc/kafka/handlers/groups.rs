@@ -5,14 +5,16 @@ use bytes::{BufMut, Bytes, BytesMut};
 use ferry_proto as pb;
 use ferry_proto::broker_server::Broker;
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedTopic;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
 use kafka_protocol::messages::{
-    ConsumerProtocolAssignment, ConsumerProtocolSubscription, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, DeleteGroupsRequest, DeleteGroupsResponse,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -256,6 +258,23 @@ pub async fn offset_fetch(k: &Kafka, req: OffsetFetchRequest) -> OffsetFetchResp
                 r.topics.push(t);
             }
         }
+    }
+    r
+}
+
+/// DeleteGroups: each group deleted on its own (its committed offsets dropped); NON_EMPTY_GROUP while it has
+/// members, GROUP_ID_NOT_FOUND when there is no such group.
+pub async fn delete_groups(k: &Kafka, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut r = DeleteGroupsResponse::default();
+    for g in req.groups_names {
+        let mut res = DeletableGroupResult::default();
+        res.error_code = match k.svc.delete_group(k.rpc(g.0.to_string())).await {
+            Ok(true) => codes::NONE,
+            Ok(false) => kafka_protocol::ResponseError::GroupIdNotFound.code(),
+            Err(e) => code(&e, About::Group),
+        };
+        res.group_id = g;
+        r.results.push(res);
     }
     r
 }

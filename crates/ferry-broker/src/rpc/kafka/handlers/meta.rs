@@ -5,21 +5,17 @@ use ferry_proto::broker_server::Broker;
 use kafka_protocol::ResponseError as E;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{
     ApiVersionsResponse, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
     InitProducerIdResponse, MetadataRequest, MetadataResponse, ProducerId,
 };
 
+use super::cluster::{View, coordinator};
 use super::{s, topic};
-use crate::rpc::kafka::Kafka;
 use crate::rpc::kafka::errors::{About, code};
 use crate::rpc::kafka::versions::Versions;
-
-/// This broker's node id in Kafka answers: a single broker is node 0.
-pub const NODE: i32 = 0;
+use crate::rpc::kafka::{Kafka, split_host_port};
 
 /// The ApiVersions answer: the ledger's APIs and versions.
 pub fn api_versions(versions: &Versions) -> ApiVersionsResponse {
@@ -38,22 +34,12 @@ pub fn api_versions(versions: &Versions) -> ApiVersionsResponse {
     r
 }
 
-/// A topic's metadata: every partition led by this broker, leader epoch unknown (-1).
-fn described(info: &pb::TopicInfo) -> MetadataResponseTopic {
+/// A topic's metadata, each partition as `view` places it.
+fn described(info: &pb::TopicInfo, view: &View) -> MetadataResponseTopic {
     let mut t = MetadataResponseTopic::default();
     t.name = Some(topic(info.name.clone()));
     t.topic_id = uuid::Uuid::parse_str(&info.topic_id).unwrap_or_default();
-    t.partitions = (0..info.partitions)
-        .map(|i| {
-            let mut p = MetadataResponsePartition::default();
-            p.partition_index = i as i32;
-            p.leader_id = BrokerId(NODE);
-            p.leader_epoch = -1;
-            p.replica_nodes = vec![BrokerId(NODE)];
-            p.isr_nodes = vec![BrokerId(NODE)];
-            p
-        })
-        .collect();
+    t.partitions = (0..info.partitions).map(|i| view.partition(info, i)).collect();
     t.topic_authorized_operations = i32::MIN;
     t
 }
@@ -65,18 +51,15 @@ fn unknown(name: &str, error: i16) -> MetadataResponseTopic {
     t
 }
 
-/// Metadata: this broker, and the asked topics (all of them when the request names none, as Kafka's versions
-/// say). A missing topic is created when `kafka.auto_create_topics` and the client allow it.
+/// Metadata: the brokers with a Kafka listener, and the asked topics (all of them when the request names none, as
+/// Kafka's versions say). A missing topic is created when `kafka.auto_create_topics` and the client allow it.
 pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> MetadataResponse {
-    let (host, port) = k.host_port();
     let mut r = MetadataResponse::default();
-    let mut b = MetadataResponseBroker::default();
-    b.node_id = BrokerId(NODE);
-    b.host = s(host);
-    b.port = port;
-    r.brokers = vec![b];
-    r.controller_id = BrokerId(NODE);
     r.cluster_authorized_operations = i32::MIN;
+    let brokers = View::of(k, &[]);
+    r.brokers = brokers.metadata_brokers();
+    // Admin requests go to the controller: any member answers them, so each names itself.
+    r.controller_id = BrokerId(brokers.me);
     if let Ok(m) = k.svc.metadata(k.rpc(pb::MetadataRequest::default())).await {
         r.cluster_id = Some(s(m.into_inner().cluster_id));
     }
@@ -99,27 +82,37 @@ pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> Metadata
         Some(ts) if ts.is_empty() && version == 0 => None,
         Some(ts) => Some(ts.into_iter().filter_map(|t| t.name.map(|n| n.0.to_string())).collect()),
     };
+    let names: Vec<String> = match &asked {
+        Some(a) => a.clone(),
+        None => listed.iter().filter(|t| !t.name.starts_with("__")).map(|t| t.name.clone()).collect(),
+    };
+    let view = View::of(k, &names);
     let Some(asked) = asked else {
-        r.topics = listed.iter().filter(|t| !t.name.starts_with("__")).map(described).collect();
+        r.topics = listed.iter().filter(|t| !t.name.starts_with("__")).map(|t| described(t, &view)).collect();
         return r;
     };
     let may_create = k.cfg.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     for name in asked {
         if let Some(info) = listed.iter().find(|t| t.name == name) {
-            r.topics.push(described(info));
+            r.topics.push(described(info, &view));
             continue;
         }
         if !may_create {
             r.topics.push(unknown(&name, E::UnknownTopicOrPartition.code()));
             continue;
         }
-        let create =
-            pb::CreateTopicRequest { name: name.clone(), partitions: k.cfg.default_partitions, ..Default::default() };
+        let create = pb::CreateTopicRequest {
+            name: name.clone(),
+            partitions: k.cfg.default_partitions,
+            replication: super::admin::default_replication(k).to_owned(),
+            ..Default::default()
+        };
         match k.svc.create_topic(k.rpc(create)).await {
             Ok(c) => match c.into_inner().topic {
                 Some(info) => {
                     tracing::info!(topic = %name, partitions = info.partitions, "kafka: topic auto-created");
-                    r.topics.push(described(&info));
+                    // Placed by the catalog just now: the next Metadata names the leaders.
+                    r.topics.push(described(&info, &View::of(k, std::slice::from_ref(&name))));
                 }
                 None => r.topics.push(unknown(&name, E::LeaderNotAvailable.code())),
             },
@@ -133,25 +126,38 @@ pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> Metadata
     r
 }
 
-/// FindCoordinator: this broker coordinates every group.
+/// FindCoordinator: the broker coordinating each group (this one on a single broker; the leader of the group's
+/// offsets partition on a cluster, COORDINATOR_NOT_AVAILABLE while it has none with a Kafka listener).
 pub fn find_coordinator(k: &Kafka, req: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
-    let (host, port) = k.host_port();
+    let find = |key: &str| -> (i16, i32, String, i32) {
+        match coordinator(k, key) {
+            Some((id, addr)) => {
+                let (host, port) = split_host_port(&addr);
+                (0, id, host, port)
+            }
+            None => (E::CoordinatorNotAvailable.code(), -1, String::new(), -1),
+        }
+    };
     let mut r = FindCoordinatorResponse::default();
     if version >= 4 {
         r.coordinators = req
             .coordinator_keys
             .into_iter()
             .map(|key| {
+                let (error, id, host, port) = find(key.as_str());
                 let mut c = Coordinator::default();
                 c.key = key;
-                c.node_id = BrokerId(NODE);
-                c.host = s(host.clone());
+                c.error_code = error;
+                c.node_id = BrokerId(id);
+                c.host = s(host);
                 c.port = port;
                 c
             })
             .collect();
     } else {
-        r.node_id = BrokerId(NODE);
+        let (error, id, host, port) = find(req.key.as_str());
+        r.error_code = error;
+        r.node_id = BrokerId(id);
         r.host = s(host);
         r.port = port;
     }

@@ -2,6 +2,7 @@
 //! and its answers into the Kafka response.
 
 pub mod admin;
+pub mod cluster;
 pub mod data;
 pub mod groups;
 pub mod inspect;
@@ -30,6 +31,7 @@ pub async fn handle(k: &Kafka, header: &RequestHeader, body: RequestKind) -> Opt
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave(k, r, v).await),
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::commit(k, r).await),
         RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(groups::offset_fetch(k, r).await),
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete_groups(k, r).await),
         RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(admin::create_topics(k, r).await),
         RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(admin::delete_topics(k, r).await),
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(admin::create_partitions(k, r).await),
