@@ -35,6 +35,7 @@ fn record(i: usize) -> ProducerRecord {
         value: Some(Bytes::from(format!("order-{i}"))),
         headers: vec![Header { key: "region".into(), value: Some(Bytes::from_static(b"eu")) }],
         timestamp: Some(TS0 + i as i64),
+        when: None,
     }
 }
 

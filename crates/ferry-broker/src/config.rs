@@ -489,7 +489,8 @@ impl BrokerConfig {
         let retention = crate::node::internal::TRANSACTIONS.retention_ms;
         self.transactions.validate((retention > 0).then(|| std::time::Duration::from_millis(retention)), p);
         self.kafka.validate(p);
-        self.delay.validate(p);
+        let store = crate::node::internal::DELAY_TOPIC.retention_ms;
+        self.delay.validate((store > 0).then(|| std::time::Duration::from_millis(store)), p);
         let (segment, batch) = (self.storage.segment_bytes, self.broker.max_batch_bytes);
         if segment.as_u64() < batch.as_u64() {
             p.push("storage.segment_bytes", format!("{segment} is smaller than broker.max_batch_bytes ({batch})"));

@@ -1,8 +1,10 @@
 //! Delayed delivery (docs/messaging.md, "Delay"): records that become readable at a chosen time, taking their
 //! offsets in the topic then. A delayed produce returns an id per record, which [`Delayed::cancel`] takes.
 //!
-//! A delayed produce is sent as one request of its own, not through the [`crate::Producer`]'s idempotent pipeline:
-//! it is not retried after an unknown outcome (a retry would store the records a second time).
+//! [`Delayed::send`] sends one request of its own, without a producer id: it is not retried after an unknown
+//! outcome (a retry would store the records a second time). A [`crate::ProducerRecord`] with `deliver_at` or
+//! `delay` sent through the [`crate::Producer`] carries the producer's id and is retried safely (the broker
+//! answers a retry with the first attempt's ids).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -98,6 +100,12 @@ impl Delayed {
 
     /// The delayed records pending for `topic`, per partition (partitions with none are left out).
     pub async fn describe(&self, topic: &str) -> Result<Vec<pb::DelayedPartition>> {
-        Ok(self.client.describe_delayed(pb::DescribeDelayedRequest { topic: topic.to_owned() }).await?.partitions)
+        Ok(self.describe_all(topic).await?.partitions)
+    }
+
+    /// [`Delayed::describe`]'s whole answer: on a cluster it also names the members that did not answer (their
+    /// pending records are not counted).
+    pub async fn describe_all(&self, topic: &str) -> Result<pb::DescribeDelayedResponse> {
+        self.client.describe_delayed(pb::DescribeDelayedRequest { topic: topic.to_owned(), local: false }).await
     }
 }

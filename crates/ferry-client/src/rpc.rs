@@ -138,9 +138,11 @@ impl BrokerClient {
         /// The transactions the answering broker owns.
         txn_list, "TxnList", pb::TxnListRequest, pb::TxnListResponse, idempotent);
     unary!(
-        /// Produces records delivered later (docs/messaging.md, "Delay"). Not retried after an unknown outcome: a
-        /// retry would store the records again.
-        produce_delayed, "ProduceDelayed", pb::ProduceDelayedRequest, pb::ProduceDelayedResponse, once);
+        /// Produces records delivered later (docs/messaging.md, "Delay"). Retried only when every batch carries a
+        /// producer id (the broker answers a retry with the first attempt's ids and stores nothing); plain batches
+        /// are sent again only if no connection could be made.
+        produce_delayed, "ProduceDelayed", pb::ProduceDelayedRequest, pb::ProduceDelayedResponse,
+        produce_delayed_retry);
     unary!(
         /// Cancels a pending delayed record (a retry after success answers FAILED_PRECONDITION).
         cancel_delayed, "CancelDelayed", pb::CancelDelayedRequest, pb::CancelDelayedResponse, once);
@@ -270,6 +272,11 @@ fn produce_retry(request: &pb::ProduceRequest) -> Retry {
         return Retry::Once;
     }
     if batches.all(|b| b.is_ok_and(|(header, _)| header.is_idempotent())) { Retry::Idempotent } else { Retry::Once }
+}
+
+/// A delayed produce retries as its produce request would.
+fn produce_delayed_retry(request: &pb::ProduceDelayedRequest) -> Retry {
+    request.produce.as_ref().map_or(Retry::Once, produce_retry)
 }
 
 #[cfg(test)]

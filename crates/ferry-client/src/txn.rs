@@ -105,6 +105,7 @@ fn from_pb(m: pb::TxnMessage) -> ProducerRecord {
         value: m.value,
         headers: m.headers.into_iter().map(|h| ferry_batch::Header { key: h.key, value: h.value }).collect(),
         timestamp: Some(m.timestamp_ms),
+        when: None,
     }
 }
 

@@ -39,6 +39,7 @@ fn record(topic: &str, i: usize) -> ProducerRecord {
             Header { key: "i".into(), value: None },
         ],
         timestamp: Some(1_700_000_000_000 + i as i64),
+        when: None,
     }
 }
 

@@ -35,6 +35,7 @@ fn record(value: &str, timestamp: i64) -> ProducerRecord {
         value: Some(Bytes::from(value.to_owned())),
         headers: Vec::new(),
         timestamp: Some(timestamp),
+        when: None,
     }
 }
 

@@ -43,11 +43,22 @@ pub async fn run(cmd: DelayCommand, global: &GlobalOpts) -> anyhow::Result<()> {
             println!("cancelled {id}: it was due at {} on partition {partition}", show_ms(due));
         }
         DelayCommand::Describe { topic } => {
-            let parts = delayed.describe(&topic).await.map_err(|e| explain(e, &topic, &global.brokers()))?;
-            print!("{}", describe_text(&parts));
+            let answer = delayed.describe_all(&topic).await.map_err(|e| explain(e, &topic, &global.brokers()))?;
+            print!("{}", describe_text(&answer.partitions));
+            warn_unanswered(&answer.unanswered_members);
         }
     }
     Ok(())
+}
+
+/// Warns on stderr that the counts leave out the members that did not answer.
+pub fn warn_unanswered(members: &[u32]) {
+    if !members.is_empty() {
+        eprintln!(
+            "warning: broker(s) {members:?} did not answer: the delayed records their delay-store partitions hold are \
+             not counted"
+        );
+    }
 }
 
 /// The pending table `topic describe` and `delay describe` print.

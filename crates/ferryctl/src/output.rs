@@ -75,6 +75,9 @@ pub struct ConfigJson {
     retention_ms: Option<u64>,
     segment_bytes: Option<u64>,
     segment_ms: Option<u64>,
+    /// Left out while the topic follows the broker's `delay.max_delay`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_delay_ms: Option<u64>,
 }
 
 impl From<&TopicConfig> for ConfigJson {
@@ -87,6 +90,7 @@ impl From<&TopicConfig> for ConfigJson {
             retention_ms: c.retention_ms,
             segment_bytes: c.segment_bytes,
             segment_ms: c.segment_ms,
+            max_delay_ms: c.max_delay_ms,
         }
     }
 }

@@ -235,6 +235,7 @@ async fn send(
         value: Some(value),
         headers: headers.to_vec(),
         timestamp: None,
+        when: None,
     };
     let delivery = producer.send(record).await?;
     progress.sent.fetch_add(1, Ordering::Relaxed);

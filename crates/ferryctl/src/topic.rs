@@ -12,8 +12,16 @@ use crate::common::{GlobalOpts, UsageError, explain, parse_key_value};
 use crate::output::{Format, Table, TopicJson};
 
 /// The config keys `--config` accepts.
-pub const CONFIG_KEYS: [&str; 7] =
-    ["flush", "flush_interval_ms", "flush_bytes", "retention_bytes", "retention_ms", "segment_bytes", "segment_ms"];
+pub const CONFIG_KEYS: [&str; 8] = [
+    "flush",
+    "flush_interval_ms",
+    "flush_bytes",
+    "retention_bytes",
+    "retention_ms",
+    "segment_bytes",
+    "segment_ms",
+    "max_delay_ms",
+];
 
 /// `topic` subcommands.
 #[derive(Subcommand)]
@@ -26,7 +34,7 @@ pub enum TopicCommand {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         partitions: u32,
         /// Topic config KEY=VALUE (flush, flush_interval_ms, flush_bytes, retention_bytes, retention_ms,
-        /// segment_bytes, segment_ms); may repeat.
+        /// segment_bytes, segment_ms, max_delay_ms); may repeat.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
         /// How the partitions are kept: single (one copy on the broker asked), double_write (two replicas on two
@@ -137,11 +145,12 @@ pub async fn run(cmd: TopicCommand, global: &GlobalOpts) -> anyhow::Result<()> {
                 Format::Json => println!("{}", serde_json::to_string(&TopicJson::new(&d.topic, Some(&d.partitions)))?),
                 Format::Text => {
                     print!("{}", describe_text(&d.topic, &d.partitions));
-                    // Delayed records pending per partition, when the broker has any for this topic.
-                    if let Ok(pending) = ferry_client::Delayed::new(admin.client().clone()).describe(&name).await
-                        && !pending.is_empty()
-                    {
-                        print!("{}", crate::delay::describe_text(&pending));
+                    // Delayed records pending per partition, when the brokers have any for this topic.
+                    if let Ok(pending) = ferry_client::Delayed::new(admin.client().clone()).describe_all(&name).await {
+                        if !pending.partitions.is_empty() {
+                            print!("{}", crate::delay::describe_text(&pending.partitions));
+                        }
+                        crate::delay::warn_unanswered(&pending.unanswered_members);
                     }
                 }
             }
@@ -178,6 +187,7 @@ pub fn parse_config(pairs: &[String]) -> Result<TopicConfig, UsageError> {
             "retention_ms" => config.retention_ms = Some(number()?),
             "segment_bytes" => config.segment_bytes = Some(number()?),
             "segment_ms" => config.segment_ms = Some(number()?),
+            "max_delay_ms" => config.max_delay_ms = Some(number()?),
             _ => {
                 return Err(UsageError(format!(
                     "unknown topic config key {key:?} (known keys: {})",
@@ -203,6 +213,7 @@ fn config_text(config: Option<&TopicConfig>) -> String {
         ("retention_ms", c.retention_ms),
         ("segment_bytes", c.segment_bytes),
         ("segment_ms", c.segment_ms),
+        ("max_delay_ms", c.max_delay_ms),
     ];
     parts.extend(numbers.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={v}"))));
     if parts.is_empty() { "-".into() } else { parts.join(" ") }
@@ -277,6 +288,7 @@ mod tests {
             "retention_ms=86400000",
             "segment_bytes=1048576",
             "segment_ms=3600000",
+            "max_delay_ms=60000",
         ]))
         .unwrap();
         assert_eq!(
@@ -289,6 +301,7 @@ mod tests {
                 retention_ms: Some(86_400_000),
                 segment_bytes: Some(1_048_576),
                 segment_ms: Some(3_600_000),
+                max_delay_ms: Some(60_000),
             }
         );
     }

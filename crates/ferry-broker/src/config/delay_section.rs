@@ -29,14 +29,46 @@ impl Default for DelaySection {
 }
 
 impl DelaySection {
-    /// Every problem of `[delay]`.
-    pub(super) fn validate(&self, p: &mut Problems) {
+    /// Every problem of `[delay]`, given the delay store's time retention (`None`: it keeps records until they
+    /// fire): a pending record must never be deleted by age before it falls due.
+    pub(super) fn validate(&self, store_retention: Option<Duration>, p: &mut Problems) {
         let max = Duration::from_millis(DEFAULT_MAX_DELAY_MS);
         if self.max_delay < Duration::from_secs(1) || self.max_delay > max {
             p.push("delay.max_delay", format!("{:?} is outside 1s..7d", self.max_delay));
         }
+        if let Some(retention) = store_retention
+            && retention <= self.max_delay
+        {
+            p.push(
+                "delay.max_delay",
+                format!(
+                    "{:?} is not below the delay store's retention of {retention:?}: a pending record could be \
+                     deleted before it falls due",
+                    self.max_delay
+                ),
+            );
+        }
         if self.tick < Duration::from_millis(10) || self.tick > Duration::from_secs(1) {
             p.push("delay.tick", format!("{:?} is outside 10ms..1s (a record is due within a tick)", self.tick));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_delay_must_stay_below_the_delay_stores_retention() {
+        let section = DelaySection::default();
+        let problems = |retention| {
+            let mut p = Problems::new();
+            section.validate(retention, &mut p);
+            p.into_result(()).err().map(|e| e.one_line()).unwrap_or_default()
+        };
+        assert_eq!(problems(None), "");
+        assert_eq!(problems(Some(Duration::from_secs(8 * 24 * 3600))), "");
+        let short = problems(Some(Duration::from_secs(24 * 3600)));
+        assert!(short.contains("delay.max_delay") && short.contains("deleted before it falls due"), "{short}");
     }
 }

@@ -2,12 +2,22 @@
 //!
 //! - `1` **schedule**: due ms (i64), kind (u8), key length (u16), key, payload. Its offset is the entry's id.
 //! - `2` **cancel**: id (u64), due ms (i64), payload bytes (u32), kind (u8), key length (u16), key.
-//! - `3` **intent**: kind (u8), key length (u16), key, first sequence (u64), payload bytes (u64), count (u32), then
-//!   id (u64) and due ms (i64) for each: these entries fire now, as one firing numbered `first_seq` within their key. Written and
-//!   acknowledged before the firing is performed, so a new owner performs it again with the same numbers.
+//! - `3` **intent** (as written before `7`): kind (u8), key length (u16), key, first sequence (u64), payload bytes
+//!   (u64), count (u32), then id (u64) and due ms (i64) for each. Read, no longer written.
+//! - `7` **intent**: as `3`, with each entry's payload bytes (u32) after its due time: these entries fire now, as
+//!   one firing numbered `first_seq` within their key. Written and acknowledged before the firing is performed, so a
+//!   new owner performs it again with the same numbers.
 //! - `4` **fired**: the intent's offset (u64): the firing was performed.
+//! - `5` **schedule from a producer**: as `1`, with the producer after the key: id (i64), epoch (i16), the request's
+//!   first sequence (i32), the record's index in the request (u32) and the request's record count (u32), so a
+//!   replay rebuilds each producer's last batch (`core::origin`).
+//! - `6` **snapshot**: what a compaction must carry past the segments it deletes: count (u32) of stream numbers,
+//!   each kind (u8), key length (u16), key, next firing number (u64); then count (u32) of producers' last batches,
+//!   each kind, key length, key, producer id (i64), epoch (i16), first sequence (i32), count (u32), first id (u64).
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use super::core::origin::LastBatch;
 
 /// One decoded delay-store record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +32,8 @@ pub enum StoreRecord {
         key: Bytes,
         /// What the handler needs.
         payload: Bytes,
+        /// The producer of a delayed produce's record, when its batch named one.
+        origin: Option<RecordOrigin>,
     },
     /// An entry cancelled before it fell due.
     Cancel {
@@ -43,6 +55,32 @@ pub enum StoreRecord {
         /// The intent's offset.
         intent: u64,
     },
+    /// What a compaction carries past the segments it deletes.
+    Snapshot(Snapshot),
+}
+
+/// The producer of a scheduled record: the request's producer and the record's place in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordOrigin {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// The sequence of the request's first record.
+    pub base_seq: i32,
+    /// This record's index in the request.
+    pub index: u32,
+    /// The request's record count.
+    pub count: u32,
+}
+
+/// The state a replay cannot rebuild once earlier segments are deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Each stream's next firing number.
+    pub seqs: Vec<(u8, Bytes, u64)>,
+    /// Each (stream, producer id)'s last stored batch.
+    pub origins: Vec<(u8, Bytes, i64, LastBatch)>,
 }
 
 /// A firing decided and recorded, maybe not yet performed.
@@ -56,8 +94,9 @@ pub struct Intent {
     pub first_seq: u64,
     /// Payload bytes of the entries.
     pub bytes: u64,
-    /// The entries' ids and due times, in firing order.
-    pub ids: Vec<(u64, i64)>,
+    /// The entries' ids, due times and payload bytes (0 in an intent written before they were recorded), in
+    /// firing order.
+    pub ids: Vec<(u64, i64, u32)>,
 }
 
 fn put_key(b: &mut BytesMut, kind: u8, key: &[u8]) {
@@ -70,10 +109,17 @@ fn put_key(b: &mut BytesMut, kind: u8, key: &[u8]) {
 pub fn encode(r: &StoreRecord) -> Bytes {
     let mut b = BytesMut::new();
     match r {
-        StoreRecord::Schedule { due_ms, kind, key, payload } => {
-            b.put_u8(1);
+        StoreRecord::Schedule { due_ms, kind, key, payload, origin } => {
+            b.put_u8(if origin.is_some() { 5 } else { 1 });
             b.put_i64_le(*due_ms);
             put_key(&mut b, *kind, key);
+            if let Some(o) = origin {
+                b.put_i64_le(o.producer_id);
+                b.put_i16_le(o.epoch);
+                b.put_i32_le(o.base_seq);
+                b.put_u32_le(o.index);
+                b.put_u32_le(o.count);
+            }
             b.put_slice(payload);
         }
         StoreRecord::Cancel { id, due_ms, bytes, kind, key } => {
@@ -84,19 +130,37 @@ pub fn encode(r: &StoreRecord) -> Bytes {
             put_key(&mut b, *kind, key);
         }
         StoreRecord::Intent(i) => {
-            b.put_u8(3);
+            b.put_u8(7);
             put_key(&mut b, i.kind, &i.key);
             b.put_u64_le(i.first_seq);
             b.put_u64_le(i.bytes);
             b.put_u32_le(i.ids.len() as u32);
-            for (id, due) in &i.ids {
+            for (id, due, bytes) in &i.ids {
                 b.put_u64_le(*id);
                 b.put_i64_le(*due);
+                b.put_u32_le(*bytes);
             }
         }
         StoreRecord::Fired { intent } => {
             b.put_u8(4);
             b.put_u64_le(*intent);
+        }
+        StoreRecord::Snapshot(snap) => {
+            b.put_u8(6);
+            b.put_u32_le(snap.seqs.len() as u32);
+            for (kind, key, next) in &snap.seqs {
+                put_key(&mut b, *kind, key);
+                b.put_u64_le(*next);
+            }
+            b.put_u32_le(snap.origins.len() as u32);
+            for (kind, key, pid, last) in &snap.origins {
+                put_key(&mut b, *kind, key);
+                b.put_i64_le(*pid);
+                b.put_i16_le(last.epoch);
+                b.put_i32_le(last.base_seq);
+                b.put_u32_le(last.count);
+                b.put_u64_le(last.first_id);
+            }
         }
     }
     b.freeze()
@@ -134,25 +198,62 @@ impl Reader {
 pub fn decode(value: &Bytes) -> Option<StoreRecord> {
     let mut r = Reader { b: value.clone() };
     Some(match r.u8()? {
-        1 => {
+        tag @ (1 | 5) => {
             let due_ms = r.u64()? as i64;
             let (kind, key) = r.key()?;
-            StoreRecord::Schedule { due_ms, kind, key, payload: r.b }
+            let origin = if tag == 5 {
+                Some(RecordOrigin {
+                    producer_id: r.u64()? as i64,
+                    epoch: r.u16()? as i16,
+                    base_seq: r.u32()? as i32,
+                    index: r.u32()?,
+                    count: r.u32()?,
+                })
+            } else {
+                None
+            };
+            StoreRecord::Schedule { due_ms, kind, key, payload: r.b, origin }
         }
         2 => {
             let (id, due_ms, bytes) = (r.u64()?, r.u64()? as i64, r.u32()?);
             let (kind, key) = r.key()?;
             StoreRecord::Cancel { id, due_ms, bytes, kind, key }
         }
-        3 => {
+        tag @ (3 | 7) => {
             let (kind, key) = r.key()?;
             let first_seq = r.u64()?;
             let bytes = r.u64()?;
             let n = r.u32()? as usize;
-            let ids = (0..n).map(|_| Some((r.u64()?, r.u64()? as i64))).collect::<Option<Vec<_>>>()?;
+            let mut ids = Vec::with_capacity(n.min(r.b.len() / 16));
+            for _ in 0..n {
+                let (id, due) = (r.u64()?, r.u64()? as i64);
+                ids.push((id, due, if tag == 7 { r.u32()? } else { 0 }));
+            }
             StoreRecord::Intent(Intent { kind, key, first_seq, bytes, ids })
         }
         4 => StoreRecord::Fired { intent: r.u64()? },
+        6 => {
+            let n = r.u32()? as usize;
+            let mut seqs = Vec::with_capacity(n.min(r.b.len() / 11));
+            for _ in 0..n {
+                let (kind, key) = r.key()?;
+                seqs.push((kind, key, r.u64()?));
+            }
+            let n = r.u32()? as usize;
+            let mut origins = Vec::with_capacity(n.min(r.b.len() / 29));
+            for _ in 0..n {
+                let (kind, key) = r.key()?;
+                let pid = r.u64()? as i64;
+                let last = LastBatch {
+                    epoch: r.u16()? as i16,
+                    base_seq: r.u32()? as i32,
+                    count: r.u32()?,
+                    first_id: r.u64()?,
+                };
+                origins.push((kind, key, pid, last));
+            }
+            StoreRecord::Snapshot(Snapshot { seqs, origins })
+        }
         _ => return None,
     })
 }
@@ -169,6 +270,14 @@ mod tests {
                 kind: 1,
                 key: Bytes::from_static(b"orders\x003"),
                 payload: Bytes::from_static(b"batch"),
+                origin: None,
+            },
+            StoreRecord::Schedule {
+                due_ms: 1_700_000_000_123,
+                kind: 1,
+                key: Bytes::from_static(b"orders\x003"),
+                payload: Bytes::from_static(b"batch"),
+                origin: Some(RecordOrigin { producer_id: 42, epoch: 3, base_seq: 7, index: 1, count: 2 }),
             },
             StoreRecord::Cancel { id: 77, due_ms: 1_700_000_000_000, bytes: 5, kind: 1, key: Bytes::from_static(b"k") },
             StoreRecord::Intent(Intent {
@@ -176,9 +285,19 @@ mod tests {
                 key: Bytes::from_static(b"k"),
                 first_seq: 9,
                 bytes: 10,
-                ids: vec![(3, 10), (4, 11), (8, 9)],
+                ids: vec![(3, 10, 4), (4, 11, 3), (8, 9, 3)],
             }),
             StoreRecord::Fired { intent: 12 },
+            StoreRecord::Snapshot(Snapshot::default()),
+            StoreRecord::Snapshot(Snapshot {
+                seqs: vec![(1, Bytes::from_static(b"k"), 9)],
+                origins: vec![(
+                    1,
+                    Bytes::from_static(b"k"),
+                    42,
+                    LastBatch { epoch: 1, base_seq: 4, count: 2, first_id: 77 },
+                )],
+            }),
         ];
         for r in all {
             let bytes = encode(&r);
@@ -187,6 +306,17 @@ mod tests {
                 assert_eq!(decode(&bytes.slice(..bytes.len() - 1)), None, "{r:?} cut short");
             }
         }
+        // An intent written before the entries' sizes were recorded still reads, with sizes 0.
+        let mut legacy = BytesMut::new();
+        legacy.put_u8(3);
+        put_key(&mut legacy, 1, b"k");
+        legacy.put_u64_le(9);
+        legacy.put_u64_le(10);
+        legacy.put_u32_le(1);
+        legacy.put_u64_le(3);
+        legacy.put_i64_le(10);
+        let want = Intent { kind: 1, key: Bytes::from_static(b"k"), first_seq: 9, bytes: 10, ids: vec![(3, 10, 0)] };
+        assert_eq!(decode(&legacy.freeze()), Some(StoreRecord::Intent(want)));
         assert_eq!(decode(&Bytes::from_static(b"\x09")), None);
         assert_eq!(decode(&Bytes::new()), None);
     }

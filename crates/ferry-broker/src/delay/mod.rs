@@ -22,6 +22,7 @@
 //! the leader of each `__ferry_delay` partition owns it.
 
 pub mod codec;
+mod compact;
 pub mod core;
 pub mod gauges;
 mod mover;
@@ -38,7 +39,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
-use self::codec::{StoreRecord, encode};
+use self::codec::{RecordOrigin, StoreRecord, encode};
+use self::core::origin::{LastBatch, Origin, OriginDecision, decide_origin};
 use self::core::{DelayId, slot_of};
 use self::partition::{PartState, Rebuild, Stream, StreamStats, read_ids};
 use self::wheel::Wheel;
@@ -70,6 +72,17 @@ pub struct Firing {
     pub first_seq: u64,
     /// The entries, in order.
     pub entries: Vec<FiredEntry>,
+}
+
+/// What [`Delays::schedule_from`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheduled {
+    /// The entries' ids, in order.
+    pub ids: Vec<DelayId>,
+    /// When they fall due (for a duplicate, as the first attempt stored them).
+    pub due_ms: i64,
+    /// Whether this was the retry of the producer's last batch, answered without storing anything.
+    pub duplicate: bool,
 }
 
 /// A boxed future of a handler.
@@ -151,7 +164,8 @@ impl Delays {
                 .await
                 .map_err(|e| BrokerError::Internal(format!("the delay index task failed: {e}")))?
                 .map_err(|e| BrokerError::Internal(format!("creating the delay index failed: {e}")))?;
-            let (rebuilt, end) = self.logs.replay(&owned, Rebuild::new(wheel, owned.epoch)).await?;
+            let log_start = owned.part.log().log_start_offset();
+            let (rebuilt, end) = self.logs.replay(&owned, Rebuild::new(wheel, owned.epoch, log_start)).await?;
             let state = tokio::task::spawn_blocking(move || rebuilt.finish())
                 .await
                 .map_err(|e| BrokerError::Internal(format!("the delay index task failed: {e}")))??;
@@ -164,13 +178,54 @@ impl Delays {
     /// Stores `payloads` as entries of stream (`kind`, `key`) due at `due_ms`, acknowledged by the in-sync
     /// replicas. Returns their ids, in order.
     pub async fn schedule(&self, kind: u8, key: Bytes, due_ms: i64, payloads: &[Bytes]) -> Result<Vec<DelayId>> {
+        Ok(self.schedule_from(kind, key, due_ms, payloads, None).await?.ids)
+    }
+
+    /// As [`Delays::schedule`], for a producer's request: the retry of the producer's last batch for this stream
+    /// (same epoch and sequences) is answered with the first attempt's ids and stores nothing (`core::origin`).
+    pub async fn schedule_from(
+        &self,
+        kind: u8,
+        key: Bytes,
+        due_ms: i64,
+        payloads: &[Bytes],
+        origin: Option<Origin>,
+    ) -> Result<Scheduled> {
         let k = DELAY_TOPIC.partition_of(&key);
         let (owned, mut guard) = self.lock(k).await?;
+        let state = guard.as_mut().ok_or_else(|| BrokerError::Internal("the delay state is not loaded".into()))?;
+        if let Some(o) = &origin {
+            let last = state.origins.get(&((kind, key.clone()), o.producer_id));
+            match decide_origin(last, o) {
+                OriginDecision::Store => {}
+                OriginDecision::Refuse(why) => return Err(BrokerError::InvalidArgument(why)),
+                OriginDecision::Duplicate { first_id, count } => {
+                    let part = Arc::clone(&owned.part);
+                    let found = tokio::task::spawn_blocking(move || read_ids(&part, &[first_id]))
+                        .await
+                        .map_err(|e| BrokerError::Internal(format!("the delay read task failed: {e}")))??;
+                    let due_ms = match found.first() {
+                        Some((_, StoreRecord::Schedule { due_ms, .. })) => *due_ms,
+                        _ => due_ms,
+                    };
+                    let ids = (first_id..first_id + u64::from(count)).map(|offset| DelayId { partition: k, offset });
+                    return Ok(Scheduled { ids: ids.collect(), due_ms, duplicate: true });
+                }
+            }
+        }
         let entries: Vec<Entry> = payloads
             .iter()
-            .map(|p| Entry {
-                key: key.clone(),
-                value: encode(&StoreRecord::Schedule { due_ms, kind, key: key.clone(), payload: p.clone() }),
+            .enumerate()
+            .map(|(i, p)| {
+                let origin = origin.map(|o| RecordOrigin {
+                    producer_id: o.producer_id,
+                    epoch: o.epoch,
+                    base_seq: o.base_seq,
+                    index: i as u32,
+                    count: payloads.len() as u32,
+                });
+                let record = StoreRecord::Schedule { due_ms, kind, key: key.clone(), payload: p.clone(), origin };
+                Entry { key: key.clone(), value: encode(&record) }
             })
             .collect();
         let written = self.logs.append(&owned, &entries).await.inspect_err(|_| *guard = None)?;
@@ -179,7 +234,16 @@ impl Delays {
         for (id, p) in ids.iter().zip(payloads) {
             state.scheduled(*id, due_ms, (kind, key.clone()), p.len() as u32).map_err(index_error)?;
         }
-        Ok(ids.into_iter().map(|offset| DelayId { partition: k, offset }).collect())
+        if let (Some(o), Some(first)) = (origin, ids.first()) {
+            let last =
+                LastBatch { epoch: o.epoch, base_seq: o.base_seq, count: payloads.len() as u32, first_id: *first };
+            state.originated((kind, key), o.producer_id, last);
+        }
+        Ok(Scheduled {
+            ids: ids.into_iter().map(|offset| DelayId { partition: k, offset }).collect(),
+            due_ms,
+            duplicate: false,
+        })
     }
 
     /// Cancels entry `id` when it is still pending and `check` accepts its stream (kind, key). Returns its
@@ -189,11 +253,19 @@ impl Delays {
             return Err(BrokerError::InvalidArgument(format!("{id} names no delay-store partition")));
         }
         let (owned, mut guard) = self.lock(id.partition).await?;
+        let log = owned.part.log();
+        if id.offset < log.log_start_offset() {
+            // A compaction freed it: it was delivered or cancelled (nothing pending is ever freed).
+            return Err(BrokerError::DelayNotPending(format!(
+                "delayed record {id} is no longer pending: it has been delivered, or it was cancelled before (the \
+                 delay store has freed it)"
+            )));
+        }
         let part = Arc::clone(&owned.part);
         let found = tokio::task::spawn_blocking(move || read_ids(&part, &[id.offset]))
             .await
             .map_err(|e| BrokerError::Internal(format!("the delay read task failed: {e}")))??;
-        let Some((_, StoreRecord::Schedule { due_ms, kind, key, payload })) = found.into_iter().next() else {
+        let Some((_, StoreRecord::Schedule { due_ms, kind, key, payload, .. })) = found.into_iter().next() else {
             return Err(BrokerError::InvalidArgument(format!("{id} is not a delayed record")));
         };
         check(kind, &key)?;

@@ -88,7 +88,10 @@ impl Delays {
     pub(super) async fn step(&self, k: u32) -> Result<()> {
         let (owned, mut guard) = self.lock(k).await?;
         let Some(state) = guard.as_mut() else { return Ok(()) };
-        let result = self.step_locked(&owned, state).await;
+        let mut result = self.step_locked(&owned, state).await;
+        if result.is_ok() {
+            result = self.maybe_compact(&owned, state).await;
+        }
         if result.is_err() {
             // The log may or may not hold what was being written: the next tick rebuilds from it.
             *guard = None;
@@ -101,7 +104,7 @@ impl Delays {
         // Firings recorded by this or an earlier owner but not known to be performed, in order.
         let unfinished: Vec<(u64, Intent)> = state.unfinished.iter().map(|(o, i)| (*o, i.clone())).collect();
         for (offset, intent) in unfinished {
-            let ids: Vec<u64> = intent.ids.iter().map(|(id, _)| *id).collect();
+            let ids: Vec<u64> = intent.ids.iter().map(|(id, _, _)| *id).collect();
             let part = Arc::clone(&owned.part);
             let mut sorted = ids.clone();
             sorted.sort_unstable();
@@ -118,7 +121,7 @@ impl Delays {
             let entries = intent
                 .ids
                 .iter()
-                .map(|(id, due)| FiredEntry {
+                .map(|(id, due, _)| FiredEntry {
                     id: DelayId { partition: owned.k, offset: *id },
                     due_ms: *due,
                     payload: payloads.get(id).cloned().unwrap_or_default(),
@@ -223,7 +226,7 @@ impl Delays {
             key: stream.1.clone(),
             first_seq,
             bytes,
-            ids: batch.iter().map(|l| (l.entry.id, l.entry.due_ms)).collect(),
+            ids: batch.iter().map(|l| (l.entry.id, l.entry.due_ms, l.entry.bytes)).collect(),
         };
         let entry = Entry { key: stream.1.clone(), value: encode(&StoreRecord::Intent(intent.clone())) };
         let written = self.logs.append(owned, &[entry]).await?;

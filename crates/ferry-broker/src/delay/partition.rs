@@ -9,7 +9,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ferry_batch::Record;
 
-use super::codec::{Intent, StoreRecord, decode};
+use super::codec::{Intent, Snapshot, StoreRecord, decode};
+use super::core::origin::{LastBatch, MAX_PRODUCERS};
 use super::core::slot_of;
 use super::wheel::{SlotEntry, Wheel};
 use crate::error::{BrokerError, Result};
@@ -76,6 +77,12 @@ pub struct PartState {
     pub unfinished: BTreeMap<u64, Intent>,
     /// Per-stream counts.
     pub streams: HashMap<Stream, StreamStats>,
+    /// Each (stream, producer id)'s last stored batch, for deduplicating a retried delayed produce.
+    pub origins: HashMap<(Stream, i64), LastBatch>,
+    /// The log's first offset when loaded or last compacted: ids below it are gone, and none was pending.
+    pub log_start: u64,
+    /// When the owner last looked for segments to free, ms.
+    pub compact_checked_ms: i64,
 }
 
 impl PartState {
@@ -99,12 +106,16 @@ impl PartState {
     }
 
     /// Notes an intent recorded at `offset`: its entries are no longer pending, and its stream's numbers move on.
+    /// Entries below the log start (their schedule records deleted by a compaction) were never counted.
     pub fn intended(&mut self, offset: u64, intent: Intent) -> io::Result<()> {
         let stream = (intent.kind, intent.key.clone());
-        for (id, due) in &intent.ids {
-            self.finished(*id, *due, &stream, 0)?;
+        let legacy = intent.ids.iter().all(|(_, _, bytes)| *bytes == 0);
+        for (id, due, bytes) in &intent.ids {
+            if *id >= self.log_start {
+                self.finished(*id, *due, &stream, u64::from(*bytes))?;
+            }
         }
-        if let Some(s) = self.streams.get_mut(&stream) {
+        if legacy && let Some(s) = self.streams.get_mut(&stream) {
             s.bytes = s.bytes.saturating_sub(intent.bytes);
         }
         let next = intent.first_seq + intent.ids.len() as u64;
@@ -112,6 +123,56 @@ impl PartState {
         *seq = (*seq).max(next);
         self.unfinished.insert(offset, intent);
         Ok(())
+    }
+
+    /// Notes a producer's stored batch, forgetting the half stored longest ago past [`MAX_PRODUCERS`].
+    pub fn originated(&mut self, stream: Stream, producer_id: i64, last: LastBatch) {
+        let key = (stream, producer_id);
+        if self.origins.get(&key).is_some_and(|known| known.first_id > last.first_id) {
+            return;
+        }
+        self.origins.insert(key, last);
+        if self.origins.len() > MAX_PRODUCERS {
+            let mut ids: Vec<u64> = self.origins.values().map(|l| l.first_id).collect();
+            ids.sort_unstable();
+            let cut = ids[ids.len() / 2];
+            self.origins.retain(|_, l| l.first_id >= cut);
+        }
+    }
+
+    /// What a compaction writes so that a replay from after it rebuilds the numbers and producers.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            seqs: self.seqs.iter().map(|((kind, key), next)| (*kind, key.clone(), *next)).collect(),
+            origins: self.origins.iter().map(|(((kind, key), pid), last)| (*kind, key.clone(), *pid, *last)).collect(),
+        }
+    }
+
+    /// Applies a snapshot read back: numbers only move on, and a producer's later batch wins.
+    pub fn restore(&mut self, snap: Snapshot) {
+        for (kind, key, next) in snap.seqs {
+            let seq = self.seqs.entry((kind, key)).or_default();
+            *seq = (*seq).max(next);
+        }
+        for (kind, key, pid, last) in snap.origins {
+            self.originated((kind, key), pid, last);
+        }
+    }
+
+    /// The lowest offset the partition still needs (`end` when it needs nothing below it): its pending entries'
+    /// (a cancelled one on the wheel counts until its slot comes round) and its unfinished firings' records.
+    pub fn floor(&self, end: u64) -> u64 {
+        let mut floor = end.min(self.wheel.min_id().unwrap_or(u64::MAX));
+        for l in &self.current {
+            floor = floor.min(l.entry.id);
+        }
+        for (offset, intent) in &self.unfinished {
+            floor = floor.min(*offset);
+            for (id, _, _) in &intent.ids {
+                floor = floor.min(*id);
+            }
+        }
+        floor
     }
 
     /// Pending entries and bytes over every stream.
@@ -130,8 +191,8 @@ pub struct Rebuild {
 }
 
 impl Rebuild {
-    /// A rebuild into a new wheel.
-    pub fn new(wheel: Wheel, epoch: u32) -> Rebuild {
+    /// A rebuild into a new wheel, of a log starting at `log_start`.
+    pub fn new(wheel: Wheel, epoch: u32, log_start: u64) -> Rebuild {
         let state = PartState {
             loaded_at: epoch,
             wheel,
@@ -139,6 +200,9 @@ impl Rebuild {
             seqs: HashMap::new(),
             unfinished: BTreeMap::new(),
             streams: HashMap::new(),
+            origins: HashMap::new(),
+            log_start,
+            compact_checked_ms: 0,
         };
         Rebuild { state, error: None }
     }
@@ -147,17 +211,26 @@ impl Rebuild {
         let Some(value) = &record.value else { return Ok(()) };
         let s = &mut self.state;
         match decode(value) {
-            Some(StoreRecord::Schedule { due_ms, kind, key, payload }) => {
+            Some(StoreRecord::Schedule { due_ms, kind, key, payload, origin }) => {
                 let bytes = payload.len() as u32;
+                if let Some(o) = origin
+                    && o.index == 0
+                {
+                    let last = LastBatch { epoch: o.epoch, base_seq: o.base_seq, count: o.count, first_id: offset };
+                    s.originated((kind, key.clone()), o.producer_id, last);
+                }
                 s.scheduled(offset, due_ms, (kind, key), bytes)?;
             }
             Some(StoreRecord::Cancel { id, due_ms, bytes, kind, key }) => {
-                s.finished(id, due_ms, &(kind, key), u64::from(bytes))?;
+                if id >= s.log_start {
+                    s.finished(id, due_ms, &(kind, key), u64::from(bytes))?;
+                }
             }
             Some(StoreRecord::Intent(intent)) => s.intended(offset, intent)?,
             Some(StoreRecord::Fired { intent }) => {
                 s.unfinished.remove(&intent);
             }
+            Some(StoreRecord::Snapshot(snap)) => s.restore(snap),
             None => {}
         }
         Ok(())

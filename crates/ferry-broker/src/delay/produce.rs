@@ -5,19 +5,29 @@
 //! idempotent-producer state, `node::producer_state`), so each record appears once.
 //!
 //! A moved record keeps its key, value and headers; its timestamp becomes its due time (so time retention and
-//! producer expiry count from when it became readable).
+//! producer expiry count from when it became readable). It does not keep its producer's id, epoch and sequence in
+//! its batch header: a firing is one batch of records from any number of producers, and it must be written under
+//! the stream's own id and firing number for a re-performed firing to be recognised as a duplicate; under the
+//! producer's own id its sequence would also collide with the producer's plain produces to the partition (refused
+//! as out of order, or dropped as a duplicate). Instead a record whose batch named a producer carries the header
+//! [`PRODUCER_HEADER`], `ID:EPOCH:SEQUENCE` as the producer sent it (any header of that name the client set is
+//! replaced).
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use ferry_batch::{BatchBuilder, Compression, Header, ProducerInfo, Record};
 
+use super::core::origin::Origin;
 use super::{Fire, FireFuture, Firing};
 use crate::error::{BrokerError, Result};
 use crate::state::StateLogs;
 
 /// The timer kind of delayed produce.
 pub const KIND: u8 = 1;
+
+/// The header naming the producer of a delayed record: `ID:EPOCH:SEQUENCE`.
+pub const PRODUCER_HEADER: &str = "ferry-delay-producer";
 
 /// The stream key of a target partition.
 pub fn stream_key(topic: &str, partition: u32) -> Bytes {
@@ -90,23 +100,79 @@ pub fn decode_record(payload: &Bytes) -> Option<Record> {
     Some(Record { offset: 0, timestamp, key, value, headers })
 }
 
-/// Splits a produce request's batches into one payload per record ([`encode_record`]).
-pub fn payloads_of(topic: &str, partition: u32, batches: &Bytes) -> Result<Vec<Bytes>> {
+/// Splits a produce request's batches into one payload per record ([`encode_record`]), each naming its producer
+/// in [`PRODUCER_HEADER`] when its batch named one, and the request's producer for deduplication: `Some` when the
+/// batches name a producer (>= 0), which they must all name, with consecutive sequences.
+pub fn payloads_of(topic: &str, partition: u32, batches: &Bytes) -> Result<(Vec<Bytes>, Option<Origin>)> {
     let bad = |e: ferry_batch::BatchError| BrokerError::MalformedBatch {
         topic: topic.to_owned(),
         partition,
         reason: format!("a delayed produce's batch does not decode: {e}"),
     };
     let mut out = Vec::new();
-    for (_, bytes) in ferry_batch::split_verified(batches).map_err(bad)? {
-        for r in ferry_batch::decode_records(&bytes).map_err(bad)? {
+    let mut origin: Option<Origin> = None;
+    for (i, (header, bytes)) in ferry_batch::split_verified(batches).map_err(bad)?.into_iter().enumerate() {
+        let named = header.producer_id >= 0;
+        let consistent = match &origin {
+            None => !named || i == 0,
+            Some(o) => {
+                named
+                    && o.producer_id == header.producer_id
+                    && o.epoch == header.producer_epoch
+                    && i64::from(o.base_seq) + i64::from(o.count) == i64::from(header.base_sequence)
+            }
+        };
+        if !consistent {
+            return Err(BrokerError::InvalidArgument(format!(
+                "a delayed produce to {topic}/{partition} mixes batches of different producers or sequences: send \
+                 one producer's consecutive batches per request"
+            )));
+        }
+        if named && origin.is_none() {
+            origin = Some(Origin {
+                producer_id: header.producer_id,
+                epoch: header.producer_epoch,
+                base_seq: header.base_sequence,
+                count: 0,
+            });
+        }
+        for (n, mut r) in ferry_batch::decode_records(&bytes).map_err(bad)?.into_iter().enumerate() {
+            if let Some(o) = &mut origin {
+                let seq = i64::from(header.base_sequence) + n as i64;
+                r.headers.retain(|h| h.key != PRODUCER_HEADER);
+                let value = format!("{}:{}:{seq}", o.producer_id, o.epoch);
+                r.headers.push(Header { key: PRODUCER_HEADER.into(), value: Some(Bytes::from(value)) });
+                o.count += 1;
+            }
             out.push(encode_record(&r));
         }
     }
     if out.is_empty() {
         return Err(BrokerError::InvalidArgument(format!("a delayed produce to {topic}/{partition} has no records")));
     }
-    Ok(out)
+    Ok((out, origin))
+}
+
+/// The request's batches as one batch without a producer id, for a delayed produce whose time has passed: written
+/// at once as a plain produce, its producer's delayed sequences must not reach the partition's idempotent state
+/// (they are a space of their own). `None` when no batch names a producer.
+pub fn without_producer(topic: &str, partition: u32, batches: &Bytes) -> Result<Option<Bytes>> {
+    let bad = |e: ferry_batch::BatchError| BrokerError::MalformedBatch {
+        topic: topic.to_owned(),
+        partition,
+        reason: format!("a delayed produce's batch does not decode: {e}"),
+    };
+    let split = ferry_batch::split_verified(batches).map_err(bad)?;
+    if split.iter().all(|(h, _)| h.producer_id < 0) {
+        return Ok(None);
+    }
+    let mut b = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+    for (_, bytes) in split {
+        for r in ferry_batch::decode_records(&bytes).map_err(bad)? {
+            b.push(b.len(), r.timestamp, r.key.as_deref(), r.value.as_deref(), &r.headers);
+        }
+    }
+    Ok(Some(b.build(0, 0)))
 }
 
 /// Appends due records to their partitions.
@@ -207,16 +273,28 @@ mod tests {
         let h = [ferry_batch::Header { key: "h".into(), value: Some(Bytes::from_static(b"v")) }];
         b.push(0, 10, Some(b"k1"), Some(b"v1"), &h);
         b.push(1, 11, None, Some(b"v2"), &[]);
-        let payloads = payloads_of("t", 0, &b.build(0, 0)).unwrap();
+        let (payloads, origin) = payloads_of("t", 0, &b.build(0, 0)).unwrap();
         assert_eq!(payloads.len(), 2);
+        assert_eq!(origin, Some(Origin { producer_id: 5, epoch: 0, base_seq: 0, count: 2 }));
         let first = decode_record(&payloads[0]).unwrap();
         assert_eq!(
             (first.timestamp, first.key.as_deref(), first.value.as_deref()),
             (10, Some(&b"k1"[..]), Some(&b"v1"[..]))
         );
-        assert_eq!(first.headers, h.to_vec());
+        let named = |seq: &str| Header { key: PRODUCER_HEADER.into(), value: Some(Bytes::from(format!("5:0:{seq}"))) };
+        assert_eq!(first.headers, vec![h[0].clone(), named("0")]);
         let second = decode_record(&payloads[1]).unwrap();
-        assert_eq!((second.key, second.value.as_deref(), second.headers.len()), (None, Some(&b"v2"[..]), 0));
+        assert_eq!((second.key, second.value.as_deref(), second.headers), (None, Some(&b"v2"[..]), vec![named("1")]));
+        // Without a producer: no header, no origin; mixed producers are refused.
+        let mut plain = BatchBuilder::new(Compression::None, ProducerInfo::NONE);
+        plain.push(0, 10, None, Some(b"v"), &[]);
+        let plain = plain.build(0, 0);
+        let (payloads, origin) = payloads_of("t", 0, &plain).unwrap();
+        assert_eq!((decode_record(&payloads[0]).unwrap().headers.len(), origin), (0, None));
+        let mut mixed = BytesMut::from(&b.build(0, 0)[..]);
+        mixed.extend_from_slice(&plain);
+        let e = payloads_of("t", 0, &mixed.freeze()).unwrap_err();
+        assert!(e.to_string().contains("different producers"), "{e}");
         assert_eq!(decode_record(&payloads[0].slice(..payloads[0].len() - 1)), None);
         let e = payloads_of("t", 0, &Bytes::from_static(b"garbage")).unwrap_err();
         assert!(e.to_string().contains("does not decode"), "{e}");

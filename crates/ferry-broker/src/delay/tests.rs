@@ -50,7 +50,7 @@ async fn a_firing_interrupted_after_its_move_is_finished_by_the_next_owner_witho
         key: key.clone(),
         first_seq: 0,
         bytes: (payloads[0].len() + payloads[1].len()) as u64,
-        ids: vec![(ids[0].offset, due), (ids[1].offset, due)],
+        ids: vec![(ids[0].offset, due, payloads[0].len() as u32), (ids[1].offset, due, payloads[1].len() as u32)],
     };
     let entry = Entry { key: key.clone(), value: encode(&StoreRecord::Intent(intent)) };
     logs.append(&owned, &[entry]).await.unwrap();

@@ -41,6 +41,8 @@ pub struct SlotSummary {
     pub min_due: i64,
     /// Latest due time in it.
     pub max_due: i64,
+    /// Lowest id in it.
+    pub min_id: u64,
 }
 
 /// The index of one partition.
@@ -73,8 +75,14 @@ impl Wheel {
     /// Adds an entry to its slot.
     pub fn add(&mut self, e: SlotEntry) -> io::Result<()> {
         let slot = slot_of(e.due_ms);
-        let s = self.slots.entry(slot).or_insert(SlotSummary { entries: 0, min_due: e.due_ms, max_due: e.due_ms });
+        let s = self.slots.entry(slot).or_insert(SlotSummary {
+            entries: 0,
+            min_due: e.due_ms,
+            max_due: e.due_ms,
+            min_id: e.id,
+        });
         s.entries += 1;
+        s.min_id = s.min_id.min(e.id);
         s.min_due = s.min_due.min(e.due_ms);
         s.max_due = s.max_due.max(e.due_ms);
         let buf = self.buffered.entry(slot).or_default();
@@ -146,6 +154,11 @@ impl Wheel {
         let first = self.slots.values().next()?;
         let last = self.slots.values().next_back()?;
         Some((first.min_due, last.max_due))
+    }
+
+    /// The lowest id of the slots still on the wheel (a cancelled entry counts until its slot comes round).
+    pub fn min_id(&self) -> Option<u64> {
+        self.slots.values().map(|s| s.min_id).min()
     }
 
     /// Non-empty slots on the wheel.
@@ -226,11 +239,14 @@ mod tests {
         w.set_done(2).unwrap();
         w.set_done(70_000).unwrap();
         assert_eq!(w.due_range(), Some((1_999, 3_000)));
+        assert_eq!(w.min_id(), Some(1));
         assert_eq!(w.take_through(0).unwrap(), vec![]);
         assert_eq!(w.take_through(2).unwrap(), vec![e(9, 1_999), e(1, 2_100), e(5, 2_500)]);
         assert!(w.is_done(70_000).unwrap() && !w.is_done(40_000).unwrap());
         assert_eq!(w.slot_count(), 1);
+        assert_eq!(w.min_id(), Some(40_000));
         assert_eq!(w.take_through(10).unwrap(), vec![e(40_000, 3_000)]);
+        assert_eq!(w.min_id(), None);
         assert_eq!(w.due_range(), None);
         // A new owner starts from nothing.
         let mut again = Wheel::create(&dir.path().join("0")).unwrap();

@@ -38,9 +38,10 @@ pub const QUEUES: InternalTopic =
     InternalTopic { name: "__ferry_queues", partitions: 8, segment_bytes: 8 << 20, retention_ms: 7 * 86_400_000 };
 
 /// The delay store of delayed delivery and the broker's timer (`crate::delay`): its partitions spread the timer's
-/// streams, each owned by its leader; records stay until they fire (no time retention).
+/// streams, each owned by its leader; records stay until they fire (no time retention), and the owner deletes the
+/// sealed segments below what is still pending (`crate::delay`'s compaction), so segments are small.
 pub const DELAY_TOPIC: InternalTopic =
-    InternalTopic { name: "__ferry_delay", partitions: 4, segment_bytes: 16 << 20, retention_ms: 0 };
+    InternalTopic { name: "__ferry_delay", partitions: 4, segment_bytes: 4 << 20, retention_ms: 0 };
 
 /// Job records (`crate::jobs`): a failover's durable state.
 pub const JOBS: InternalTopic =

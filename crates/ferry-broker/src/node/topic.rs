@@ -81,6 +81,9 @@ pub struct TopicSettings {
     /// Segment roll age, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment_ms: Option<u64>,
+    /// The longest delay a delayed produce may ask for, ms; unset follows the broker's `delay.max_delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<u64>,
 }
 
 impl TopicSettings {
@@ -120,6 +123,7 @@ impl TopicSettings {
             retention_ms: c.retention_ms,
             segment_bytes: c.segment_bytes,
             segment_ms: c.segment_ms,
+            max_delay_ms: c.max_delay_ms,
         })
     }
 
@@ -128,7 +132,16 @@ impl TopicSettings {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f.clone(); } )* };
         }
-        take!(flush, flush_interval_ms, flush_bytes, retention_bytes, retention_ms, segment_bytes, segment_ms);
+        take!(
+            flush,
+            flush_interval_ms,
+            flush_bytes,
+            retention_bytes,
+            retention_ms,
+            segment_bytes,
+            segment_ms,
+            max_delay_ms
+        );
     }
 
     /// The effective log config: `defaults` with these overrides applied.
@@ -179,6 +192,8 @@ impl TopicSettings {
             retention_ms: Some(cfg.retention_ms.unwrap_or(0)),
             segment_bytes: Some(cfg.segment_bytes),
             segment_ms: Some(cfg.segment_ms),
+            // Unset while the topic follows the broker's `delay.max_delay`.
+            max_delay_ms: self.max_delay_ms,
         }
     }
 }

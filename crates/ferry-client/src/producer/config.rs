@@ -1,10 +1,11 @@
 //! [`ProducerConfig`], [`ProducerRecord`] and [`RecordMetadata`]: what a producer is told and what it answers.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use ferry_batch::{Compression, Header};
 
+use crate::delay::DeliverAt;
 use crate::error::{Result, config_err};
 use crate::retry::RetryPolicy;
 
@@ -98,6 +99,9 @@ pub struct ProducerRecord {
     pub headers: Vec<Header>,
     /// Timestamp in ms since the Unix epoch; `None` takes the time of `send`.
     pub timestamp: Option<i64>,
+    /// When the record becomes readable (docs/messaging.md, "Delay"); `None`, or a time already passed, writes it
+    /// at once. Set by [`ProducerRecord::deliver_at`] and [`ProducerRecord::delay`].
+    pub when: Option<DeliverAt>,
 }
 
 impl ProducerRecord {
@@ -129,6 +133,19 @@ impl ProducerRecord {
         self.timestamp = Some(timestamp);
         self
     }
+
+    /// Makes the record readable at `time`: the producer sends it as a delayed produce, and its
+    /// [`RecordMetadata::delay_id`] is the id `Delayed::cancel` takes. A time already passed writes it at once.
+    pub fn deliver_at(mut self, time: SystemTime) -> Self {
+        self.when = Some(DeliverAt::at(time));
+        self
+    }
+
+    /// Makes the record readable `delay` after the broker receives it (see [`ProducerRecord::deliver_at`]).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.when = Some(DeliverAt::After(delay));
+        self
+    }
 }
 
 /// Where an acknowledged record was written.
@@ -138,10 +155,12 @@ pub struct RecordMetadata {
     pub topic: String,
     /// Partition.
     pub partition: u32,
-    /// Offset.
+    /// Offset; for a record kept for later delivery (`delay_id` set), 0: it takes its offset when it falls due.
     pub offset: u64,
-    /// The record's timestamp, ms since the Unix epoch.
+    /// The record's timestamp, ms since the Unix epoch; for a delayed record, its due time.
     pub timestamp: i64,
+    /// For a delayed record: its id (`PARTITION-OFFSET` in the delay store), for `Delayed::cancel`.
+    pub delay_id: Option<String>,
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 mod accumulator;
 mod config;
+mod delayed;
 mod partitioner;
 mod sender;
 
@@ -90,6 +91,8 @@ pub(crate) struct Shared {
     queues: parking_lot::Mutex<HashMap<String, HashMap<u32, Arc<PartitionQueue>>>>,
     identity: tokio::sync::Mutex<Option<Identity>>,
     identity_generation: AtomicU64,
+    /// The lanes of delayed records (`delayed`).
+    delayed: delayed::Lanes,
     /// `true` once `close` began; held for reading while a record is queued so `close` sees every record.
     closed: parking_lot::RwLock<bool>,
     flushing: AtomicUsize,
@@ -141,6 +144,7 @@ impl Producer {
             queues: Default::default(),
             identity: tokio::sync::Mutex::new(None),
             identity_generation: AtomicU64::new(0),
+            delayed: Default::default(),
             closed: parking_lot::RwLock::new(false),
             flushing: AtomicUsize::new(0),
             progress: Notify::new(),
@@ -157,6 +161,9 @@ impl Producer {
 
     /// Queues a record. Waits while the memory budget is full. Fails at once for a closed producer, an unknown
     /// topic or partition, or a record larger than the batch limit; later failures resolve the returned future.
+    /// A record with a delivery time to come (`deliver_at`, `delay`) goes to the delay store instead, one request
+    /// per record in the partition's order (`delayed`); its future resolves once the broker stored it, with its
+    /// delay id.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let shared = &self.handle.shared;
         if *shared.closed.read() {
@@ -167,6 +174,9 @@ impl Producer {
             return Err(ClientError::RecordTooLarge { topic: record.topic, size, limit: shared.batch_limit });
         }
         let partition = shared.partition_for(&record).await?;
+        if let Some(when) = record.when.filter(|w| !delayed::passed(*w, now_ms())) {
+            return Ok(shared.send_delayed(record, partition, when));
+        }
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         let memory = tokio::select! {
             permit = shared.memory.clone().acquire_many_owned(permits) => {

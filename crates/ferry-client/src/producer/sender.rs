@@ -409,6 +409,7 @@ fn complete(queue: &PartitionQueue, records: Vec<Pending>, outcome: Result<Produ
                     partition: response.partition,
                     offset: response.base_offset + i as u64,
                     timestamp: record.timestamp,
+                    delay_id: None,
                 };
                 let _ = record.tx.send(Ok(metadata));
             }

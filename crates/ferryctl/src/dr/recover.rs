@@ -162,6 +162,7 @@ pub async fn copy(
                     value: r.value.clone(),
                     headers,
                     timestamp: Some(r.timestamp),
+                    when: None,
                 };
                 deliveries.push(producer.send(record).await?);
             }

@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+pub mod origin;
+
 /// Width of one slot of the time wheel, ms: entries due within the same second share a slot file.
 pub const SLOT_MS: i64 = 1000;
 
@@ -33,19 +35,44 @@ pub fn decide_due(
         (None, None) => return Err("a delayed produce needs deliver_at_ms or delay_ms".into()),
         (None, Some(d)) if d < 0 => return Err(format!("delay_ms {d} is negative")),
         (None, Some(d)) if d > max => {
-            return Err(format!("delay_ms {d} is past the maximum delay of {max_delay_ms} ms (delay.max_delay)"));
+            return Err(format!("delay_ms {d} is past the maximum delay of {max_delay_ms} ms"));
         }
         (None, Some(d)) => now_ms.checked_add(d).ok_or_else(|| format!("delay_ms {d} overflows the clock"))?,
         (Some(at), None) if at < 0 => return Err(format!("deliver_at_ms {at} is before 1970-01-01")),
         (Some(at), None) if at.saturating_sub(now_ms) > max => {
             return Err(format!(
-                "deliver_at_ms {at} is {} ms from now, past the maximum delay of {max_delay_ms} ms (delay.max_delay)",
+                "deliver_at_ms {at} is {} ms from now, past the maximum delay of {max_delay_ms} ms",
                 at.saturating_sub(now_ms)
             ));
         }
         (Some(at), None) => at,
     };
     Ok(if due <= now_ms { Due::Now } else { Due::At(due) })
+}
+
+/// The smallest per-topic `max_delay_ms`: one slot of the wheel.
+pub const MIN_TOPIC_MAX_DELAY_MS: u64 = SLOT_MS as u64;
+
+/// Checks a topic's `max_delay_ms`: at least one second, at most the broker's `delay.max_delay` (`ceiling_ms`;
+/// `None` checks against the absolute largest, 7 days, where the broker's setting is not at hand).
+pub fn check_topic_max_delay(ms: u64, ceiling_ms: Option<u64>) -> Result<(), String> {
+    let (ceiling, name) = match ceiling_ms {
+        Some(c) => (c, "the broker's delay.max_delay"),
+        None => (DEFAULT_MAX_DELAY_MS, "the largest delay.max_delay"),
+    };
+    if ms < MIN_TOPIC_MAX_DELAY_MS {
+        return Err(format!("config max_delay_ms {ms} is below the {MIN_TOPIC_MAX_DELAY_MS} ms minimum"));
+    }
+    if ms > ceiling {
+        return Err(format!("config max_delay_ms {ms} is past {name}, {ceiling} ms"));
+    }
+    Ok(())
+}
+
+/// The maximum delay of a topic: its own `max_delay_ms` when set, else the broker's, never past the broker's (a
+/// topic set before the broker's was lowered follows the lower one).
+pub fn topic_max_delay(topic_ms: Option<u64>, broker_ms: u64) -> u64 {
+    topic_ms.map_or(broker_ms, |t| t.min(broker_ms))
 }
 
 /// The slot of the time wheel an entry due at `due_ms` goes to.

@@ -79,3 +79,28 @@ fn each_group_fires_its_due_prefix_in_order() {
     let blocked: HashSet<u64> = [1].into();
     assert_eq!(pick_due(&[w(1, NOW), w(2, NOW)], NOW, &blocked), vec![1]);
 }
+
+#[test]
+fn topic_max_delays_are_bounded_by_the_broker() {
+    let day = 24 * 3_600_000;
+    let table: &[(u64, Option<u64>, Result<(), &str>)] = &[
+        (1_000, None, Ok(())),
+        (999, None, Err("below the 1000 ms minimum")),
+        (MAX, None, Ok(())),
+        (MAX + 1, None, Err("past the largest delay.max_delay")),
+        (day, Some(day), Ok(())),
+        (day + 1, Some(day), Err("past the broker's delay.max_delay, 86400000 ms")),
+    ];
+    for (ms, ceiling, want) in table {
+        let got = check_topic_max_delay(*ms, *ceiling);
+        match (want, &got) {
+            (Ok(()), Ok(())) => {}
+            (Err(w), Err(g)) => assert!(g.contains(w), "{ms} {ceiling:?}: {g:?} lacks {w:?}"),
+            _ => panic!("{ms} {ceiling:?}: got {got:?}, want {want:?}"),
+        }
+    }
+    assert_eq!(topic_max_delay(None, day), day);
+    assert_eq!(topic_max_delay(Some(60_000), day), 60_000);
+    // A topic's setting above a broker ceiling lowered since follows the ceiling.
+    assert_eq!(topic_max_delay(Some(2 * day), day), day);
+}

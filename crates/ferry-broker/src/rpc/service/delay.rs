@@ -9,16 +9,23 @@ use ferry_proto as pb;
 use tonic::Request;
 
 use super::{BrokerService, DESCRIBE, Rpc, ok};
-use crate::delay::core::{DelayId, Due, decide_due};
+use crate::delay::core::{DelayId, Due, check_topic_max_delay, decide_due, topic_max_delay};
 use crate::delay::{Delays, produce};
 use crate::error::BrokerError;
 use crate::node::registry::now_ms;
-use crate::node::topic::refuse_reserved;
+use crate::node::topic::{TopicSettings, refuse_reserved};
 use crate::rpc::auth::{Scopes, caller, require_member};
 
 impl BrokerService {
     fn delays(&self) -> Result<&Arc<Delays>, BrokerError> {
         self.delays.as_ref().ok_or_else(|| BrokerError::Internal("delayed delivery is not running".into()))
+    }
+
+    /// Checks a topic's `max_delay_ms` (at create or alter) against this broker's `delay.max_delay`, its ceiling.
+    pub(super) fn check_topic_delay(&self, topic: &str, settings: &TopicSettings) -> Result<(), BrokerError> {
+        let Some(ms) = settings.max_delay_ms else { return Ok(()) };
+        check_topic_max_delay(ms, self.delays.as_ref().map(|d| d.max_delay_ms))
+            .map_err(|e| BrokerError::InvalidArgument(format!("topic {topic:?}: {e}")))
     }
 
     pub(super) async fn produce_delayed_rpc(
@@ -33,8 +40,6 @@ impl BrokerService {
         who.allow_topic("ProduceDelayed", Scopes::PRODUCE, &produce.topic)?;
         refuse_reserved(&produce.topic)?;
         let delays = self.delays()?;
-        let due = decide_due(now_ms(), req.deliver_at_ms, req.delay_ms, delays.max_delay_ms)
-            .map_err(|e| BrokerError::InvalidArgument(format!("delayed produce to {:?}: {e}", produce.topic)))?;
         if produce.batches.len() as u64 > self.max_batch_bytes {
             return Err(BrokerError::BatchTooLarge {
                 topic: produce.topic.clone(),
@@ -52,6 +57,21 @@ impl BrokerService {
             }
             .into());
         }
+        let own_limit = topic.meta().settings.max_delay_ms;
+        let max_delay_ms = topic_max_delay(own_limit, delays.max_delay_ms);
+        let due = decide_due(now_ms(), req.deliver_at_ms, req.delay_ms, max_delay_ms).map_err(|e| {
+            if !e.contains("maximum delay") {
+                return BrokerError::InvalidArgument(format!("delayed produce to topic {:?}: {e}", produce.topic));
+            }
+            let limit = match own_limit {
+                Some(_) => "its max_delay_ms, capped by the broker's delay.max_delay",
+                None => "the broker's delay.max_delay, as the topic sets no max_delay_ms",
+            };
+            BrokerError::InvalidArgument(format!(
+                "delayed produce to topic {:?}: {e} (topic {:?} allows at most {max_delay_ms} ms: {limit})",
+                produce.topic, produce.topic
+            ))
+        })?;
         let count = topic.partition_count();
         let partition = match (produce.partition, &produce.key) {
             (Some(p), _) => p,
@@ -64,7 +84,8 @@ impl BrokerService {
         match due {
             Due::Now => {
                 let part = self.placed(&topic, partition)?;
-                let produced = self.produce_to(&part, produce.batches).await?;
+                let batches = produce::without_producer(&produce.topic, partition, &produce.batches)?;
+                let produced = self.produce_to(&part, batches.unwrap_or(produce.batches)).await?;
                 self.acknowledged(&part, &produced).await?;
                 ok(pb::ProduceDelayedResponse {
                     partition,
@@ -80,13 +101,13 @@ impl BrokerService {
                 })
             }
             Due::At(due_ms) => {
-                let payloads = produce::payloads_of(&produce.topic, partition, &produce.batches)?;
+                let (payloads, origin) = produce::payloads_of(&produce.topic, partition, &produce.batches)?;
                 let key = produce::stream_key(&produce.topic, partition);
-                let ids = delays.schedule(produce::KIND, key, due_ms, &payloads).await?;
+                let scheduled = delays.schedule_from(produce::KIND, key, due_ms, &payloads, origin).await?;
                 ok(pb::ProduceDelayedResponse {
                     partition,
-                    due_ms,
-                    ids: ids.iter().map(DelayId::to_string).collect(),
+                    due_ms: scheduled.due_ms,
+                    ids: scheduled.ids.iter().map(DelayId::to_string).collect(),
                     written: None,
                 })
             }
@@ -137,8 +158,41 @@ impl BrokerService {
                 })
             })
             .collect();
+        let mut unanswered_members = Vec::new();
+        if let (false, Some(r)) = (req.local, self.replication.as_ref()) {
+            // Every other member answers for the delay-store partitions it owns; a topic partition's records all
+            // live in one of them, so the answers do not overlap (but for an owner changing meanwhile: the larger
+            // count is kept).
+            let me = r.broker_id();
+            let asks = r.brokers(None).into_iter().filter(|b| b.broker_id != me).map(|b| {
+                let request = pb::DescribeDelayedRequest { topic: req.topic.clone(), local: true };
+                let client = r.member_client(b.broker_id);
+                let wait = r.ack_timeout();
+                async move {
+                    let answer = match client {
+                        Some(mut c) => tokio::time::timeout(wait, c.describe_delayed(request)).await.ok(),
+                        None => None,
+                    };
+                    (b.broker_id, answer.and_then(Result::ok).map(tonic::Response::into_inner))
+                }
+            });
+            for (member, answer) in futures::future::join_all(asks).await {
+                let Some(answer) = answer else {
+                    unanswered_members.push(member);
+                    continue;
+                };
+                for p in answer.partitions {
+                    match partitions.iter_mut().find(|q| q.partition == p.partition) {
+                        Some(q) if q.pending >= p.pending => {}
+                        Some(q) => *q = p,
+                        None => partitions.push(p),
+                    }
+                }
+            }
+            unanswered_members.sort_unstable();
+        }
         partitions.sort_by_key(|p| p.partition);
-        ok(pb::DescribeDelayedResponse { partitions })
+        ok(pb::DescribeDelayedResponse { partitions, unanswered_members })
     }
 
     pub(super) async fn move_delayed_rpc(&self, req: Request<pb::MoveDelayedRequest>) -> Rpc<pb::ProduceResponse> {

@@ -53,6 +53,9 @@ impl BrokerService {
         let need = if req.mirror.is_some() { SHAPE_MIRROR } else { Scopes::ADMIN };
         who.allow_topic("CreateTopic", need, &req.name)?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
+        if req.mirror.is_none() {
+            self.check_topic_delay(&req.name, &settings)?;
+        }
         let mode = Mode::parse(&req.replication).map_err(BrokerError::InvalidArgument)?;
         let mirror = req.mirror.as_ref().map(MirrorMark::from_proto).transpose()?;
         if !mode.is_single() {
@@ -113,6 +116,7 @@ impl BrokerService {
         who.allow_topic("AlterTopicConfig", shape_scopes(&self.core, &req.name), &req.name)?;
         refuse_reserved(&req.name)?;
         let settings = TopicSettings::from_proto(req.config.as_ref())?;
+        self.check_topic_delay(&req.name, &settings)?;
         if let Some(r) = self.replicated(&req.name) {
             let info = r.alter_config(&req.name, &settings).await?;
             return ok(pb::AlterTopicConfigResponse { topic: Some(info) });
