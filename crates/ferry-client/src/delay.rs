@@ -6,31 +6,15 @@
 //! `delay` sent through the [`crate::Producer`] carries the producer's id and is retried safely (the broker
 //! answers a retry with the first attempt's ids).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_proto as pb;
 
 use crate::connection::BrokerClient;
 use crate::error::{ClientError, Result};
+pub use crate::producer::DeliverAt;
 use crate::producer::ProducerRecord;
-
-/// When delayed records become readable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeliverAt {
-    /// At this time, ms since the Unix epoch (a time passed writes them at once).
-    Time(i64),
-    /// This long after the broker receives them.
-    After(Duration),
-}
-
-impl DeliverAt {
-    /// At `time`.
-    pub fn at(time: SystemTime) -> DeliverAt {
-        let ms = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        DeliverAt::Time(ms)
-    }
-}
 
 /// What a delayed produce returned.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,11 +1,10 @@
 //! [`ProducerConfig`], [`ProducerRecord`] and [`RecordMetadata`]: what a producer is told and what it answers.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ferry_batch::{Compression, Header};
 
-use crate::delay::DeliverAt;
 use crate::error::{Result, config_err};
 use crate::retry::RetryPolicy;
 
@@ -145,6 +144,23 @@ impl ProducerRecord {
     pub fn delay(mut self, delay: Duration) -> Self {
         self.when = Some(DeliverAt::After(delay));
         self
+    }
+}
+
+/// When delayed records become readable (docs/messaging.md, "Delay").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliverAt {
+    /// At this time, ms since the Unix epoch (a time passed writes them at once).
+    Time(i64),
+    /// This long after the broker receives them.
+    After(Duration),
+}
+
+impl DeliverAt {
+    /// At `time`.
+    pub fn at(time: SystemTime) -> DeliverAt {
+        let ms = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        DeliverAt::Time(ms)
     }
 }
 

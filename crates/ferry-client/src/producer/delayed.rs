@@ -15,8 +15,7 @@ use ferry_batch::{BatchBuilder, Compression, ProducerInfo};
 use ferry_proto as pb;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DeliveryFuture, ProducerRecord, RecordMetadata, Shared, now_ms};
-use crate::delay::DeliverAt;
+use super::{DeliverAt, DeliveryFuture, ProducerRecord, RecordMetadata, Shared, now_ms};
 use crate::error::{ClientError, Result};
 
 /// A delayed record waiting in its lane.

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::accumulator::PartitionBuffer;
-pub use self::config::{MAX_IN_FLIGHT, ProducerConfig, ProducerRecord, RecordMetadata};
+pub use self::config::{DeliverAt, MAX_IN_FLIGHT, ProducerConfig, ProducerRecord, RecordMetadata};
 use self::partitioner::{Choice, TopicMeta};
 use crate::connection::BrokerClient;
 use crate::error::{ClientError, Result};
