@@ -14,7 +14,7 @@ use crate::delay::{Delays, produce};
 use crate::error::BrokerError;
 use crate::node::registry::now_ms;
 use crate::node::topic::{TopicSettings, refuse_reserved};
-use crate::rpc::auth::{Scopes, caller, require_member};
+use crate::rpc::auth::{Member, Scopes, caller, require_member};
 
 impl BrokerService {
     fn delays(&self) -> Result<&Arc<Delays>, BrokerError> {
@@ -136,9 +136,14 @@ impl BrokerService {
         &self,
         req: Request<pb::DescribeDelayedRequest>,
     ) -> Rpc<pb::DescribeDelayedResponse> {
-        let who = caller(&req)?;
+        // Another member's `local` ask passes on its member credential (the replica scope), which may not name
+        // the topic; anyone else needs describe on it.
+        if req.get_ref().local && req.extensions().get::<Member>().is_some() {
+            require_member(&req, "DescribeDelayed", None)?;
+        } else {
+            caller(&req)?.allow_topic("DescribeDelayed", DESCRIBE, &req.get_ref().topic)?;
+        }
         let req = req.into_inner();
-        who.allow_topic("DescribeDelayed", DESCRIBE, &req.topic)?;
         self.core.topic(&req.topic)?;
         let topic = req.topic.clone();
         let streams = self
