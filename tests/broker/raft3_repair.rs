@@ -61,7 +61,14 @@ async fn a_follower_with_a_corrupt_sealed_segment_is_repaired_from_the_leader_ou
     cluster.broker(follower).restart().await?;
     wait_until("the repaired follower back in sync", deadline(&[LEASE_TTL, REPLICA_LAG, IO_BUDGET]), async || {
         let p = cluster.placement(leader).await?;
-        let rejoined = cluster.brokers[leader as usize - 1].logs().contains(&format!("added=[{follower}]"));
+        // Its own partition's shrink, then its expand: an internal partition's expand at start-up does not count.
+        let logs = cluster.brokers[leader as usize - 1].logs();
+        let ours = |l: &&str| l.contains(&format!("topic=\"{TOPIC}\""));
+        let lines: Vec<&str> = logs.lines().filter(ours).collect();
+        let out = lines.iter().position(|l| l.contains("isr_shrink") && l.contains(&format!("removed=[{follower}]")));
+        let rejoined = out.is_some_and(|o| {
+            lines[o..].iter().any(|l| l.contains("isr_expand") && l.contains(&format!("added=[{follower}]")))
+        });
         anyhow::Ok(p.isr.len() == 3 && rejoined)
     })
     .await?;

@@ -44,6 +44,15 @@ async fn dead_letters(client: &BrokerClient, topic: &str, group: &str, n: usize)
     Ok(())
 }
 
+/// One running handler: counted down when dropped.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A handled record: key, offset, partition, delivery count.
 type Handled = (String, u64, u32, u32);
 
@@ -150,11 +159,12 @@ async fn a_listener_keeps_key_order_runs_keys_in_parallel_and_never_holds_more_t
         async move {
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             peak.fetch_max(now, Ordering::SeqCst);
+            // Counted down when the handler ends or is dropped (past its deadline).
+            let _running = Running(Arc::clone(&running));
             seen.lock().unwrap().push((text(&m.key), m.offset, m.partition, m.delivery_count));
             // One record stalls past the handler's deadline on its first delivery: it counts as a retry.
             let stall = m.offset == 5 && m.partition == 0 && m.delivery_count == 1;
             tokio::time::sleep(if stall { Duration::from_secs(2) } else { Duration::from_millis(5) }).await;
-            running.fetch_sub(1, Ordering::SeqCst);
             Outcome::Ack
         }
     });
