@@ -21,6 +21,8 @@ pub const BROKER_BIN: &str = "ferry-broker";
 pub const MIRROR_BIN: &str = "ferry-mirror";
 /// The operator CLI binary name.
 pub const FERRYCTL_BIN: &str = "ferryctl";
+/// The web console binary name.
+pub const CONSOLE_BIN: &str = "ferry-console";
 
 /// The workspace root: two levels above this crate's manifest directory (`crates/ferry-testkit`).
 pub fn workspace_root() -> PathBuf {

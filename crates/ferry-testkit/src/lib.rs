@@ -39,6 +39,7 @@
 mod bins;
 mod broker;
 mod cluster;
+mod console;
 mod error;
 mod etcd;
 mod mirror;
@@ -49,9 +50,10 @@ mod server;
 mod util;
 mod wait;
 
-pub use bins::{BROKER_BIN, FERRYCTL_BIN, MIRROR_BIN, bin_dir, binary_path, workspace_root};
+pub use bins::{BROKER_BIN, CONSOLE_BIN, FERRYCTL_BIN, MIRROR_BIN, bin_dir, binary_path, workspace_root};
 pub use broker::{BrokerBuilder, BrokerProcess, METRICS_LISTEN_VAR};
 pub use cluster::{ClusterSpec, FaultyCluster};
+pub use console::ConsoleProcess;
 pub use error::{Error, Result};
 pub use etcd::{ETCD_BIN_VAR, EtcdProcess, etcd_binary};
 /// The etcd v3 client the cluster tests inspect the master with.

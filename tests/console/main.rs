@@ -1,0 +1,8 @@
+//! End-to-end tests of `ferry-console`: a real broker and the real console binary, through its JSON API and a
+//! headless Chromium.
+
+mod actions;
+mod browse;
+mod common;
+mod pages;
+mod trace;
