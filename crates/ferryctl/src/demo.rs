@@ -2,7 +2,8 @@
 //! libraries: two brokers in a temp dir as `dc-a` and `dc-b` on free loopback ports, the topic `orders` (4
 //! partitions) on dc-a, the mirror between them with its monitor (127.0.0.1:9300 when free) and a random token, and
 //! a keyed load of orders on dc-a. It prints the monitor URL and token, then a live line (records mirrored, lag,
-//! source and target records/s) until Ctrl-C or `--duration`.
+//! source and target records/s) until Ctrl-C or `--duration`. The web console (`ferry-console`, 127.0.0.1:9500 when
+//! free) runs beside them over both brokers.
 //!
 //! Stopping is orderly: the load stops and every record is acknowledged, the mirror catches up and shuts down
 //! through its cancellation token, then `mirror verify`'s comparison proves that dc-b holds exactly dc-a's batches
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::common::{GlobalOpts, parse_duration};
 use crate::verify::{self, Progress};
 
+mod console;
 mod load;
 
 use load::Load;
@@ -89,8 +91,9 @@ pub async fn run(args: DemoArgs, _global: &GlobalOpts) -> anyhow::Result<()> {
     std::fs::write(&token_file, &token).with_context(|| format!("cannot write {}", token_file.display()))?;
     let mirror = start_mirror(dir.path(), a.addr, b.addr, &token_file).await?;
     let _mirror_guard = mirror.stop.clone().drop_guard();
+    let console = console::start(a.addr, b.addr, mirror.monitor, &token_file, mirror.stop.clone()).await?;
     let (token_shown, token_arg) = token_used(&token);
-    print_intro(&a, &b, &mirror, (&token_shown, &token_arg), args.rate);
+    print_intro(&a, &b, &mirror, console, (&token_shown, &token_arg), args.rate);
 
     let load = Load::start(source.clone(), TOPIC, args.rate).await?;
     let started = Instant::now();
@@ -271,7 +274,14 @@ fn token_used(ours: &str) -> (String, String) {
     }
 }
 
-fn print_intro(a: &Broker, b: &Broker, mirror: &Mirror, (token, token_arg): (&str, &str), rate: u32) {
+fn print_intro(
+    a: &Broker,
+    b: &Broker,
+    mirror: &Mirror,
+    console: SocketAddr,
+    (token, token_arg): (&str, &str),
+    rate: u32,
+) {
     let m = mirror.monitor;
     println!(
         "Ferry demo: brokers dc-a and dc-b, the mirror dc-a -> dc-b and {rate} orders/s on {TOPIC:?} ({PARTITIONS} partitions)"
@@ -283,6 +293,7 @@ fn print_intro(a: &Broker, b: &Broker, mirror: &Mirror, (token, token_arg): (&st
     }
     println!("  monitor: http://{m}/   (dashboard; JSON under /api/v1/, metrics under /metrics)");
     println!("  monitor token         {token}");
+    println!("  console: http://{console}/   (topics, browse, message trace; log in with the token for actions)");
     println!("Try in another terminal:");
     println!("  ferryctl --monitor {m} mirror partitions --watch");
     println!("  ferryctl --monitor {m} --token {token_arg} mirror pause {TOPIC}");

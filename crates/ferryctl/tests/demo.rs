@@ -23,6 +23,7 @@ async fn demo_runs_mirrors_and_verifies_identical() {
     assert_eq!(out.code, 0, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     let text = &out.stdout;
     assert!(text.contains("  monitor: http://127.0.0.1:"), "{text}");
+    assert!(text.contains("  console: http://127.0.0.1:"), "{text}");
     let token_line = text.lines().find(|l| l.starts_with("  monitor token ")).unwrap_or_else(|| panic!("{text}"));
     let token = token_line.trim_start_matches("  monitor token ").trim();
     assert_eq!(token.len(), 24, "{token_line}");
