@@ -4,5 +4,6 @@
 mod actions;
 mod browse;
 mod common;
+mod openapi;
 mod pages;
 mod trace;

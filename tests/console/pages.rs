@@ -103,6 +103,20 @@ async fn every_page_renders_live_data_in_headless_chromium() -> anyhow::Result<(
         }
         assert!(!dom.contains("<b>7</b>"), "{path}: a record's text is escaped");
     }
+    // Click through as a reader would: the browse page's first offset link, then the trace's link to the dead
+    // letter, whose own trace names the original.
+    let href = |dom: &str, prefix: &str| -> Option<String> {
+        let start = dom.find(&format!("href=\"{prefix}"))? + "href=\"".len();
+        Some(dom[start..start + dom[start..].find('"')?].to_owned())
+    };
+    let browse = render(&format!("{base}/c/dc1/browse/payments/0"), &dir.join("click-1-browse.png")).await?;
+    let message = href(&browse, "/c/dc1/message/").expect("a record links to its message page");
+    assert_eq!(message, "/c/dc1/message/payments/0/0");
+    let trace = render(&format!("{base}{message}"), &dir.join("click-2-message.png")).await?;
+    let dead = href(&trace, "/c/dc1/message/billing.dlq/").expect("the trace links to the dead letter");
+    let dlq = render(&format!("{base}{dead}"), &dir.join("click-3-dead-letter.png")).await?;
+    assert!(dlq.contains("<a href=\"/c/dc1/message/payments/0/0\">payments/0/0</a>"), "{dlq}");
+    assert!(dlq.contains("card declined"), "{dlq}");
     member.leave().await?;
     Ok(())
 }

@@ -246,4 +246,19 @@ url = "ftp://x"
         assert!(!c.anonymous_read);
         assert_eq!(c.scan_budget_bytes, DEFAULT_SCAN_BUDGET);
     }
+
+    #[test]
+    fn the_shipped_sample_is_valid_and_shows_the_compiled_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/console.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let c = ConsoleConfig::parse(&text).unwrap();
+        assert_eq!(c.clusters.len(), 1);
+        for shown in [
+            format!("# listen = \"{DEFAULT_LISTEN}\""),
+            "# anonymous_read = false".to_owned(),
+            format!("# scan_budget_bytes = {DEFAULT_SCAN_BUDGET}"),
+        ] {
+            assert!(text.lines().any(|l| l == shown), "{shown} missing");
+        }
+    }
 }

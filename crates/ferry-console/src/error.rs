@@ -3,7 +3,9 @@
 //! reached is 502, never a 500.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ferry_client::{ClientError, Code};
 
@@ -96,6 +98,11 @@ impl From<ClientError> for ApiError {
         match &e {
             ClientError::Status { code, message, .. } => ApiError::Broker(message.clone(), *code),
             ClientError::UnknownPartition { .. } => ApiError::NotFound(e.to_string()),
+            ClientError::Partition { code, .. } => match code {
+                ferry_client::proto::ErrorCode::UnknownTopicOrPartition => ApiError::NotFound(e.to_string()),
+                ferry_client::proto::ErrorCode::OffsetOutOfRange => ApiError::BadRequest(e.to_string()),
+                _ => ApiError::Upstream(e.to_string()),
+            },
             ClientError::Usage(_) | ClientError::Config { .. } => ApiError::BadRequest(e.to_string()),
             _ => ApiError::Upstream(e.to_string()),
         }
@@ -114,3 +121,29 @@ impl IntoResponse for ApiError {
 
 /// Handler results.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// Middleware: an error answer under `/api/` that did not come from [`ApiError`] (a query, path or body the
+/// extractors refused, a body over the limit) becomes `{"code", "reason"}` too: `bad_request` (400 for 400, 415 and
+/// 422), `not_found`, `method_not_allowed` or `payload_too_large`.
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    let is_json =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !api || is_json || !(response.status().is_client_error() || response.status().is_server_error()) {
+        return response;
+    }
+    let status = response.status();
+    let (status, code) = match status.as_u16() {
+        400 | 415 | 422 => (StatusCode::BAD_REQUEST, "bad_request"),
+        404 => (status, "not_found"),
+        405 => (status, "method_not_allowed"),
+        413 => (status, "payload_too_large"),
+        _ => (status, "error"),
+    };
+    let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024).await.unwrap_or_default();
+    let body = serde_json::json!({"code": code, "reason": String::from_utf8_lossy(&bytes)});
+    let mut r = (status, Json(body)).into_response();
+    r.extensions_mut().insert(ErrorCode(code));
+    r
+}

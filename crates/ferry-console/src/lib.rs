@@ -107,6 +107,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { error::ApiError::NotFound("no such page or endpoint".into()) })
         .method_not_allowed_fallback(|| async { error::ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(error::json_errors))
         .with_state(state)
 }
 
