@@ -6,7 +6,7 @@
 //! Invariant: dropping a `ConsoleProcess` kills the console with SIGKILL.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::bins::{CONSOLE_BIN, binary_path};
@@ -24,7 +24,11 @@ impl ConsoleProcess {
     /// Starts a console after writing `files` (name, content) into its directory, and waits until it accepts
     /// TCP connections.
     pub async fn start(config: &str, files: &[(&str, &str)]) -> Result<ConsoleProcess> {
-        let program = binary_path(CONSOLE_BIN)?;
+        ConsoleProcess::start_program(binary_path(CONSOLE_BIN)?, config, files).await
+    }
+
+    /// [`ConsoleProcess::start`] with this executable (e.g. a release build for a benchmark).
+    pub async fn start_program(program: PathBuf, config: &str, files: &[(&str, &str)]) -> Result<ConsoleProcess> {
         let layout = Layout::create("ferry-console-", "console.toml", config)?;
         for (name, content) in files {
             write_atomically(&layout.dir.path().join(name), content)?;
