@@ -79,7 +79,8 @@ async fn run() -> anyhow::Result<()> {
         "listen = \"127.0.0.1:0\"\n[[clusters]]\nname = \"b\"\nbrokers = [\"{addr}\"]\n\
          [[tokens]]\nname = \"bench\"\ntoken_file = \"t\"\nscope = \"read\"\n"
     );
-    let console = ConsoleProcess::start_program(support::bin_dir().join("ferry-console"), &config, &[("t", TOKEN)]).await?;
+    let console =
+        ConsoleProcess::start_program(support::bin_dir().join("ferry-console"), &config, &[("t", TOKEN)]).await?;
     let client = BrokerClient::new(ClientConfig::new([addr.clone()]))?;
     let admin = Admin::new(client.clone());
     admin.create_topic("big", 1, TopicConfig::default(), None).await?;

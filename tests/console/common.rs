@@ -25,6 +25,11 @@ pub struct Env {
 
 /// The console config over `broker`.
 pub fn config(broker: &BrokerProcess, anonymous_read: bool) -> String {
+    config_with(broker, anonymous_read, "")
+}
+
+/// [`config`] plus `extra` TOML at its end (e.g. `[[mirrors]]` entries).
+pub fn config_with(broker: &BrokerProcess, anonymous_read: bool, extra: &str) -> String {
     format!(
         r#"listen = "127.0.0.1:0"
 audit_log = "audit.jsonl"
@@ -40,7 +45,7 @@ scope = "admin"
 name = "viewer"
 token_file = "viewer.token"
 scope = "read"
-"#,
+{extra}"#,
         broker.addr()
     )
 }
@@ -51,9 +56,15 @@ pub async fn start_console(broker: &BrokerProcess, anonymous_read: bool) -> anyh
 
 impl Env {
     pub async fn start() -> anyhow::Result<Env> {
+        Env::start_with("").await
+    }
+
+    /// A broker and a console whose config ends with `extra`.
+    pub async fn start_with(extra: &str) -> anyhow::Result<Env> {
         ferry_testkit::init_tracing();
         let broker = BrokerProcess::start().await?;
-        let console = start_console(&broker, false).await?;
+        let config = config_with(&broker, false, extra);
+        let console = ConsoleProcess::start(&config, &[("ops.token", OPS), ("viewer.token", VIEWER)]).await?;
         let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
         let http = reqwest::Client::builder().timeout(IO_BUDGET).build()?;
         let mut env =

@@ -5,5 +5,6 @@ mod actions;
 mod browse;
 mod common;
 mod openapi;
+mod overview;
 mod pages;
 mod trace;
