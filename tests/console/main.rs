@@ -3,6 +3,7 @@
 
 mod actions;
 mod browse;
+mod cdp;
 mod common;
 mod openapi;
 mod overview;
