@@ -25,13 +25,14 @@ pub struct Env {
 
 /// The console config over `broker`.
 pub fn config(broker: &BrokerProcess, anonymous_read: bool) -> String {
-    config_with(broker, anonymous_read, "")
+    config_with(broker, anonymous_read, "", "")
 }
 
-/// [`config`] plus `extra` TOML at its end (e.g. `[[mirrors]]` entries).
-pub fn config_with(broker: &BrokerProcess, anonymous_read: bool, extra: &str) -> String {
+/// [`config`] with `top` keys at its start and `extra` TOML at its end (e.g. `[[mirrors]]` entries).
+pub fn config_with(broker: &BrokerProcess, anonymous_read: bool, top: &str, extra: &str) -> String {
     format!(
-        r#"listen = "127.0.0.1:0"
+        r#"{top}
+listen = "127.0.0.1:0"
 audit_log = "audit.jsonl"
 anonymous_read = {anonymous_read}
 [[clusters]]
@@ -56,14 +57,14 @@ pub async fn start_console(broker: &BrokerProcess, anonymous_read: bool) -> anyh
 
 impl Env {
     pub async fn start() -> anyhow::Result<Env> {
-        Env::start_with("").await
+        Env::start_with("", "").await
     }
 
-    /// A broker and a console whose config ends with `extra`.
-    pub async fn start_with(extra: &str) -> anyhow::Result<Env> {
+    /// A broker and a console whose config starts with `top` and ends with `extra`.
+    pub async fn start_with(top: &str, extra: &str) -> anyhow::Result<Env> {
         ferry_testkit::init_tracing();
         let broker = BrokerProcess::start().await?;
-        let config = config_with(&broker, false, extra);
+        let config = config_with(&broker, false, top, extra);
         let console = ConsoleProcess::start(&config, &[("ops.token", OPS), ("viewer.token", VIEWER)]).await?;
         let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
         let http = reqwest::Client::builder().timeout(IO_BUDGET).build()?;

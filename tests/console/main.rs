@@ -5,6 +5,7 @@ mod actions;
 mod browse;
 mod cdp;
 mod common;
+mod groups;
 mod openapi;
 mod overview;
 mod pages;

@@ -25,7 +25,7 @@ async fn the_overview_shows_each_mirror_and_the_topics_list_pages() -> anyhow::R
     let extra = format!(
         "[[mirrors]]\nname = \"ab\"\nurl = \"http://{monitor}\"\n[[mirrors]]\nname = \"gone\"\nurl = \"http://127.0.0.1:{closed}\"\n"
     );
-    let env = Env::start_with(&extra).await?;
+    let env = Env::start_with("", &extra).await?;
     for i in 0..105 {
         env.admin.create_topic(&format!("t{i:03}"), 1 + (i % 3), TopicConfig::default(), None).await?;
     }

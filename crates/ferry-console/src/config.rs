@@ -15,6 +15,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9500";
 pub const DEFAULT_SCAN_BUDGET: u64 = 64 * 1024 * 1024;
 /// The largest byte budget a request may ask for.
 pub const MAX_SCAN_BUDGET: u64 = 4 * 1024 * 1024 * 1024;
+/// Default period of the groups' backlog samples (60 of them: the last hour).
+pub const DEFAULT_LAG_SAMPLE_INTERVAL: &str = "60s";
+/// Backlog samples kept per group.
+pub const LAG_SAMPLES: usize = 60;
 /// The most records one browse page or scan answers.
 pub const MAX_PAGE_RECORDS: usize = 500;
 
@@ -74,6 +78,8 @@ struct Raw {
     anonymous_read: bool,
     #[serde(default = "default_budget")]
     scan_budget_bytes: u64,
+    #[serde(default = "default_lag_interval")]
+    lag_sample_interval: String,
     #[serde(default)]
     clusters: Vec<ClusterConfig>,
     #[serde(default)]
@@ -84,6 +90,10 @@ struct Raw {
 
 fn default_listen() -> String {
     DEFAULT_LISTEN.to_owned()
+}
+
+fn default_lag_interval() -> String {
+    DEFAULT_LAG_SAMPLE_INTERVAL.to_owned()
 }
 
 const fn default_budget() -> u64 {
@@ -118,6 +128,8 @@ pub struct ConsoleConfig {
     pub anonymous_read: bool,
     /// Default byte budget of a scan.
     pub scan_budget_bytes: u64,
+    /// How often each message-model group's backlog and counters are sampled.
+    pub lag_sample_interval: std::time::Duration,
     /// Clusters, in display order.
     pub clusters: Vec<ClusterConfig>,
     /// Broker tokens per cluster (same order as `clusters`).
@@ -166,6 +178,17 @@ impl ConsoleConfig {
         if raw.scan_budget_bytes == 0 || raw.scan_budget_bytes > MAX_SCAN_BUDGET {
             problems.push(format!("scan_budget_bytes: {} is outside 1..={MAX_SCAN_BUDGET}", raw.scan_budget_bytes));
         }
+        let lag_sample_interval = match humantime::parse_duration(&raw.lag_sample_interval) {
+            Ok(d) if d >= std::time::Duration::from_millis(100) && d <= std::time::Duration::from_secs(3600) => d,
+            Ok(_) => {
+                problems.push(format!("lag_sample_interval: {:?} is outside 100ms..=1h", raw.lag_sample_interval));
+                std::time::Duration::from_secs(60)
+            }
+            Err(e) => {
+                problems.push(format!("lag_sample_interval: {:?} is not a duration: {e}", raw.lag_sample_interval));
+                std::time::Duration::from_secs(60)
+            }
+        };
         if raw.clusters.is_empty() {
             problems.push("clusters: at least one [[clusters]] entry is required".to_owned());
         }
@@ -206,6 +229,7 @@ impl ConsoleConfig {
             audit_log: raw.audit_log,
             anonymous_read: raw.anonymous_read,
             scan_budget_bytes: raw.scan_budget_bytes,
+            lag_sample_interval,
             clusters: raw.clusters,
             broker_tokens,
             mirrors: raw.mirrors,
@@ -223,6 +247,7 @@ mod tests {
         let text = r#"
 listen = "nowhere"
 scan_budget_bytes = 0
+lag_sample_interval = "1ms"
 [[clusters]]
 name = "a b"
 brokers = []
@@ -231,7 +256,14 @@ name = "m"
 url = "ftp://x"
 "#;
         let e = ConsoleConfig::parse(text).unwrap_err();
-        for needle in ["listen:", "scan_budget_bytes:", "clusters[0].name", "clusters[0].brokers", "mirrors[0].url"] {
+        for needle in [
+            "listen:",
+            "scan_budget_bytes:",
+            "lag_sample_interval:",
+            "clusters[0].name",
+            "clusters[0].brokers",
+            "mirrors[0].url",
+        ] {
             assert!(e.contains(needle), "{needle} missing from {e}");
         }
     }
@@ -256,6 +288,7 @@ url = "ftp://x"
         for shown in [
             format!("# listen = \"{DEFAULT_LISTEN}\""),
             "# anonymous_read = false".to_owned(),
+            format!("# lag_sample_interval = \"{DEFAULT_LAG_SAMPLE_INTERVAL}\""),
             format!("# scan_budget_bytes = {DEFAULT_SCAN_BUDGET}"),
         ] {
             assert!(text.lines().any(|l| l == shown), "{shown} missing");

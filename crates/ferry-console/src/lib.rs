@@ -18,6 +18,7 @@ pub mod core;
 pub mod error;
 pub mod pages;
 pub mod records;
+pub mod sampler;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,6 +67,8 @@ pub struct AppState {
     pub config: Arc<ConsoleConfig>,
     /// For the mirror monitors.
     pub http: reqwest::Client,
+    /// The groups' recent backlog and counters.
+    pub history: Arc<parking_lot::Mutex<core::history::History>>,
 }
 
 fn action<H, T>(state: &AppState, name: &'static str, handler: H) -> MethodRouter<AppState>
@@ -152,7 +155,9 @@ pub async fn start(
         audit: Arc::new(audit),
         config: Arc::new(config),
         http,
+        history: Arc::new(parking_lot::Mutex::new(core::history::History::new(crate::config::LAG_SAMPLES))),
     };
+    tokio::spawn(sampler::run(state.clone(), shutdown.clone()));
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let task = tokio::spawn(async move {
         let stop = shutdown.clone();

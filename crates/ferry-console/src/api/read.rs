@@ -201,7 +201,17 @@ pub async fn groups_json(c: &Cluster, names: Option<&str>) -> ApiResult<Value> {
 /// `GET .../groups/{group}`: the message-model description and the partitioned one, whichever exist.
 pub async fn group(State(s): State<AppState>, Path((name, group)): Path<(String, String)>) -> ApiResult<Json<Value>> {
     let c = cluster(&s, &name)?;
-    let share = c.share.describe(&group).await.ok().map(|d| share_json(&d));
+    let described = c.share.describe(&group).await.ok();
+    if let Some(d) = &described {
+        s.history.lock().record(&name, &group, crate::sampler::sample_of(d));
+    }
+    let share = described.map(|d| {
+        let mut v = share_json(&d);
+        let h = s.history.lock();
+        v["history"] = json!(h.series(&name, &group));
+        v["rates"] = json!(h.rates(&name, &group));
+        v
+    });
     let part = c.admin.describe_group(&group).await.ok().filter(|d| !d.members.is_empty() || !d.offsets.is_empty());
     let part = part.map(|d| {
         json!({"generation": d.generation,

@@ -390,6 +390,12 @@ pub async fn group(
         if let Some(m) = g["message_group"].as_object() {
             body += &format!("<p>mode <b>{}</b> · lock timeout {} ms · window {} · redeliveries {} · lock expiries {} · dead-lettered {}</p>",
                 esc(&text(&m["mode"])), m["lock_timeout_ms"], m["window"], m["redeliveries"], m["lock_expiries"], m["dead_lettered"]);
+            let series: Vec<crate::core::history::Sample> = serde_json::from_value(m["history"].clone()).unwrap_or_default();
+            body += &format!(
+                "<p>backlog over the last hour ({} samples, latest {}): {}</p><p>redeliveries {:.1}/min · lock expiries {:.1}/min</p>",
+                series.len(), series.last().map_or(0, |s| s.backlog), crate::core::history::sparkline(&series, 360, 48),
+                m["rates"]["redeliveries_per_min"].as_f64().unwrap_or(0.0), m["rates"]["lock_expiries_per_min"].as_f64().unwrap_or(0.0)
+            );
             body += &table(&["member", "client", "active", "in flight"], m["members"].as_array().cloned().unwrap_or_default().iter().map(|x| vec![
                 esc(&text(&x["member_id"])), esc(&text(&x["client_id"])), text(&x["active"]), text(&x["in_flight"])]).collect());
             body += &table(&["topic", "partition", "waiting", "in progress", "failed", "dead-lettered", "lag"], m["partitions"].as_array().cloned().unwrap_or_default().iter().map(|x| vec![
