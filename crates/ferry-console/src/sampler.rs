@@ -1,6 +1,6 @@
 //! Every `lag_sample_interval`, each message-model group's backlog and counters, into [`crate::core::history`]:
 //! the group page's chart of the last hour and its rates. A cluster that cannot be read is skipped until the next
-//! tick; the task ends on shutdown. The groups sampled: those with a dead-letter topic, and those the console was
+//! tick; the task ends on shutdown. The groups sampled: those ShareList names or with a dead-letter topic, and those the console was
 //! asked about (a group page records a sample, so a group is followed from its first visit).
 
 use tokio_util::sync::CancellationToken;

@@ -149,11 +149,12 @@ pub fn share_json(d: &pb::ShareDescribeResponse) -> Value {
     })
 }
 
-/// The names of the groups a cluster knows: partitioned groups, and message-model groups seen through their
-/// dead-letter topics, plus `extra`.
+/// The names of the groups a cluster knows: partitioned groups, and message-model groups (ShareList, plus those
+/// seen through their dead-letter topics), plus `extra`.
 pub async fn group_names(c: &Cluster, extra: &[String]) -> ApiResult<(Vec<pb::GroupSummary>, BTreeSet<String>)> {
     let partitioned = c.admin.list_groups().await?;
     let mut share: BTreeSet<String> = extra.iter().cloned().collect();
+    share.extend(c.share.list().await?.into_iter().map(|g| g.group));
     for t in c.admin.list_topics().await? {
         if let Some(g) = t.name.strip_suffix(".dlq") {
             share.insert(g.to_owned());
