@@ -14,8 +14,8 @@ pub const VIEWER: &str = "viewer-token-77aa";
 pub const IO_BUDGET: Duration = Duration::from_secs(20);
 
 pub struct Env {
-    /// Kept alive for the console.
-    pub _broker: BrokerProcess,
+    /// The broker the console shows.
+    pub broker: BrokerProcess,
     pub console: ConsoleProcess,
     pub client: BrokerClient,
     pub admin: Admin,
@@ -68,8 +68,7 @@ impl Env {
         let console = ConsoleProcess::start(&config, &[("ops.token", OPS), ("viewer.token", VIEWER)]).await?;
         let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
         let http = reqwest::Client::builder().timeout(IO_BUDGET).build()?;
-        let mut env =
-            Env { admin: Admin::new(client.clone()), _broker: broker, console, client, http, csrf: String::new() };
+        let mut env = Env { admin: Admin::new(client.clone()), broker, console, client, http, csrf: String::new() };
         let (status, session) = env.get("/api/v1/session", Some(OPS)).await?;
         assert_eq!(status, 200, "{session}");
         env.csrf = session["csrf"].as_str().unwrap_or_default().to_owned();

@@ -50,3 +50,38 @@ async fn the_overview_shows_each_mirror_and_the_topics_list_pages() -> anyhow::R
     assert_eq!(names(&some), (100..105).map(|i| format!("t{i:03}")).collect::<Vec<_>>());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_broker_is_a_502_and_the_console_serves_again_once_it_is_back() -> anyhow::Result<()> {
+    let mut env = Env::start().await?;
+    env.admin.create_topic("orders", 1, TopicConfig::default(), None).await?;
+    env.act("/api/v1/clusters/dc1/produce", json!({"topic": "orders", "value": "before", "confirm": true})).await?;
+    env.broker.kill9().await?;
+    let (status, e) =
+        env.get("/api/v1/clusters/dc1/topics/orders/partitions/0/records?offset=0", Some(crate::common::OPS)).await?;
+    assert_eq!((status, e["code"].as_str()), (502, Some("broker_unavailable")), "{e}");
+    let (status, e) = env
+        .post(
+            "/api/v1/clusters/dc1/produce",
+            Some(crate::common::OPS),
+            Some(&env.csrf),
+            json!({"topic": "orders", "value": "lost", "confirm": true}),
+        )
+        .await?;
+    assert_eq!((status, e["code"].as_str()), (502, Some("broker_unavailable")), "{e}");
+    let health = env.http.get(env.url("/healthz")).send().await?;
+    assert_eq!(health.status(), 200, "the console itself stays up");
+    env.broker.restart().await?;
+    let page = ferry_testkit::wait_for("the console reads again", crate::common::IO_BUDGET, async || {
+        let (status, v) = env
+            .get("/api/v1/clusters/dc1/topics/orders/partitions/0/records?offset=0", Some(crate::common::OPS))
+            .await?;
+        anyhow::Ok((status == 200).then_some(v))
+    })
+    .await?;
+    let values: Vec<&str> = page["records"].as_array().unwrap().iter().map(|r| r["value"].as_str().unwrap()).collect();
+    assert_eq!(values, ["before"], "the refused produce wrote nothing");
+    let outcomes: Vec<String> = env.audit().iter().map(|a| a["outcome"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(outcomes, ["ok", "broker_unavailable"]);
+    Ok(())
+}
