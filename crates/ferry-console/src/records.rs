@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use ferry_client::BrokerClient;
-use ferry_client::batch::{decode_records, split_verified};
+use ferry_client::batch::{MAX_DECOMPRESSED_BYTES, decode_records_shared, split_verified};
 use ferry_client::proto as pb;
 use serde_json::{Value, json};
 
@@ -105,7 +105,7 @@ pub async fn fetch(
     };
     let corrupt = |e: &dyn std::fmt::Display| ApiError::Upstream(format!("{topic}/{partition} at {offset}: {e}"));
     for (_, batch) in split_verified(&data.batches).map_err(|e| corrupt(&e))? {
-        for r in decode_records(&batch).map_err(|e| corrupt(&e))? {
+        for r in decode_records_shared(&batch, MAX_DECOMPRESSED_BYTES).map_err(|e| corrupt(&e))? {
             if r.offset >= offset {
                 chunk.records.push(Rec {
                     partition,

@@ -246,18 +246,31 @@ async fn run_scan(
         }
         let mut scan = Scan::new(filter.clone(), r.from, r.end, left, limit - matched);
         let mut state = scan.start();
+        let wants_headers = filter.header.is_some();
+        // The next chunk is fetched while this one is filtered: one fetch in flight ahead of the scan.
+        let want = |left: u64, scanned: u64| CHUNK_BYTES.min(left.saturating_sub(scanned)).max(1);
+        let mut ahead = state.is_none().then(|| {
+            let (client, topic, p, at, n) = (client.clone(), topic.clone(), r.partition, scan.next, want(left, 0));
+            tokio::spawn(async move { fetch(&client, &topic, p, at, n).await })
+        });
         while state.is_none() {
-            let want = CHUNK_BYTES.min(left.saturating_sub(scan.scanned_bytes)).max(1);
-            let chunk = match fetch(&client, &topic, r.partition, scan.next, want).await {
+            let Some(task) = ahead.take() else { break };
+            let chunk = match task.await.map_err(|e| ApiError::Upstream(e.to_string())).and_then(|c| c) {
                 Ok(c) => c,
                 Err(e) => {
                     send(&tx, json!({"type": "error", "partition": r.partition, "offset": scan.next, "reason": e.to_string()})).await;
                     return;
                 }
             };
-            let views: Vec<Vec<_>> = chunk.records.iter().map(|r| r.header_view()).collect();
-            let vs: Vec<_> = chunk.records.iter().zip(&views).map(|(r, h)| view(r, h)).collect();
             let next = if chunk.next_offset > scan.next { chunk.next_offset } else { r.end };
+            let fetched = scan.scanned_bytes + chunk.bytes;
+            if next < r.end && fetched < left {
+                let (client, topic, p, n) = (client.clone(), topic.clone(), r.partition, want(left, fetched));
+                ahead = Some(tokio::spawn(async move { fetch(&client, &topic, p, next, n).await }));
+            }
+            let views: Vec<Vec<_>> =
+                chunk.records.iter().map(|r| if wants_headers { r.header_view() } else { Vec::new() }).collect();
+            let vs: Vec<_> = chunk.records.iter().zip(&views).map(|(r, h)| view(r, h)).collect();
             let step = scan.step(chunk.bytes, &vs, next);
             for rec in chunk.records.iter().filter(|x| step.matches.contains(&x.offset)) {
                 if !send(&tx, json!({"type": "record", "record": render(rec, format)})).await {
@@ -271,6 +284,9 @@ async fn run_scan(
                 return;
             }
             state = step.stop;
+        }
+        if let Some(task) = ahead.take() {
+            task.abort();
         }
         spent += scan.scanned_bytes;
         matched += scan.matched;

@@ -30,7 +30,7 @@ impl Matcher {
 }
 
 fn memmem(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(hay, needle).is_some()
 }
 
 /// What a record must satisfy (every set part).
