@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 use crate::api::{now_ms, read::group_names};
-use crate::core::history::Sample;
+use crate::core::history::sample_of;
 
 /// The sampling loop.
 pub async fn run(state: AppState, shutdown: CancellationToken) {
@@ -27,17 +27,7 @@ async fn sample(state: &AppState) {
         let Ok((_, groups)) = group_names(c, &known).await else { continue };
         for g in groups.iter().take(crate::api::read::MAX_GROUPS_DESCRIBED) {
             let Ok(d) = c.share.describe(g).await else { continue };
-            state.history.lock().record(&c.name, g, sample_of(&d));
+            state.history.lock().record(&c.name, g, sample_of(&d, now_ms()));
         }
-    }
-}
-
-/// A sample of a group's description, now.
-pub fn sample_of(d: &ferry_client::proto::ShareDescribeResponse) -> Sample {
-    Sample {
-        at_ms: now_ms(),
-        backlog: d.partitions.iter().map(|p| p.lag).sum(),
-        redeliveries: d.redeliveries,
-        lock_expiries: d.lock_expiries,
     }
 }

@@ -204,7 +204,7 @@ pub async fn group(State(s): State<AppState>, Path((name, group)): Path<(String,
     let c = cluster(&s, &name)?;
     let described = c.share.describe(&group).await.ok();
     if let Some(d) = &described {
-        s.history.lock().record(&name, &group, crate::sampler::sample_of(d));
+        s.history.lock().record(&name, &group, crate::core::history::sample_of(d, super::now_ms()));
     }
     let share = described.map(|d| {
         let mut v = share_json(&d);

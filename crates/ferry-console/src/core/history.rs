@@ -80,6 +80,16 @@ impl History {
     }
 }
 
+/// A sample of a group's description taken at `at_ms`.
+pub fn sample_of(d: &ferry_client::proto::ShareDescribeResponse, at_ms: i64) -> Sample {
+    Sample {
+        at_ms,
+        backlog: d.partitions.iter().map(|p| p.lag).sum(),
+        redeliveries: d.redeliveries,
+        lock_expiries: d.lock_expiries,
+    }
+}
+
 /// An SVG polyline of backlogs over time, `w` x `h`, scaled to the largest value.
 pub fn sparkline(samples: &[Sample], w: u32, h: u32) -> String {
     if samples.len() < 2 {
