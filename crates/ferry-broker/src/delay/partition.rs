@@ -221,11 +221,10 @@ impl Rebuild {
                 }
                 s.scheduled(offset, due_ms, (kind, key), bytes)?;
             }
-            Some(StoreRecord::Cancel { id, due_ms, bytes, kind, key }) => {
-                if id >= s.log_start {
-                    s.finished(id, due_ms, &(kind, key), u64::from(bytes))?;
-                }
+            Some(StoreRecord::Cancel { id, due_ms, bytes, kind, key }) if id >= s.log_start => {
+                s.finished(id, due_ms, &(kind, key), u64::from(bytes))?;
             }
+            Some(StoreRecord::Cancel { .. }) => {}
             Some(StoreRecord::Intent(intent)) => s.intended(offset, intent)?,
             Some(StoreRecord::Fired { intent }) => {
                 s.unfinished.remove(&intent);

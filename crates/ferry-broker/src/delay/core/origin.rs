@@ -92,10 +92,13 @@ mod tests {
         Origin { producer_id: 7, epoch, base_seq, count }
     }
 
+    /// A row: the last batch known, the new batch, what it is (a duplicate's first id and count, or a refusal).
+    type Row = (Option<LastBatch>, Origin, Result<Option<(u64, u32)>, &'static str>);
+
     #[test]
     fn retries_are_duplicates_and_stale_or_reordered_sequences_are_refused() {
         let last = LastBatch { epoch: 2, base_seq: 10, count: 3, first_id: 500 };
-        let table: &[(Option<LastBatch>, Origin, Result<Option<(u64, u32)>, &str>)] = &[
+        let table: &[Row] = &[
             (None, o(0, 0, 1), Ok(None)),
             (Some(last), o(2, 10, 3), Ok(Some((500, 3)))),
             (Some(last), o(2, 13, 1), Ok(None)),
