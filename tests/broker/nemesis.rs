@@ -72,6 +72,9 @@ async fn reader(
 ) {
     let mut offset = 0u64;
     let mut last: Option<u64> = None;
+    // After a refused or failed read, the next waits for this ticker: a member being failed over answers at once.
+    let mut backoff = tokio::time::interval(Duration::from_millis(20));
+    backoff.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.is_cancelled() {
         let at = cluster_client.for_partition(TOPIC, partition);
         let request = pb::FetchRequest {
@@ -90,7 +93,8 @@ async fn reader(
             a = at.fetch(request) => a,
         };
         let Ok(answer) = answer else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            backoff.reset();
+            backoff.tick().await;
             continue;
         };
         let Some(data) = answer.partitions.into_iter().next() else { continue };
@@ -98,7 +102,8 @@ async fn reader(
             if let Some(hint) = &data.leader {
                 cluster_client.take_hint(TOPIC, partition, hint);
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            backoff.reset();
+            backoff.tick().await;
             continue;
         }
         if data.leader_epoch > 0 {
@@ -156,6 +161,9 @@ async fn member(
         entry.retain(|(n, _)| *n != name);
         entry.push((name, parts));
     };
+    // A member's beat: join or heartbeat every 500 ms (the session is 6 s).
+    let mut beat = tokio::time::interval(Duration::from_millis(500));
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.is_cancelled() {
         let at = cluster_client.for_group(group);
         if member_id.is_empty() {
@@ -184,7 +192,7 @@ async fn member(
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = beat.tick() => {}
         }
     }
 }

@@ -74,7 +74,11 @@ fn load(
                 let config = ProducerConfig { delivery_timeout: deadline(&[IO_BUDGET]), ..Default::default() };
                 let p = Producer::new(client, config).await?;
                 let mut i = 0;
+                // One record per partition every 10 ms at most: a steady load, not a flood.
+                let mut pace = tokio::time::interval(Duration::from_millis(10));
+                pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 while !stop.is_cancelled() {
+                    pace.tick().await;
                     let delivered = match p.send(record_of(partition, i)).await {
                         Ok(delivery) => delivery.await.ok(),
                         Err(_) => None,
@@ -83,7 +87,6 @@ fn load(
                         acked.lock().unwrap_or_else(|e| e.into_inner()).insert((partition, ack.offset), Instant::now());
                     }
                     i += 1;
-                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 p.close().await;
                 Ok(())
@@ -93,14 +96,25 @@ fn load(
 }
 
 /// Samples the mirror every [`CHECK`]: an acknowledged record the target lacks (at or past the partition's cache
-/// offset) for longer than two checks must come with an RPO above 0. Returns the violations.
-fn rpo_watch(mirror_url: String, acked: Acked, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<String>> {
-    tokio::spawn(async move {
+/// offset) for longer than two checks must come with an RPO above 0. Returns the violations, and a count of the
+/// samples taken so far.
+fn rpo_watch(
+    mirror_url: String,
+    acked: Acked,
+    stop: CancellationToken,
+) -> (tokio::task::JoinHandle<Vec<String>>, Arc<std::sync::atomic::AtomicUsize>) {
+    let samples = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let taken = Arc::clone(&samples);
+    let watch = tokio::spawn(async move {
         let mut violations = Vec::new();
+        let mut sample = tokio::time::interval(CHECK);
+        sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        sample.tick().await;
         while !stop.is_cancelled() {
-            tokio::time::sleep(CHECK).await;
+            sample.tick().await;
             let Ok(r) = reqwest::get(format!("{mirror_url}/api/v1/partitions?topic={TOPIC}")).await else { continue };
             let Ok(doc) = r.json::<serde_json::Value>().await else { continue };
+            taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let now = Instant::now();
             for p in doc["partitions"].as_array().into_iter().flatten() {
                 let (Some(partition), Some(cache), Some(rpo)) =
@@ -123,7 +137,8 @@ fn rpo_watch(mirror_url: String, acked: Acked, stop: CancellationToken) -> tokio
             }
         }
         violations
-    })
+    });
+    (watch, samples)
 }
 
 async fn leader_of(source: &FaultyCluster, partition: u32) -> anyhow::Result<u32> {
@@ -170,9 +185,13 @@ async fn case_4_a_source_leader_cut_from_etcd_does_not_keep_the_mirror_and_the_r
     let (source, target, mirror) = setup().await?;
     let acked: Acked = Arc::default();
     let stop = CancellationToken::new();
-    let watch = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
+    let (watch, samples) = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
     let loads = load(all_client(&source), Arc::clone(&acked), stop.clone());
-    tokio::time::sleep(2 * CHECK).await;
+    wait_until("the load acknowledged on every partition", deadline(&[IO_BUDGET]), async || {
+        let a = acked.lock().unwrap_or_else(|e| e.into_inner());
+        (0..PARTITIONS).all(|p| a.keys().filter(|(q, _)| *q == p).count() >= 10)
+    })
+    .await?;
     let leader = leader_of(&source, 0).await?;
     source.cut_from_etcd(leader);
     // The new leader takes the load; the mirror follows it, not the cut-off member.
@@ -180,7 +199,12 @@ async fn case_4_a_source_leader_cut_from_etcd_does_not_keep_the_mirror_and_the_r
         anyhow::Ok(leader_of(&source, 0).await.is_ok_and(|l| l != leader))
     })
     .await?;
-    tokio::time::sleep(4 * CHECK).await;
+    // The watch samples four times more while the load goes on at the new leader.
+    let before = samples.load(std::sync::atomic::Ordering::SeqCst);
+    wait_until("four more samples of the mirror", deadline(&[4 * CHECK, IO_BUDGET]), async || {
+        samples.load(std::sync::atomic::Ordering::SeqCst) >= before + 4
+    })
+    .await?;
     stop.cancel();
     for l in loads {
         l.await??;
@@ -199,7 +223,7 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
     let ttl = source.spec().lease_ttl;
     let acked: Acked = Arc::default();
     let stop = CancellationToken::new();
-    let watch = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
+    let (watch, _) = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
     let loads = load(all_client(&source), Arc::clone(&acked), stop.clone());
     let secs = std::env::var("FERRY_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let started = Instant::now();
