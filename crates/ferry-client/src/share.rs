@@ -184,59 +184,13 @@ impl ShareConsumer {
         self.active.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn owner(&self) -> BrokerClient {
-        self.client.for_partition(QUEUES_TOPIC, self.owner_partition())
-    }
-
-    fn owner_partition(&self) -> u32 {
-        ferry_proto::partition_for_key(self.config.group.as_bytes(), QUEUES_PARTITIONS)
-    }
-
-    /// Forgets the owner learnt (it is gone or refused without naming another): the next call asks the listed
-    /// brokers, which name the new one.
-    fn forget_owner(&self, owner: &BrokerClient) {
-        self.client.forget_leader(QUEUES_TOPIC, self.owner_partition());
-        owner.reconnect();
-    }
-
-    /// Calls the owner, following NOT_LEADER and riding out a moving or restarting owner.
+    /// Calls the group's owner (see [`call_owner`]).
     async fn call<T, F, Fut>(&self, f: F) -> Result<T>
     where
         F: Fn(crate::RawClient) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut last = None;
-        let until = tokio::time::Instant::now() + RETRY_FOR;
-        while tokio::time::Instant::now() < until {
-            let owner = self.owner();
-            let broker = owner.address();
-            let raw = match owner.raw().await {
-                Ok(raw) => raw,
-                Err(e) => {
-                    self.forget_owner(&owner);
-                    last = Some(e);
-                    tokio::time::sleep(PAUSE).await;
-                    continue;
-                }
-            };
-            match f(raw).await {
-                Ok(r) => return Ok(r.into_inner()),
-                Err(status) => {
-                    let e = ClientError::from_status(&status, &broker);
-                    if owner.follow_hint(&status) {
-                        last = Some(e);
-                        continue;
-                    }
-                    if !e.is_retriable() {
-                        return Err(e);
-                    }
-                    self.forget_owner(&owner);
-                    last = Some(e);
-                    tokio::time::sleep(PAUSE).await;
-                }
-            }
-        }
-        Err(last.unwrap_or(ClientError::Closed("the group's owner")))
+        call_owner(&self.client, owner_partition(&self.config.group), f).await
     }
 
     async fn rejoin(&self) -> Result<()> {
@@ -358,26 +312,15 @@ impl ShareAdmin {
         F: Fn(crate::RawClient) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        let probe = ShareConsumer {
-            client: self.client.clone(),
-            config: ShareConfig::new(group, &[], ShareMode::Queue),
-            member: Mutex::new(String::new()),
-            active: std::sync::atomic::AtomicBool::new(false),
-        };
-        probe.call(f).await
+        call_owner(&self.client, owner_partition(group), f).await
     }
 
     /// Every message-model group, from each state partition's owner: (group, mode, live members).
     pub async fn list(&self) -> Result<Vec<pb::ShareGroupSummary>> {
         let mut all = Vec::new();
         for k in 0..QUEUES_PARTITIONS {
-            // A group name that hashes to partition k reaches its owner.
-            let probe = (0u32..)
-                .map(|i| format!("probe-{i}"))
-                .find(|g| ferry_proto::partition_for_key(g.as_bytes(), QUEUES_PARTITIONS) == k);
-            let Some(probe) = probe else { continue };
             let req = pb::ShareListRequest { partition: k };
-            let got = self.call(&probe, |mut raw| async move { raw.share_list(req).await }).await?;
+            let got = call_owner(&self.client, k, |mut raw| async move { raw.share_list(req).await }).await?;
             all.extend(got.groups);
         }
         all.sort_by(|a, b| a.group.cmp(&b.group));
@@ -431,6 +374,56 @@ impl ShareAdmin {
         })
         .await
     }
+}
+
+/// The partition of `__ferry_queues` whose leader owns `group`.
+fn owner_partition(group: &str) -> u32 {
+    ferry_proto::partition_for_key(group.as_bytes(), QUEUES_PARTITIONS)
+}
+
+/// Calls the owner of partition `k` of `__ferry_queues`, following NOT_LEADER and riding out a moving or
+/// restarting owner: a gone owner is forgotten, so the next try asks the listed brokers, which name the new one.
+async fn call_owner<T, F, Fut>(client: &BrokerClient, k: u32, f: F) -> Result<T>
+where
+    F: Fn(crate::RawClient) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+{
+    let forget = |owner: &BrokerClient| {
+        client.forget_leader(QUEUES_TOPIC, k);
+        owner.reconnect();
+    };
+    let mut last = None;
+    let until = tokio::time::Instant::now() + RETRY_FOR;
+    while tokio::time::Instant::now() < until {
+        let owner = client.for_partition(QUEUES_TOPIC, k);
+        let broker = owner.address();
+        let raw = match owner.raw().await {
+            Ok(raw) => raw,
+            Err(e) => {
+                forget(&owner);
+                last = Some(e);
+                tokio::time::sleep(PAUSE).await;
+                continue;
+            }
+        };
+        match f(raw).await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(status) => {
+                let e = ClientError::from_status(&status, &broker);
+                if owner.follow_hint(&status) {
+                    last = Some(e);
+                    continue;
+                }
+                if !e.is_retriable() {
+                    return Err(e);
+                }
+                forget(&owner);
+                last = Some(e);
+                tokio::time::sleep(PAUSE).await;
+            }
+        }
+    }
+    Err(last.unwrap_or(ClientError::Closed("the group's owner")))
 }
 
 fn from_pb(r: pb::ShareRecord) -> ShareMessage {

@@ -217,8 +217,10 @@ impl BrokerService {
             }
             self.shares.forget_unowned(&self.state);
             let mut gauges = std::collections::BTreeMap::new();
+            // Partition ends read once per tick, however many groups read the partition.
+            let mut ends = std::collections::HashMap::new();
             for owned in self.state.owned(&QUEUES) {
-                if let Err(e) = self.share_tick(owned.k, &mut snapshots, &mut gauges).await {
+                if let Err(e) = self.share_tick(owned.k, &mut snapshots, &mut gauges, &mut ends).await {
                     tracing::debug!(partition = owned.k, error = %e, "message-model housekeeping failed; retried next tick");
                 }
             }
@@ -231,6 +233,7 @@ impl BrokerService {
         k: u32,
         snapshots: &mut std::collections::HashMap<String, i64>,
         gauges: &mut std::collections::BTreeMap<String, GroupGauges>,
+        ends: &mut std::collections::HashMap<crate::share::Tp, u64>,
     ) -> Result<()> {
         let mut guard = self.shares.lock(&self.state, k).await?;
         let names: Vec<String> = guard.state().groups.keys().cloned().collect();
@@ -238,7 +241,7 @@ impl BrokerService {
         for group in names {
             self.share_housekeep(&mut guard, &group, now).await?;
             let Some(g) = guard.state().groups.get(&group) else { continue };
-            if let Some(figures) = self.share_figures(g, now).await {
+            if let Some(figures) = self.share_figures(g, now, ends).await {
                 gauges.insert(group.clone(), figures);
             }
             if g.redrive.as_ref().is_some_and(|j| j.state == "RUNNING") && self.redrives.lock().insert(group.clone()) {
@@ -259,7 +262,12 @@ impl BrokerService {
 
 impl BrokerService {
     /// A group's figures for the metrics (its partitions' ends read now).
-    async fn share_figures(&self, g: &crate::share::Group, now: i64) -> Option<GroupGauges> {
+    async fn share_figures(
+        &self,
+        g: &crate::share::Group,
+        now: i64,
+        ends: &mut std::collections::HashMap<crate::share::Tp, u64>,
+    ) -> Option<GroupGauges> {
         let settings = g.settings.as_ref()?;
         let mut f = GroupGauges {
             mode: settings.mode.name(),
@@ -270,7 +278,6 @@ impl BrokerService {
             members: g.rt.members.len() as u64,
             ..GroupGauges::default()
         };
-        let mut ends = std::collections::HashMap::new();
         for tp in g.parts.keys().chain(g.positions.values().flat_map(|ps| ps.keys())) {
             if !ends.contains_key(tp) {
                 let end = self.read_any(&tp.0, tp.1, u64::MAX, 1).await.map_or(0, |r| r.end);
