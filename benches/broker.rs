@@ -15,15 +15,19 @@
 //! - produce throughput on 1 and 8 partitions (Ferry) / streams (JetStream): records sent as fast as the client
 //!   takes them, timed until the last acknowledgement;
 //! - consume throughput: a consumer reading each topic from the start to the end;
-//! - produce-to-consume latency (p50, p99, p99.9) with the producer paced at 25%, 50% (the headline) and 75% of the
-//!   measured 8-partition produce rate, for 5 s each;
+//! - produce-to-consume latency (p50, p99, p99.9) at 25%, 50% (the headline), 75% and 100% of the measured
+//!   8-partition produce rate, 5 s each, for Ferry and then for JetStream at the same absolute rates (8 streams). The
+//!   load generator and the consumer run in processes of their own (support/latency.rs: pre-built batches, one task
+//!   per side), and each figure prints the cores the server, the producer and the consumer used, so a reader sees
+//!   whether the run measured the server or queueing for the CPU. The table ends with the p99 ratio at the highest
+//!   rate both sustain;
 //! - the Ferry / JetStream produce ratios on 1 and 8 partitions / streams, and the headline
 //!   `RATIO ferry / jetstream produce, 1 partition` (target >= 2).
 //!
 //! Numbers are printed, never asserted: the machine is shared and noisy.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
@@ -31,9 +35,8 @@ use ferry_client::admin::TopicConfig;
 use ferry_client::{
     Admin, BrokerClient, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, StartAt,
 };
-use ferry_testkit::{BROKER_BIN, BrokerProcess, deadline, workspace_root};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use ferry_testkit::{BROKER_BIN, BrokerProcess, workspace_root};
+use support::latency::{self, Load, RunResult, System};
 use support::nats::{self, NatsServer};
 
 mod support;
@@ -45,11 +48,14 @@ const RECORDS: usize = 300_000;
 /// How long the paced latency run lasts.
 const LATENCY_RUN: Duration = Duration::from_secs(5);
 /// Loads of the latency runs, as fractions of the measured 8-partition produce maximum.
-const LATENCY_LOADS: [f64; 3] = [0.25, 0.50, 0.75];
+const LATENCY_LOADS: [f64; 6] = [0.05, 0.10, 0.25, 0.50, 0.75, 1.0];
 /// The load of the headline latency figure.
 const HEADLINE_LOAD: f64 = 0.50;
 
 fn main() -> ExitCode {
+    if let Some(code) = latency::run_role_if_asked() {
+        return code;
+    }
     support::block_on_main(run())
 }
 
@@ -83,7 +89,7 @@ impl Rate {
 
 async fn run() -> anyhow::Result<()> {
     let program = broker_binary()?;
-    let payload = Bytes::from(noise(RECORD_BYTES));
+    let payload = Bytes::from(support::noise(RECORD_BYTES));
     println!("broker benchmark: {RECORDS} records of {RECORD_BYTES} B per run, async flush on both systems");
     println!("ferry-broker: {}", program.display());
 
@@ -104,41 +110,17 @@ async fn run() -> anyhow::Result<()> {
         let rate = ferry_consume(&client, &topic, partitions).await?;
         println!("{}", rate.line(&format!("ferry consume, {partitions} partition(s)")));
     }
-    // Latency at a quarter, half (the headline) and three quarters of the 8-partition maximum (producer, consumer
-    // and broker share the machine's cores). A load the consumer cannot keep up with is reported, not fatal.
+    // Latency, measured by the harness in support::latency: producer and consumer in processes of their own, at a
+    // quarter, half (the headline), three quarters and all of the 8-partition maximum measured above.
     let max8 = ferry.iter().find(|(p, _)| *p == 8).map(|(_, r)| r.records_per_sec()).unwrap_or(0.0);
+    let mut ferry_runs = Vec::new();
     for fraction in LATENCY_LOADS {
         let topic = format!("latency-{}", (fraction * 100.0) as u32);
         admin.create_topic(&topic, 8, TopicConfig::default(), None).await?;
-        let rate = max8 * fraction;
-        let what = format!(
-            "ferry produce-to-consume latency, 8 partitions at {rate:.0} records/s ({:.0}% of max{})",
-            fraction * 100.0,
-            if fraction == HEADLINE_LOAD { ", headline" } else { "" }
-        );
-        // Where the machine's two cores went during the run: the broker, this process (the paced producer and the
-        // consumer), and idle. A run with no idle time left measures queueing for the CPU, not the broker.
-        let (idle0, started) = (support::cpu_idle_ticks(), Instant::now());
-        let (broker0, own0) = (support::cpu_seconds(broker.pid()), support::cpu_seconds(std::process::id()));
-        let result = ferry_latency(&client, &topic, 8, rate, &payload).await;
-        let wall = started.elapsed().as_secs_f64();
-        let cores = |cpu: f64| cpu / wall;
-        let busy = format!(
-            "cores busy: broker {:.2}, load generator and consumer {:.2}; machine idle {:.0}%",
-            cores(support::cpu_seconds(broker.pid()) - broker0),
-            cores(support::cpu_seconds(std::process::id()) - own0),
-            support::cpu_idle_share(idle0) * 100.0
-        );
-        match result {
-            Ok(l) => println!(
-                "{what}, {} records: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({busy})",
-                l.samples,
-                l.p50.as_secs_f64() * 1e3,
-                l.p99.as_secs_f64() * 1e3,
-                l.p999.as_secs_f64() * 1e3
-            ),
-            Err(e) => println!("{what}: not measured: {e:#} ({busy})"),
-        }
+        let load = latency_load(broker.addr().to_string(), topic, max8 * fraction);
+        let result = latency::run(System::Ferry, &load, broker.pid()).await;
+        print_latency("ferry", fraction, &load, &result);
+        ferry_runs.push((fraction, load, result.ok()));
     }
     drop(broker);
 
@@ -165,6 +147,19 @@ async fn run() -> anyhow::Result<()> {
             if let Some(ratio) = ratio1 {
                 println!("RATIO ferry / jetstream produce, 1 partition: {ratio:.2}  (target >= 2)");
             }
+            let mut nats_runs = Vec::new();
+            for (fraction, load, _) in &ferry_runs {
+                let load = Load {
+                    topic: format!("lat{}", (fraction * 100.0) as u32),
+                    addr: server.url.clone(),
+                    ..load.clone()
+                };
+                latency::nats_streams(&load).await?;
+                let result = latency::run(System::Nats, &load, server.pid()).await;
+                print_latency("nats jetstream", *fraction, &load, &result);
+                nats_runs.push(result.ok());
+            }
+            compare_latency(&ferry_runs, &nats_runs);
         }
     }
     Ok(())
@@ -184,19 +179,6 @@ fn broker_binary() -> anyhow::Result<std::path::PathBuf> {
         );
     }
     Ok(path)
-}
-
-/// `len` bytes that do not compress (xorshift).
-fn noise(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Sends RECORDS records round the partitions as fast as the producer takes them; timed to the last ack.
@@ -234,87 +216,58 @@ async fn ferry_consume(client: &BrokerClient, topic: &str, partitions: u32) -> a
     Ok(Rate { records, bytes, elapsed: start.elapsed() })
 }
 
-fn now_micros() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+/// A paced latency run's parameters: 8 partitions of 1 KiB records at `rate` records/s for LATENCY_RUN.
+fn latency_load(addr: String, topic: String, rate: f64) -> Load {
+    Load { addr, topic, partitions: 8, rate, record_bytes: RECORD_BYTES, run: LATENCY_RUN }
 }
 
-/// Produce-to-consume latencies of one paced run.
-#[derive(Debug, Clone, Copy)]
-struct Latency {
-    p50: Duration,
-    p99: Duration,
-    p999: Duration,
-    samples: usize,
+fn print_latency(system: &str, fraction: f64, load: &Load, result: &anyhow::Result<RunResult>) {
+    let what = format!(
+        "{system} produce-to-consume latency, 8 partitions at {:.0} records/s ({:.0}% of ferry's max{})",
+        load.rate,
+        fraction * 100.0,
+        if fraction == HEADLINE_LOAD { ", headline" } else { "" }
+    );
+    match result {
+        Ok(r) => println!("{what}: {}{}", r.line(), if r.sustained(load) { "" } else { "; NOT SUSTAINED" }),
+        Err(e) => println!("{what}: not measured: {e:#}"),
+    }
 }
 
-/// Paces the producer at `rate` records/s for LATENCY_RUN while a consumer reads the topic; each record carries
-/// its send time, and the consumer notes how long it took to arrive.
-async fn ferry_latency(
-    client: &BrokerClient,
-    topic: &str,
-    partitions: u32,
-    rate: f64,
-    payload: &Bytes,
-) -> anyhow::Result<Latency> {
-    if rate < 1.0 {
-        bail!("no produce rate to pace the latency run at");
-    }
-    let total = (rate * LATENCY_RUN.as_secs_f64()) as usize;
-    let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default())?;
-    consumer.assign((0..partitions).map(|p| (topic.to_owned(), p, StartAt::Earliest)).collect())?;
-    let mut reader = tokio::spawn(async move {
-        let mut latencies = Vec::with_capacity(total);
-        while latencies.len() < total {
-            for r in consumer.poll(Duration::from_millis(100)).await? {
-                let sent = r
-                    .headers
-                    .iter()
-                    .find(|h| h.key == "t")
-                    .and_then(|h| h.value.as_deref())
-                    .map(|v| u64::from_be_bytes(v.try_into().expect("8-byte send time")));
-                if let Some(sent) = sent {
-                    latencies.push(Duration::from_micros(now_micros().saturating_sub(sent)));
-                }
-            }
+/// The side-by-side table: both systems at each rate, the p99 ratio where both sustained it, the headline, and the
+/// highest rate both sustain.
+fn compare_latency(ferry: &[(f64, Load, Option<RunResult>)], nats: &[Option<RunResult>]) {
+    let mut both = None;
+    for ((fraction, load, f), n) in ferry.iter().zip(nats) {
+        let (Some(f), Some(n)) = (f, n) else { continue };
+        let sustained = f.sustained(load) && n.sustained(load);
+        println!(
+            "latency at {:.0} records/s ({:.0}%): ferry p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, jetstream {:.2}/{:.2}/{:.2} ms, \
+             p99 ferry / jetstream {:.2}{}",
+            load.rate,
+            fraction * 100.0,
+            f.p50,
+            f.p99,
+            f.p999,
+            n.p50,
+            n.p99,
+            n.p999,
+            f.p99 / n.p99,
+            if sustained { "" } else { " (not sustained by both)" }
+        );
+        if *fraction == HEADLINE_LOAD {
+            println!("HEADLINE ferry p99 at 50% of its 8-partition max: {:.2} ms  (target <= 20 ms)", f.p99);
         }
-        anyhow::Ok(latencies)
-    });
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).await?;
-    let start = Instant::now();
-    let mut deliveries = FuturesUnordered::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
-    let mut sent = 0usize;
-    while sent < total {
-        tick.tick().await;
-        let due = ((start.elapsed().as_secs_f64() * rate) as usize).min(total);
-        while sent < due {
-            let record = ProducerRecord {
-                topic: topic.to_owned(),
-                partition: Some(sent as u32 % partitions),
-                value: Some(payload.clone()),
-                ..ProducerRecord::default()
-            }
-            .with_header("t", now_micros().to_be_bytes().to_vec());
-            deliveries.push(producer.send(record).await?);
-            sent += 1;
-        }
-        while let Some(Some(done)) = futures::FutureExt::now_or_never(deliveries.next()) {
-            done?;
+        if sustained {
+            both = Some((load.rate, f.p99 / n.p99));
         }
     }
-    while let Some(done) = deliveries.next().await {
-        done?;
+    match both {
+        Some((rate, ratio)) => println!(
+            "RATIO ferry p99 / jetstream p99 at the highest rate both sustain ({rate:.0} records/s): {ratio:.2}  (target <= 1)"
+        ),
+        None => println!("no rate was sustained by both systems"),
     }
-    producer.close().await;
-    // A consumer that fell behind is stopped here, not left polling through the runs that follow.
-    let waited = tokio::time::timeout(deadline(&[LATENCY_RUN]), &mut reader).await;
-    if waited.is_err() {
-        reader.abort();
-    }
-    let mut latencies = waited.context("the consumer fell behind")???;
-    latencies.sort();
-    let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Ok(Latency { p50: pick(0.50), p99: pick(0.99), p999: pick(0.999), samples: latencies.len() })
 }
 
 /// Publishes RECORDS messages round `streams` file-backed streams (one subject each) with up to

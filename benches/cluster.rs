@@ -40,8 +40,11 @@ use futures::stream::FuturesUnordered;
 mod support;
 
 const RECORD_BYTES: usize = 1024;
-/// Records per throughput run.
-const RECORDS: usize = 100_000;
+/// Records per throughput run: `FERRY_BENCH_CLUSTER_RECORDS`, 300,000 by default (about a second of raft3 load,
+/// long enough that start-up and the last acknowledgement do not dominate).
+fn records() -> usize {
+    std::env::var("FERRY_BENCH_CLUSTER_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000)
+}
 /// How long a paced latency run lasts.
 const LATENCY_RUN: Duration = Duration::from_secs(5);
 /// One record in this many is timed in a latency run.
@@ -69,7 +72,7 @@ async fn run() -> anyhow::Result<()> {
     if !program.is_file() {
         bail!("{} not found: build it with `cargo build --release -p ferry-broker`", program.display());
     }
-    println!("cluster benchmark: 3 members, {RECORDS} records of {RECORD_BYTES} B per throughput run, async flush");
+    println!("cluster benchmark: 3 members, {} records of {RECORD_BYTES} B per throughput run, async flush", records());
     let etcd = EtcdProcess::start().await?;
     let mut brokers = Vec::new();
     for id in 1..=3 {
@@ -121,6 +124,11 @@ async fn run() -> anyhow::Result<()> {
     println!(
         "RATIO single / raft3 CPU per GB: {:.2}  (the ratio a CPU-bound machine allows)",
         single_cost / raft3_cost
+    );
+    let brokers_cost = |run: &((f64, f64), Busy)| run.1.brokers() / (run.0.0 / 1e3);
+    println!(
+        "RATIO raft3 / single brokers' CPU per acknowledged byte: {:.2}  (target <= 2.5; three copies written, two sent)",
+        brokers_cost(&raft3) / brokers_cost(&single)
     );
     let (single, raft3) = (single.0, raft3.0);
     println!("RATIO raft3 / single produce: {:.2}  (target >= 0.6)", raft3.0 / single.0);
@@ -286,14 +294,15 @@ async fn throughput(
     let config = ProducerConfig { max_in_flight: in_flight, ..ProducerConfig::default() };
     let producer = Producer::new(client.clone(), config).await?;
     let start = Instant::now();
-    let mut deliveries = Vec::with_capacity(RECORDS);
-    for _ in 0..RECORDS {
+    let records = records();
+    let mut deliveries = Vec::with_capacity(records);
+    for _ in 0..records {
         deliveries.push(producer.send(record(topic, payload)).await?);
     }
     futures::future::try_join_all(deliveries).await.context("a produce failed")?;
     let secs = start.elapsed().as_secs_f64();
     producer.close().await;
-    Ok(((RECORDS * RECORD_BYTES) as f64 / 1e6 / secs, RECORDS as f64 / secs))
+    Ok(((records * RECORD_BYTES) as f64 / 1e6 / secs, records as f64 / secs))
 }
 
 /// (p50, p99, samples) of send-to-acknowledgement times with the producer paced at `rate` records/s.

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod latency;
 pub mod nats;
 
 use std::path::PathBuf;
@@ -212,4 +213,17 @@ listen = "127.0.0.1:0"
             sync_extra = self.sync_extra,
         )
     }
+}
+
+/// `len` bytes that do not compress (xorshift).
+pub fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }

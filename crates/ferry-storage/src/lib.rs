@@ -72,6 +72,7 @@ mod maintenance;
 mod offsets;
 mod open_files;
 mod read;
+mod recent;
 mod recovery;
 mod segment;
 mod state;

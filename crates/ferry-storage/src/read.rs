@@ -12,6 +12,7 @@ use ferry_batch::{self as batch, BatchError, BatchHeader, BatchIter, HEADER_LEN}
 
 use crate::fs::FileRef;
 use crate::open_files::SegmentFile;
+use crate::recent::Now;
 use crate::segment::{read_exact_at, scan_headers};
 use crate::state::LogCore;
 use crate::types::ReadResult;
@@ -59,9 +60,30 @@ impl LogCore {
         }
     }
 
-    /// `Log::read`.
+    /// `Log::read`: the last read's answer when a fresh read would return the same batches (see `recent`), else a
+    /// read of the segment file, kept for the next reader.
     pub(crate) fn read_batches(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
-        self.with_retry(|| self.read_once(offset, max_bytes))
+        let now = {
+            let st = self.state.read();
+            if st.closed {
+                return Err(self.closed_error());
+            }
+            // The generation moves only under the state's write lock: this view is consistent.
+            Now {
+                generation: self.current_generation(),
+                log_start_offset: st.log_start(),
+                log_end_offset: st.log_end(),
+                epoch: st.epochs.latest(),
+            }
+        };
+        if let Some(kept) = self.recent.take(offset, max_bytes, &now) {
+            return Ok(kept);
+        }
+        let result = self.with_retry(|| self.read_once(offset, max_bytes))?;
+        if self.current_generation() == now.generation {
+            self.recent.keep(offset, max_bytes, now.generation, &result);
+        }
+        Ok(result)
     }
 
     fn read_once(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::recent::RecentRead;
+
 use crate::checkpoint::EpochState;
 use crate::clock::Clock;
 use crate::fs::{FileRef, FsRef};
@@ -39,6 +41,8 @@ pub(crate) struct LogCore {
     pub generation: AtomicU64,
     /// The open files of sealed segments, at most `max_open_segments`.
     pub files: Arc<OpenFiles>,
+    /// The last read, for the next reader asking the same (see `recent`).
+    pub recent: RecentRead,
 }
 
 impl LogCore {
@@ -54,6 +58,7 @@ impl LogCore {
             state: RwLock::new(state),
             generation: AtomicU64::new(0),
             files,
+            recent: RecentRead::default(),
         }
     }
 
