@@ -122,6 +122,14 @@ async fn run() -> anyhow::Result<()> {
         print_latency("ferry", fraction, &load, &result);
         ferry_runs.push((fraction, load, result.ok()));
     }
+    // The same loads through the client library, for what an application sees (the client's per-record path).
+    for fraction in LATENCY_LOADS {
+        let topic = format!("client-latency-{}", (fraction * 100.0) as u32);
+        admin.create_topic(&topic, 8, TopicConfig::default(), None).await?;
+        let load = latency_load(broker.addr().to_string(), topic, max8 * fraction);
+        let result = latency::run(System::FerryClient, &load, broker.pid()).await;
+        print_latency("ferry client library (producer defaults, 5 ms linger)", fraction, &load, &result);
+    }
     drop(broker);
 
     match nats::server_binary() {

@@ -100,13 +100,23 @@ impl Load {
 /// Which server a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum System {
+    /// Ferry through the lean roles (raw RPCs, pre-built batches).
     Ferry,
+    /// Ferry through the client library (`Producer::send` per record, `Consumer::poll`), in the same processes'
+    /// shape: what an application sees, the client's per-record path included.
+    FerryClient,
+    /// NATS JetStream.
     Nats,
 }
 
 impl System {
     fn role(self, side: &str) -> String {
-        format!("{}-{side}", if self == System::Ferry { "ferry" } else { "nats" })
+        let system = match self {
+            System::Ferry => "ferry",
+            System::FerryClient => "client",
+            System::Nats => "nats",
+        };
+        format!("{system}-{side}")
     }
 }
 
@@ -191,6 +201,8 @@ pub fn run_role_if_asked() -> Option<std::process::ExitCode> {
             "ferry-consume" => ferry_consume(&load).await?,
             "nats-produce" => nats_produce(&load).await?,
             "nats-consume" => nats_consume(&load).await?,
+            "client-produce" => client_produce(&load).await?,
+            "client-consume" => client_consume(&load).await?,
             other => bail!("unknown {ROLE_VAR} {other:?}"),
         };
         println!("{out}");
@@ -557,6 +569,66 @@ async fn nats_consume(load: &Load) -> anyhow::Result<serde_json::Value> {
         let stamp = u64::from_be_bytes(message.payload[..8].try_into()?);
         latencies.0.push((now_micros().saturating_sub(stamp), 1));
         received += 1;
+    }
+    Ok(latencies.summary(own_cpu()))
+}
+
+async fn client_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
+    use ferry::{BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+    let producer =
+        Producer::new(BrokerClient::new(ClientConfig::new([load.addr.clone()]))?, ProducerConfig::default()).await?;
+    let mut payload = value(load.record_bytes, false);
+    let mut pending = FuturesUnordered::new();
+    let mut acks = Latencies::with_capacity(load);
+    let mut pacer = Pacer::new(load);
+    let mut tick = tokio::time::interval(TICK);
+    let mut next = 0u32;
+    while !pacer.done() {
+        tick.tick().await;
+        let due = pacer.due();
+        payload[..8].copy_from_slice(&now_micros().to_be_bytes());
+        let shared = Bytes::copy_from_slice(&payload);
+        for _ in 0..due {
+            let sent_at = Instant::now();
+            let record = ProducerRecord::new(load.topic.clone(), shared.clone()).with_partition(next);
+            next = (next + 1) % load.partitions;
+            let delivery = producer.send(record).await?;
+            pending.push(async move { delivery.await.map(|_| (sent_at.elapsed(), 1u32)) });
+            pacer.sent += 1;
+        }
+        while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
+            acks.note(done.context("produce")?);
+        }
+    }
+    while let Some(done) = pending.next().await {
+        acks.note(done.context("produce")?);
+    }
+    producer.close().await;
+    Ok(pacer.report(own_cpu(), acks))
+}
+
+async fn client_consume(load: &Load) -> anyhow::Result<serde_json::Value> {
+    use ferry::{BrokerClient, ClientConfig, Consumer, ConsumerConfig, StartAt};
+    let mut consumer =
+        Consumer::new(BrokerClient::new(ClientConfig::new([load.addr.clone()]))?, ConsumerConfig::default())?;
+    consumer.assign((0..load.partitions).map(|p| (load.topic.clone(), p, StartAt::Earliest)).collect())?;
+    let mut latencies = Latencies::with_capacity(load);
+    let total = load.total() as u64;
+    let mut received = 0u64;
+    println!("ready");
+    let mut last = Instant::now() + load.run;
+    while received < total && last.elapsed() < QUIET {
+        let records = consumer.poll(Duration::from_millis(100)).await?;
+        let now = now_micros();
+        if !records.is_empty() {
+            last = Instant::now();
+        }
+        for r in records {
+            let Some(v) = r.value.filter(|v| v.len() >= 8) else { continue };
+            let stamp = u64::from_be_bytes(v[..8].try_into()?);
+            latencies.0.push((now.saturating_sub(stamp), 1));
+            received += 1;
+        }
     }
     Ok(latencies.summary(own_cpu()))
 }
