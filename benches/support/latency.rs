@@ -296,6 +296,15 @@ fn template(n: usize, record_bytes: usize) -> (Vec<u8>, usize) {
     (batch, at)
 }
 
+/// An acknowledgement's outcome as the pacing loops note it (a function, so the error type may be inferred from
+/// the futures pushed later).
+fn settled<E>(done: Result<(Duration, u32), E>, what: &'static str) -> anyhow::Result<(Duration, u32)>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    done.context(what)
+}
+
 /// Latencies by batch: (µs, records), summarised as weighted percentiles.
 struct Latencies(Vec<(u64, u32)>);
 
@@ -399,7 +408,17 @@ async fn ferry_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
     let mut next_partition = 0u32;
     let max_batch = (MAX_BATCH_BYTES / (load.record_bytes + 16)).max(1);
     while !pacer.done() {
-        tick.tick().await;
+        // Acknowledgements are taken as they come, between ticks, with this task's own waker: polling the pending
+        // set without it (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with
+        // the number in flight.
+        tokio::select! {
+            biased;
+            Some(done) = calls.next(), if !calls.is_empty() => {
+                acks.note(settled(done, "produce")?);
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
         let mut due = pacer.due();
         let stamp = now_micros().to_be_bytes();
         // The due records spread over the partitions in turn, one batch per partition per tick.
@@ -426,9 +445,6 @@ async fn ferry_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
             }
             due -= n;
             pacer.sent += n;
-        }
-        while let Some(Some(done)) = futures::FutureExt::now_or_never(calls.next()) {
-            acks.note(done.context("produce")?);
         }
     }
     while let Some(done) = calls.next().await {
@@ -520,7 +536,17 @@ async fn nats_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
     let mut tick = tokio::time::interval(TICK);
     let mut next = 0usize;
     while !pacer.done() {
-        tick.tick().await;
+        // Acknowledgements are taken as they come, between ticks, with this task's own waker: polling the pending
+        // set without it (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with
+        // the number in flight.
+        tokio::select! {
+            biased;
+            Some(done) = pending.next(), if !pending.is_empty() => {
+                acks.note(settled(done, "publish")?);
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
         let due = pacer.due();
         payload[..8].copy_from_slice(&now_micros().to_be_bytes());
         let shared = Bytes::copy_from_slice(&payload);
@@ -533,9 +559,6 @@ async fn nats_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
                 acks.note(pending.next().await.context("in flight")?.context("publish")?);
             }
             pacer.sent += 1;
-        }
-        while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
-            acks.note(done.context("publish")?);
         }
     }
     while let Some(done) = pending.next().await {
@@ -584,7 +607,17 @@ async fn client_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
     let mut tick = tokio::time::interval(TICK);
     let mut next = 0u32;
     while !pacer.done() {
-        tick.tick().await;
+        // Acknowledgements are taken as they come, between ticks, with this task's own waker: polling the pending
+        // set without it (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with
+        // the number in flight.
+        tokio::select! {
+            biased;
+            Some(done) = pending.next(), if !pending.is_empty() => {
+                acks.note(settled(done, "produce")?);
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
         let due = pacer.due();
         payload[..8].copy_from_slice(&now_micros().to_be_bytes());
         let shared = Bytes::copy_from_slice(&payload);
@@ -595,9 +628,6 @@ async fn client_produce(load: &Load) -> anyhow::Result<serde_json::Value> {
             let delivery = producer.send(record).await?;
             pending.push(async move { delivery.await.map(|_| (sent_at.elapsed(), 1u32)) });
             pacer.sent += 1;
-        }
-        while let Some(Some(done)) = futures::FutureExt::now_or_never(pending.next()) {
-            acks.note(done.context("produce")?);
         }
     }
     while let Some(done) = pending.next().await {
