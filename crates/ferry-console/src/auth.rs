@@ -8,6 +8,8 @@
 //!   `X-Ferry-CSRF` header (403 `csrf_required`): an HMAC of the caller's identity under a key drawn at start, which
 //!   `GET /api/v1/session` and every page give the caller.
 //! - Every action, allowed or refused, writes one audit record (JSON line) naming the caller, never the token.
+//! - Both guards run the request with the caller's token digest in a task-local ([`caller_digest`]), from which
+//!   [`crate::api::cluster`] picks the caller's own broker client on a cluster with `forward_user_token`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,7 +46,29 @@ pub struct Principal {
     pub scope: Scope,
     /// Its CSRF token.
     pub csrf: String,
+    /// The SHA-256 digest of the token it presented (directly or at login); `None` for `anonymous`. It selects the
+    /// broker client of a cluster with `forward_user_token` and is never serialized.
+    #[serde(skip)]
+    pub token_digest: Option<[u8; 32]>,
 }
+
+tokio::task_local! {
+    /// The token digest of the caller whose request the current task serves (set by [`read_guard`] and [`guard`]).
+    static CALLER: Option<[u8; 32]>;
+}
+
+/// The token digest of the caller the current request runs for; `None` outside a request or for `anonymous`.
+pub fn caller_digest() -> Option<[u8; 32]> {
+    CALLER.try_with(|c| *c).ok().flatten()
+}
+
+/// The SHA-256 digest of a token (the key of per-token broker clients).
+pub fn token_digest(token: &str) -> [u8; 32] {
+    digest(token.as_bytes())
+}
+
+/// A browser session: the token's name, scope and digest.
+type Session = (String, Scope, [u8; 32]);
 
 struct Known {
     digest: [u8; 32],
@@ -56,7 +80,7 @@ struct Known {
 pub struct Auth {
     tokens: Vec<Known>,
     anonymous_read: bool,
-    sessions: parking_lot::Mutex<HashMap<String, (String, Scope)>>,
+    sessions: parking_lot::Mutex<HashMap<String, Session>>,
     key: [u8; 32],
 }
 
@@ -110,8 +134,13 @@ impl Auth {
                 sessions.remove(&d);
             }
         }
-        sessions.insert(id.clone(), (k.name.clone(), k.scope));
-        let principal = Principal { name: k.name.clone(), scope: k.scope, csrf: self.csrf_for(&format!("s:{id}")) };
+        sessions.insert(id.clone(), (k.name.clone(), k.scope, k.digest));
+        let principal = Principal {
+            name: k.name.clone(),
+            scope: k.scope,
+            csrf: self.csrf_for(&format!("s:{id}")),
+            token_digest: Some(k.digest),
+        };
         Some((id, principal))
     }
 
@@ -127,15 +156,26 @@ impl Auth {
                 .ok_or_else(|| ApiError::Unauthorized("the Authorization header must be \"Bearer <token>\"".into()))?;
             let k = self.by_token(token).ok_or_else(|| ApiError::Unauthorized("unknown bearer token".into()))?;
             let identity = format!("t:{}", hex(&k.digest));
-            return Ok(Principal { name: k.name.clone(), scope: k.scope, csrf: self.csrf_for(&identity) });
+            return Ok(Principal {
+                name: k.name.clone(),
+                scope: k.scope,
+                csrf: self.csrf_for(&identity),
+                token_digest: Some(k.digest),
+            });
         }
         if let Some(id) = session_cookie(headers) {
-            if let Some((name, scope)) = self.sessions.lock().get(id).cloned() {
-                return Ok(Principal { name, scope, csrf: self.csrf_for(&format!("s:{id}")) });
+            if let Some((name, scope, digest)) = self.sessions.lock().get(id).cloned() {
+                let csrf = self.csrf_for(&format!("s:{id}"));
+                return Ok(Principal { name, scope, csrf, token_digest: Some(digest) });
             }
         }
         if self.anonymous_read {
-            return Ok(Principal { name: "anonymous".into(), scope: Scope::Read, csrf: String::new() });
+            return Ok(Principal {
+                name: "anonymous".into(),
+                scope: Scope::Read,
+                csrf: String::new(),
+                token_digest: None,
+            });
         }
         Err(ApiError::Unauthorized(
             "missing credentials: send \"Authorization: Bearer <token>\" or log in at /login".into(),
@@ -245,8 +285,9 @@ pub fn audit_record(
 pub async fn read_guard(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     match state.auth.authenticate(request.headers()) {
         Ok(p) => {
+            let caller = p.token_digest;
             request.extensions_mut().insert(p);
-            next.run(request).await
+            CALLER.scope(caller, next.run(request)).await
         }
         Err(e) if request.uri().path().starts_with("/api/") => e.into_response(),
         Err(_) => axum::response::Redirect::to("/login").into_response(),
@@ -290,9 +331,9 @@ pub async fn guard(State(g): State<Guarded>, mut request: Request, next: Next) -
     };
     let (who, response) = match checked {
         Ok(p) => {
-            let who = p.name.clone();
+            let (who, caller) = (p.name.clone(), p.token_digest);
             request.extensions_mut().insert(p);
-            (who, next.run(request).await)
+            (who, CALLER.scope(caller, next.run(request)).await)
         }
         Err((who, e)) => (who, e.into_response()),
     };

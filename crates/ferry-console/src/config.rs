@@ -43,6 +43,10 @@ pub struct ClusterConfig {
     /// A file holding the broker token the console presents (none: no token).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// Call this cluster's brokers with each caller's own console token instead of `token_file`, so the broker's
+    /// scopes for that token decide what the caller may do (anonymous readers still use `token_file`).
+    #[serde(default)]
+    pub forward_user_token: bool,
 }
 
 /// One mirror monitor whose status the overview shows.

@@ -20,6 +20,7 @@ pub mod pages;
 pub mod records;
 pub mod sampler;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,8 @@ pub use config::ConsoleConfig;
 
 /// Largest request body (413 beyond it).
 pub const BODY_LIMIT: usize = 1024 * 1024;
+/// The most idempotency keys remembered (the oldest are forgotten first).
+pub const MAX_IDEMPOTENCY_KEYS: usize = 10_000;
 /// How long in-flight requests may finish after shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -52,6 +55,28 @@ pub struct Cluster {
     pub admin: Admin,
     /// Message-model calls.
     pub share: ShareAdmin,
+    /// With `forward_user_token`: the same cluster's clients presenting each console token, keyed by the token's
+    /// SHA-256 digest. One per configured token, built at start and connecting lazily, so the map is bounded by
+    /// the config; [`api::cluster`] picks the caller's.
+    pub per_user: Option<Arc<HashMap<[u8; 32], Cluster>>>,
+}
+
+impl Cluster {
+    fn connect(name: &str, brokers: &[String], token: Option<&str>) -> anyhow_free::Result<Cluster> {
+        let mut cc = ClientConfig::new(brokers.iter().cloned()).with_request_timeout(Duration::from_secs(10));
+        if let Some(t) = token {
+            cc = cc.with_token(t.to_owned());
+        }
+        let client = BrokerClient::new(cc).map_err(|e| format!("cluster {name:?}: {e}"))?;
+        Ok(Cluster {
+            name: name.to_owned(),
+            brokers: brokers.to_vec(),
+            admin: Admin::new(client.clone()),
+            share: ShareAdmin::new(client.clone()),
+            client,
+            per_user: None,
+        })
+    }
 }
 
 /// What every handler sees.
@@ -69,6 +94,8 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// The groups' recent backlog and counters.
     pub history: Arc<parking_lot::Mutex<core::history::History>>,
+    /// The idempotency keys of produce and resend, with their first answers (body, audit detail).
+    pub idempotency: Arc<parking_lot::Mutex<core::idempotency::Keys<(serde_json::Value, serde_json::Value)>>>,
 }
 
 fn action<H, T>(state: &AppState, name: &'static str, handler: H) -> MethodRouter<AppState>
@@ -122,18 +149,15 @@ pub async fn start(
 ) -> anyhow_free::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let mut clusters = Vec::new();
     for (c, token) in config.clusters.iter().zip(&config.broker_tokens) {
-        let mut cc = ClientConfig::new(c.brokers.iter().cloned()).with_request_timeout(Duration::from_secs(10));
-        if let Some(t) = token {
-            cc = cc.with_token(t.clone());
+        let mut cluster = Cluster::connect(&c.name, &c.brokers, token.as_deref())?;
+        if c.forward_user_token {
+            let mut users = HashMap::new();
+            for t in &config.tokens {
+                users.insert(auth::token_digest(&t.secret), Cluster::connect(&c.name, &c.brokers, Some(&t.secret))?);
+            }
+            cluster.per_user = Some(Arc::new(users));
         }
-        let client = BrokerClient::new(cc).map_err(|e| format!("cluster {:?}: {e}", c.name))?;
-        clusters.push(Cluster {
-            name: c.name.clone(),
-            brokers: c.brokers.clone(),
-            admin: Admin::new(client.clone()),
-            share: ShareAdmin::new(client.clone()),
-            client,
-        });
+        clusters.push(cluster);
     }
     let audit = auth::AuditLog::open(config.audit_log.as_deref())
         .await
@@ -156,6 +180,7 @@ pub async fn start(
         config: Arc::new(config),
         http,
         history: Arc::new(parking_lot::Mutex::new(core::history::History::new(crate::config::LAG_SAMPLES))),
+        idempotency: Arc::new(parking_lot::Mutex::new(core::idempotency::Keys::new(MAX_IDEMPOTENCY_KEYS))),
     };
     tokio::spawn(sampler::run(state.clone(), shutdown.clone()));
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();

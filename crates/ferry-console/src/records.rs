@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use ferry_client::BrokerClient;
-use ferry_client::batch::{MAX_DECOMPRESSED_BYTES, decode_records_shared, split_verified};
+use ferry_client::batch::{BatchHeader, MAX_DECOMPRESSED_BYTES, decode_records_shared, split_verified};
 use ferry_client::proto as pb;
 use serde_json::{Value, json};
 
@@ -61,14 +61,14 @@ pub struct Chunk {
     pub log_end: u64,
 }
 
-/// Fetches from `offset` with no wait.
-pub async fn fetch(
+/// One partition's answer to a Fetch from `offset` with no wait, its errors mapped.
+async fn fetch_data(
     client: &BrokerClient,
     topic: &str,
     partition: u32,
     offset: u64,
     max_bytes: u64,
-) -> ApiResult<Chunk> {
+) -> ApiResult<pb::PartitionData> {
     let req = pb::FetchRequest {
         partitions: vec![pb::PartitionFetch {
             topic: topic.to_owned(),
@@ -96,6 +96,18 @@ pub async fn fetch(
     if data.error != 0 {
         return Err(ApiError::Upstream(format!("fetch of {topic}/{partition} at {offset}: {}", data.message)));
     }
+    Ok(data)
+}
+
+/// Fetches from `offset` with no wait.
+pub async fn fetch(
+    client: &BrokerClient,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    max_bytes: u64,
+) -> ApiResult<Chunk> {
+    let data = fetch_data(client, topic, partition, offset, max_bytes).await?;
     let mut chunk = Chunk {
         records: Vec::new(),
         bytes: data.batches.len() as u64,
@@ -146,6 +158,18 @@ pub async fn read_range(
 pub async fn read_one(client: &BrokerClient, c: &Coord) -> ApiResult<Option<Rec>> {
     let chunk = fetch(client, &c.topic, c.partition, c.offset, 64 * 1024).await?;
     Ok(chunk.records.into_iter().find(|r| r.offset == c.offset))
+}
+
+/// The header of the stored batch that holds the record at `c` (its partition epoch, producer id and epoch), if
+/// the log holds it.
+pub async fn batch_header(client: &BrokerClient, c: &Coord) -> ApiResult<Option<BatchHeader>> {
+    let data = fetch_data(client, &c.topic, c.partition, c.offset, 64 * 1024).await?;
+    let corrupt = |e: &dyn std::fmt::Display| ApiError::Upstream(format!("{c}: {e}"));
+    let batches = split_verified(&data.batches).map_err(|e| corrupt(&e))?;
+    Ok(batches
+        .into_iter()
+        .map(|(h, _)| h)
+        .find(|h| h.base_offset <= c.offset && c.offset <= h.base_offset + u64::from(h.last_offset_delta)))
 }
 
 /// A borrowed view for the scan core.

@@ -389,6 +389,8 @@ impl Transactions {
                     bytes: t.bytes,
                     waiting_for_producer: table.clocks.get(key).is_some_and(|c| c.waiting),
                     decided_by: t.decided.map(|(_, by)| by.name().to_owned()).unwrap_or_default(),
+                    producer_id: t.producer_id,
+                    offsets: t.done.clone().unwrap_or_default(),
                 });
             }
         }

@@ -7,16 +7,19 @@
 
 use axum::Json;
 use axum::extract::{Extension, Path, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use ferry_client::batch::{Compression, Header, ProducerInfo, Record, encode_records};
 use ferry_client::proto as pb;
 use ferry_client::{OffsetSpec, Transactions, TxnOutcome};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use super::{cluster, now_ms};
 use crate::auth::{AuditDetail, Principal};
+use crate::core::idempotency::{Decision, MAX_KEY_CHARS, Scope, valid_key};
 use crate::core::lineage::{Coord, edit_headers};
 use crate::error::{ApiError, ApiResult};
 use crate::records::read_one;
@@ -36,8 +39,61 @@ fn answer(body: Value, detail: Value) -> Response {
     r
 }
 
+/// The header naming a writing action's idempotency key.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// Runs a writing action once per idempotency key (when the request has one): a repeat with the same key and body
+/// gets the first answer (its audit detail says `"replayed": true`) and writes nothing.
+async fn once<F>(
+    s: &AppState,
+    p: &Principal,
+    cluster: &str,
+    action: &'static str,
+    headers: &HeaderMap,
+    body: &impl Serialize,
+    run: F,
+) -> ApiResult<Response>
+where
+    F: Future<Output = ApiResult<(Value, Value)>>,
+{
+    let Some(key) = headers.get(IDEMPOTENCY_HEADER) else {
+        let (body, detail) = run.await?;
+        return Ok(answer(body, detail));
+    };
+    let key = key.to_str().ok().filter(|k| valid_key(k)).ok_or_else(|| {
+        ApiError::BadRequest(format!("{IDEMPOTENCY_HEADER}: 1-{MAX_KEY_CHARS} visible ASCII characters"))
+    })?;
+    let scope = Scope { caller: p.name.clone(), cluster: cluster.to_owned(), action, key: key.to_owned() };
+    let digest: [u8; 32] = Sha256::digest(serde_json::to_vec(body).unwrap_or_default()).into();
+    let decision = s.idempotency.lock().begin(&scope, digest);
+    match decision {
+        Decision::Replay((body, mut detail)) => {
+            detail["replayed"] = json!(true);
+            Ok(answer(body, detail))
+        }
+        Decision::InFlight => Err(ApiError::Conflict(
+            "idempotency_key_in_flight",
+            format!("a request with this {IDEMPOTENCY_HEADER} is still running: ask again once it answered"),
+        )),
+        Decision::Reused => Err(ApiError::Conflict(
+            "idempotency_key_reused",
+            format!("this {IDEMPOTENCY_HEADER} was used with another request body: use a new key"),
+        )),
+        Decision::Run => match run.await {
+            Ok((body, detail)) => {
+                s.idempotency.lock().finish(&scope, (body.clone(), detail.clone()));
+                Ok(answer(body, detail))
+            }
+            Err(e) => {
+                s.idempotency.lock().release(&scope);
+                Err(e)
+            }
+        },
+    }
+}
+
 /// A header in a request body.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderIn {
     /// Name.
@@ -75,7 +131,7 @@ async fn produce_one(
 }
 
 /// `POST .../produce`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProduceBody {
     /// Topic.
@@ -98,17 +154,23 @@ pub struct ProduceBody {
 pub async fn produce(
     State(s): State<AppState>,
     Path(name): Path<String>,
+    Extension(p): Extension<Principal>,
+    request_headers: HeaderMap,
     Json(b): Json<ProduceBody>,
 ) -> ApiResult<Response> {
     confirmed(b.confirm)?;
     let c = cluster(&s, &name)?;
-    let headers = b.headers.into_iter().map(|h| (h.key, h.value.map(String::into_bytes))).collect();
-    let at = produce_one(&c, &b.topic, b.partition, b.key.map(Bytes::from), b.value.map(Bytes::from), headers).await?;
-    Ok(answer(json!({"written": at}), json!({"cluster": name, "written": at.to_string()})))
+    once(&s, &p, &name, "produce", &request_headers, &b, async {
+        let headers = b.headers.iter().map(|h| (h.key.clone(), h.value.clone().map(String::into_bytes))).collect();
+        let (key, value) = (b.key.clone().map(Bytes::from), b.value.clone().map(Bytes::from));
+        let at = produce_one(&c, &b.topic, b.partition, key, value, headers).await?;
+        Ok((json!({"written": at}), json!({"cluster": name, "written": at.to_string()})))
+    })
+    .await
 }
 
 /// `POST .../resend`: a new record from an existing one, with edits.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResendBody {
     /// The source record.
@@ -137,10 +199,17 @@ pub async fn resend(
     State(s): State<AppState>,
     Path(name): Path<String>,
     Extension(p): Extension<Principal>,
+    request_headers: HeaderMap,
     Json(b): Json<ResendBody>,
 ) -> ApiResult<Response> {
     confirmed(b.confirm)?;
     let c = cluster(&s, &name)?;
+    let digest_of = serde_json::to_value(&b).unwrap_or_default();
+    once(&s, &p, &name, "resend", &request_headers, &digest_of, resend_once(&c, &p, b)).await
+}
+
+async fn resend_once(c: &Cluster, p: &Principal, b: ResendBody) -> ApiResult<(Value, Value)> {
+    let name = c.name.clone();
     let from = Coord { topic: b.topic.clone(), partition: b.partition, offset: b.offset };
     let src = read_one(&c.client, &from).await?.ok_or_else(|| ApiError::NotFound(format!("no record at {from}")))?;
     let to = b.to_topic.or_else(|| src.header("ferry-dlq-topic")).unwrap_or_else(|| b.topic.clone());
@@ -151,8 +220,8 @@ pub async fn resend(
     let headers = edit_headers(&base, &from, &c.name, &p.name, now_ms());
     let key = b.key.map(Bytes::from).or(src.key.clone());
     let value = b.value.map(Bytes::from).or(src.value.clone());
-    let at = produce_one(&c, &to, b.to_partition, key, value, headers).await?;
-    Ok(answer(
+    let at = produce_one(c, &to, b.to_partition, key, value, headers).await?;
+    Ok((
         json!({"from": from, "written": at}),
         json!({"cluster": name, "from": from.to_string(), "written": at.to_string()}),
     ))

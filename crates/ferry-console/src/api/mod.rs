@@ -9,14 +9,18 @@ pub mod trace;
 use crate::error::{ApiError, ApiResult};
 use crate::{AppState, Cluster};
 
-/// The cluster named in a path.
+/// The cluster named in a path, with the clients the current caller's requests go through: with
+/// `forward_user_token`, those presenting the caller's own token (anonymous readers: the cluster's `token_file`).
 pub fn cluster(state: &AppState, name: &str) -> ApiResult<Cluster> {
-    state
+    let c = state
         .clusters
         .iter()
         .find(|c| c.name == name)
-        .cloned()
-        .ok_or_else(|| ApiError::NotFound(format!("no cluster named {name:?} is configured")))
+        .ok_or_else(|| ApiError::NotFound(format!("no cluster named {name:?} is configured")))?;
+    let (Some(users), Some(caller)) = (&c.per_user, crate::auth::caller_digest()) else { return Ok(c.clone()) };
+    users.get(&caller).cloned().ok_or_else(|| {
+        ApiError::Forbidden(format!("cluster {name:?} forwards callers' tokens and has no client for this caller"))
+    })
 }
 
 /// The dead-letter topic of a group.

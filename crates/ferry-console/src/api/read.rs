@@ -91,8 +91,38 @@ pub async fn topics(
     Ok(Json(json!({"total": total, "offset": page.offset, "topics": list.iter().map(topic_json).collect::<Vec<_>>()})))
 }
 
-/// A topic's description as JSON (shared by the page).
-pub async fn describe(c: &Cluster, topic: &str) -> ApiResult<Value> {
+/// The most partitions one topic answer or page lists.
+pub const MAX_PARTITIONS_PAGE: usize = 1000;
+/// Partitions per topic answer or page by default.
+pub const DEFAULT_PARTITIONS_PAGE: usize = 100;
+
+/// Paging of a topic's partition table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionPage {
+    /// The first partition listed.
+    #[serde(default)]
+    pub partitions_offset: usize,
+    /// How many (default [`DEFAULT_PARTITIONS_PAGE`], at most [`MAX_PARTITIONS_PAGE`]).
+    pub partitions_limit: Option<usize>,
+}
+
+impl PartitionPage {
+    /// The validated limit.
+    pub fn limit(&self) -> ApiResult<usize> {
+        let limit = self.partitions_limit.unwrap_or(DEFAULT_PARTITIONS_PAGE);
+        if limit == 0 || limit > MAX_PARTITIONS_PAGE {
+            return Err(ApiError::BadRequest(format!(
+                "partitions_limit: {limit} is outside 1..={MAX_PARTITIONS_PAGE}"
+            )));
+        }
+        Ok(limit)
+    }
+}
+
+/// A topic's description as JSON (shared by the page): its settings, the totals, and one page of its partitions.
+pub async fn describe(c: &Cluster, topic: &str, page: &PartitionPage) -> ApiResult<Value> {
+    let limit = page.limit()?;
     let d = c.admin.describe_topic(topic).await?;
     let meta = c.client.metadata_for(vec![topic.to_owned()]).await.ok();
     let placement =
@@ -102,6 +132,8 @@ pub async fn describe(c: &Cluster, topic: &str) -> ApiResult<Value> {
     let partitions: Vec<Value> = d
         .partitions
         .iter()
+        .skip(page.partitions_offset)
+        .take(limit)
         .map(|p| {
             let pl = placement(p.partition);
             let d = delayed.iter().find(|d| d.partition == p.partition);
@@ -119,13 +151,19 @@ pub async fn describe(c: &Cluster, topic: &str) -> ApiResult<Value> {
         })
         .collect();
     Ok(json!({"topic": topic_json(&d.topic), "partitions": partitions,
+              "partitions_total": d.partitions.len(), "partitions_offset": page.partitions_offset,
+              "partitions_limit": limit,
               "delayed_pending": delayed.iter().map(|d| d.pending).sum::<u64>()}))
 }
 
-/// `GET .../topics/{topic}`.
-pub async fn topic(State(s): State<AppState>, Path((name, topic)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+/// `GET .../topics/{topic}?partitions_offset=&partitions_limit=`.
+pub async fn topic(
+    State(s): State<AppState>,
+    Path((name, topic)): Path<(String, String)>,
+    Query(page): Query<PartitionPage>,
+) -> ApiResult<Json<Value>> {
     let c = cluster(&s, &name)?;
-    Ok(Json(describe(&c, &topic).await?))
+    Ok(Json(describe(&c, &topic, &page).await?))
 }
 
 /// A share group's description as JSON.
@@ -238,7 +276,9 @@ pub async fn transactions_json(c: &Cluster) -> ApiResult<Value> {
     Ok(json!({"transactions": list.transactions.iter().map(|t| json!({
         "group": t.group, "txn_id": t.txn_id, "state": t.state, "age_ms": t.age_ms, "checks": t.checks,
         "messages": t.messages, "bytes": t.bytes, "waiting_for_producer": t.waiting_for_producer,
-        "decided_by": t.decided_by})).collect::<Vec<_>>()}))
+        "decided_by": t.decided_by, "producer_id": t.producer_id,
+        "offsets": t.offsets.iter().map(|o| json!({"topic": o.topic, "partition": o.partition,
+            "base_offset": o.base_offset, "last_offset": o.last_offset})).collect::<Vec<_>>()})).collect::<Vec<_>>()}))
 }
 
 /// `GET .../overview`.

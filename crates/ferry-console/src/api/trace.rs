@@ -1,6 +1,7 @@
 //! A message's trace: the record; per message-model group its status and every transition; its lineage both
 //! ways (original -> dead letter -> edited -> redriven), read from the lineage headers of the records themselves
-//! ([`crate::core::lineage`]); and, for a mirror topic, its source.
+//! ([`crate::core::lineage`]); the stored batch's epoch, producer and leader, and the transaction that appended it
+//! with its outcome ([`crate::core::provenance`]); and, for a mirror topic, its source.
 //!
 //! Invariants: the lineage search reads at most `budget_bytes` (default the config's scan budget) over the topics
 //! the chain touches, at most [`MAX_TOPICS`] of them, and reports `truncated` when it ran out.
@@ -10,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use ferry_client::OffsetSpec;
+use ferry_client::proto as pb;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -18,8 +20,9 @@ use super::{cluster, dlq_topic};
 use crate::AppState;
 use crate::Cluster;
 use crate::core::lineage::{Coord, Kind, origin};
+use crate::core::provenance::{leader_at_write, transaction_of};
 use crate::error::{ApiError, ApiResult};
-use crate::records::{CHUNK_BYTES, Format, Rec, fetch, read_one, render};
+use crate::records::{CHUNK_BYTES, Format, Rec, batch_header, fetch, read_one, render};
 
 /// The most topics a lineage search reads.
 pub const MAX_TOPICS: usize = 8;
@@ -69,7 +72,9 @@ pub async fn trace_json(c: &Cluster, at: &Coord, q: &TraceQuery, budget: u64) ->
                 "delivery_count": t.delivery_count, "error": t.error, "detail": t.detail})).collect::<Vec<_>>(),
         }));
     }
-    let info = c.admin.describe_topic(&at.topic).await?.topic;
+    let described = c.admin.describe_topic(&at.topic).await?;
+    let (produced, transaction) = provenance(c, at, &rec, &described).await?;
+    let info = described.topic;
     let mirror = info.mirror.as_ref().map(|m| {
         json!({"source_cluster": m.source_cluster, "source_cluster_id": m.source_cluster_id, "source_topic": m.source_topic,
                "source_partition": at.partition, "source_offset": at.offset})
@@ -77,10 +82,61 @@ pub async fn trace_json(c: &Cluster, at: &Coord, q: &TraceQuery, budget: u64) ->
     let lineage = lineage(c, &rec, at, &names, budget).await?;
     Ok(json!({
         "topic": at.topic, "record": render(&rec, q.format),
-        "produced": {"timestamp": rec.timestamp, "leader_now": c.client.for_partition(&at.topic, at.partition).address()},
+        "produced": produced, "transaction": transaction,
         "origin": origin(&rec.header_view()).map(|(kind, from)| json!({"kind": kind, "from": from})),
         "groups": groups, "mirror": mirror, "lineage": lineage,
     }))
+}
+
+/// Every transaction the cluster's members list (resolved ones still remembered too): each member lists those of
+/// the internal partitions it owns.
+async fn all_transactions(c: &Cluster, meta: &pb::MetadataResponse) -> ApiResult<Vec<pb::TxnInfo>> {
+    let req = pb::TxnListRequest { all: true };
+    if meta.brokers.is_empty() {
+        return Ok(c.client.txn_list(req).await?.transactions);
+    }
+    let mut out = Vec::new();
+    for b in &meta.brokers {
+        let client = c.client.for_broker(b.broker_id).unwrap_or_else(|| c.client.clone());
+        out.extend(client.txn_list(req).await?.transactions);
+    }
+    Ok(out)
+}
+
+/// The trace's `produced` (the stored batch's partition epoch, producer id and epoch, and its leader when that is
+/// knowable) and `transaction` (the committed transaction that appended it, or null).
+async fn provenance(
+    c: &Cluster,
+    at: &Coord,
+    rec: &Rec,
+    described: &ferry_client::TopicDescription,
+) -> ApiResult<(Value, Value)> {
+    let header = batch_header(&c.client, at).await?.ok_or_else(|| ApiError::NotFound(format!("no record at {at}")))?;
+    let meta = c.client.metadata_for(vec![at.topic.clone()]).await?;
+    let placement = meta.partitions.iter().find(|p| p.topic == at.topic && p.partition == at.partition);
+    let single = meta.brokers.is_empty() && placement.is_none_or(|p| p.leader_id == 0);
+    let (leader, basis) = leader_at_write(single, &meta.broker_address);
+    let now = described.partitions.iter().find(|p| p.partition == at.partition);
+    let produced = json!({
+        "timestamp": rec.timestamp, "partition_epoch": header.epoch, "batch_base_offset": header.base_offset,
+        "producer_id": header.producer_id, "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence, "leader": leader, "leader_basis": basis,
+        "leader_now": c.client.for_partition(&at.topic, at.partition).address(),
+        "leader_epoch_now": placement.map(|p| p.leader_epoch), "partition_epoch_now": now.map(|p| p.epoch),
+    });
+    if header.producer_id < 0 {
+        return Ok((produced, Value::Null));
+    }
+    let transaction = match all_transactions(c, &meta).await {
+        Ok(txns) => transaction_of(header.producer_id, &at.topic, at.partition, at.offset, &txns).map(|t| {
+            json!({"group": t.group, "txn_id": t.txn_id, "state": t.state, "decided_by": t.decided_by,
+                   "producer_id": t.producer_id, "offsets": t.offsets.iter().map(|o| json!({"topic": o.topic,
+                   "partition": o.partition, "base_offset": o.base_offset, "last_offset": o.last_offset})).collect::<Vec<_>>()})
+        }),
+        // The caller may not list transactions (a forwarded token without the admin scope): say so, not null.
+        Err(e) => Some(json!({"producer_id": header.producer_id, "lookup_error": e.to_string()})),
+    };
+    Ok((produced, transaction.unwrap_or(Value::Null)))
 }
 
 struct Node {

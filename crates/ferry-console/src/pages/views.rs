@@ -171,10 +171,11 @@ pub async fn topic(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((name, topic)): Path<(String, String)>,
+    Query(page): Query<read::PartitionPage>,
 ) -> Response {
     let r = async {
         let c = cluster(&s, &name)?;
-        let d = read::describe(&c, &topic).await?;
+        let d = read::describe(&c, &topic, &page).await?;
         let t = &d["topic"];
         let mut body = format!(
             "<p>id {} · {} · created {} · delayed pending {}</p><p>mirror: {}</p><p>config: <code>{}</code></p>",
@@ -189,6 +190,15 @@ pub async fn topic(
                  format!("<a href=\"/c/{}/browse/{}/{pn}?newest=true\">newest</a> · <a href=\"/c/{}/browse/{}/{pn}\">oldest</a>",
                      seg(&name), seg(&topic), seg(&name), seg(&topic))]
         }).collect());
+        let (total, from, limit) = (text(&d["partitions_total"]).parse().unwrap_or(0usize), page.partitions_offset, page.limit()?);
+        body += &format!("<p id=\"partition-page\">partitions {}..{} of {total}", from.min(total), (from + parts.len()).min(total));
+        if from > 0 {
+            body += &format!(" · <a id=\"prev\" href=\"?partitions_offset={}&partitions_limit={limit}\">previous</a>", from.saturating_sub(limit));
+        }
+        if from + parts.len() < total {
+            body += &format!(" · <a id=\"next\" href=\"?partitions_offset={}&partitions_limit={limit}\">next</a>", from + parts.len());
+        }
+        body += "</p>";
         Ok((format!("Topic {topic}"), body))
     }.await;
     render(&p, &name, r)
@@ -275,6 +285,20 @@ pub async fn message(
             rec["timestamp"], esc(&text(&t["produced"]["leader_now"])), esc(&text(&rec["key"])), esc(&text(&rec["value"])),
             esc(&serde_json::to_string_pretty(&rec["headers"]).unwrap_or_default())
         );
+        let pr = &t["produced"];
+        let written_to = if pr["leader"].is_null() { "a leader the cluster does not record".to_owned() } else { esc(&text(&pr["leader"])) };
+        body += &format!(
+            "<p id=\"produced\">written in partition epoch {} to {} · producer id {} epoch {} · batch at offset {}</p>",
+            pr["partition_epoch"], written_to, pr["producer_id"], pr["producer_epoch"], pr["batch_base_offset"]
+        );
+        let tx = &t["transaction"];
+        if !tx.is_null() {
+            body += &format!(
+                "<p id=\"transaction\">From transaction <b>{}</b> of producer group {}: <b>{}</b> (decided by {}). {}</p>",
+                esc(&text(&tx["txn_id"])), esc(&text(&tx["group"])), esc(&text(&tx["state"])), esc(&text(&tx["decided_by"])),
+                esc(&text(&tx["lookup_error"]))
+            );
+        }
         if !t["mirror"].is_null() {
             body += &format!("<p>Mirrored from <b>{}</b> topic {} at the same offset.</p>", esc(&text(&t["mirror"]["source_cluster"])), esc(&text(&t["mirror"]["source_topic"])));
         }
