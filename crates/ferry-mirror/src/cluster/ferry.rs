@@ -313,6 +313,19 @@ impl TargetCluster for FerryTarget {
             .collect())
     }
 
+    async fn log_ends_many(&self, tps: &[TargetTp]) -> Result<Vec<(TargetTp, u64)>> {
+        // One ListOffsets per leader for every partition, instead of a DescribeTopic per topic: a probe of thousands
+        // of partitions is a request or two. Partitions whose leader answered with an error are unknown, not at 0.
+        let asked: Vec<(String, u32, OffsetSpec)> =
+            tps.iter().map(|tp| (tp.topic().to_owned(), tp.partition, OffsetSpec::Latest)).collect();
+        let answers = self.admin.list_offsets_each(&asked).await?;
+        Ok(answers
+            .into_iter()
+            .flatten()
+            .map(|o| (TargetTp::new(o.topic.as_str(), o.partition), o.log_end_offset))
+            .collect())
+    }
+
     fn ferry_client(&self) -> Option<BrokerClient> {
         Some(self.admin.client().clone())
     }
