@@ -104,8 +104,13 @@ impl Verifier {
         }
         let target = Admin::new(target);
         let (mut round_steps, mut round_bytes) = (0usize, 0u64);
+        // The partitions of the round, listed (and sorted) once per round rather than before every step: with
+        // thousands of partitions, that listing was most of what the verifier cost.
+        let mut eligible = Vec::new();
         loop {
-            let eligible = self.eligible();
+            if round_steps == 0 {
+                eligible = self.eligible();
+            }
             let Some(tp) = self.plan.next(&eligible) else {
                 if sleep_or_stop(&stop, IDLE).await {
                     return;
