@@ -48,8 +48,8 @@ async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) ->
     Ok(Batch::parse(data.batches.slice(..len)).ok().map(|b| (b, data.topic_id)))
 }
 
-/// Decode limit of a side built without one: that of the default `sync.queue_bytes` (16 MiB), 32 MiB.
-const DEFAULT_DECODE_LIMIT: usize = 32 << 20;
+/// Decode limit of a side built without one: that of the default `sync.queue_bytes` (32 MiB), 64 MiB.
+const DEFAULT_DECODE_LIMIT: usize = 64 << 20;
 
 /// The batch holding `offset`, decoded within `decode_limit` decompressed bytes, for the resume rule's tail check.
 async fn batch_holding(
