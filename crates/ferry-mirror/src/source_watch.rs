@@ -9,7 +9,8 @@
 //! - the log end feeds the partition's RPO clock and the stall watchdog ([`PartitionStatus::set_probed_source`]);
 //!   it never moves the pipeline's own position (a probe may be older than the stream's last word);
 //! - the log start goes to the partition's lane ([`LaneLink::source_log_start`]), which reports what source
-//!   retention deleted before it was mirrored (`data_lost_before_mirroring`).
+//!   retention deleted before it was mirrored (`data_lost_before_mirroring`); a log start that did not move since
+//!   the last round is held back as [`crate::lane::repeats`] says.
 //!
 //! A route into another cluster is never probed. A failed round is logged and skipped: route health is the
 //! Egress's business. A source without a cheap call for many partitions' offsets (a Kafka source, see
@@ -21,12 +22,14 @@
 //! [`PartitionStatus::set_probed_source`]: crate::state::PartitionStatus::set_probed_source
 //! [`LaneLink::source_log_start`]: crate::lane::link::LaneLink::source_log_start
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::egress::EgressHandle;
+use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
 use crate::tp::SourceTp;
@@ -38,6 +41,8 @@ pub struct SourceWatch {
     shared: Arc<Shared>,
     check_interval: Duration,
     timeout: Duration,
+    /// The log start each partition's lane was last handed.
+    handed: HashMap<SourceTp, Repeat<u64>>,
 }
 
 impl SourceWatch {
@@ -49,11 +54,11 @@ impl SourceWatch {
         check_interval: Duration,
         timeout: Duration,
     ) -> SourceWatch {
-        SourceWatch { egress, links, shared, check_interval, timeout }
+        SourceWatch { egress, links, shared, check_interval, timeout, handed: HashMap::new() }
     }
 
     /// Probes until `stop`.
-    pub async fn run(self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -64,8 +69,10 @@ impl SourceWatch {
         }
     }
 
-    async fn round(&self) {
+    async fn round(&mut self) {
         let tps: Vec<SourceTp> = self.links.iter().map(|e| e.key().clone()).collect();
+        let links = &self.links;
+        self.handed.retain(|tp, _| links.contains_key(tp));
         if tps.is_empty() {
             return;
         }
@@ -88,7 +95,9 @@ impl SourceWatch {
             if let Some(status) = self.shared.partitions.get(&p.tp) {
                 status.set_probed_source(p.log_start, p.log_end, p.end_age);
             }
-            if let Some(link) = self.links.get(&p.tp) {
+            if let Some(link) = self.links.get(&p.tp)
+                && self.handed.entry(p.tp.clone()).or_default().news(&p.log_start)
+            {
                 link.source_log_start(p.log_start);
             }
         }

@@ -5,12 +5,14 @@
 //! `target_net_not_available`, and the first success after that `target_net_recovered`. The monitor's `/readyz`
 //! answers 503 meanwhile. So an idle mirror, or one whose target is down when it starts, still tells.
 //!
-//! Each probe also reads every owned partition's log end on the target (one call per topic) and hands it to the
+//! Each probe also reads every owned partition's log end on the target (one ListOffsets per target leader for all of
+//! them, not a call per topic) and hands it to the
 //! partition's lane together with the cache offset from before the read: a lane whose target log end is below its
 //! cache offset (the target lost an acknowledged tail, e.g. a power loss under async flush) copies again from the
-//! target's log end, and its lag counts the missing records until then.
+//! target's log end, and its lag counts the missing records until then. A (log end, cache offset) pair that did not
+//! change since the last round is held back as [`crate::lane::repeats`] says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::TargetCluster;
 use crate::events::EventBus;
+use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
 pub use crate::target_health::TargetHealth;
+use crate::tp::TargetTp;
 
 /// How the target is probed.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +43,8 @@ pub struct TargetWatch {
     health: Arc<TargetHealth>,
     events: EventBus,
     probe: TargetProbe,
+    /// The (log end, cache offset before the read) each partition's lane was last handed.
+    handed: HashMap<TargetTp, Repeat<(u64, u64)>>,
 }
 
 impl TargetWatch {
@@ -51,11 +57,11 @@ impl TargetWatch {
         events: EventBus,
         probe: TargetProbe,
     ) -> TargetWatch {
-        TargetWatch { target, links, shared, health, events, probe }
+        TargetWatch { target, links, shared, health, events, probe, handed: HashMap::new() }
     }
 
     /// Probes until `stop`.
-    pub async fn run(self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.probe.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -66,7 +72,7 @@ impl TargetWatch {
         }
     }
 
-    async fn round(&self) {
+    async fn round(&mut self) {
         match tokio::time::timeout(self.probe.timeout, self.target.limits()).await {
             Ok(Ok(_)) => {
                 self.health.success(&self.events);
@@ -80,30 +86,28 @@ impl TargetWatch {
                 return;
             }
         }
-        // Per target topic: each owned partition's link and its cache offset from before the read.
-        let mut by_topic: BTreeMap<String, Vec<(u32, u64, Arc<crate::lane::link::LaneLink>)>> = BTreeMap::new();
+        // Each owned partition's link and its cache offset from before the read, by target partition.
+        let mut parts: BTreeMap<TargetTp, (u64, Arc<crate::lane::link::LaneLink>)> = BTreeMap::new();
         for entry in self.links.iter() {
             let Some(status) = self.shared.partitions.get(entry.key()) else { continue };
-            by_topic.entry(status.target_topic.clone()).or_default().push((
-                status.partition,
-                status.cache_offset(),
-                Arc::clone(entry.value()),
-            ));
+            let tp = TargetTp::new(status.target_topic.as_str(), status.partition);
+            parts.insert(tp, (status.cache_offset(), Arc::clone(entry.value())));
         }
-        for (topic, parts) in by_topic {
-            let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends(&topic)).await {
-                Ok(Ok(ends)) => ends,
-                Ok(Err(e)) => {
-                    tracing::debug!(%topic, error = %e, "cannot read the target's log ends");
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            let ends: BTreeMap<u32, u64> = ends.into_iter().collect();
-            for (partition, cache_before, link) in parts {
-                if let Some(&log_end) = ends.get(&partition) {
-                    link.target_log_end(log_end, cache_before);
-                }
+        self.handed.retain(|tp, _| parts.contains_key(tp));
+        let tps: Vec<TargetTp> = parts.keys().cloned().collect();
+        let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends_many(&tps)).await {
+            Ok(Ok(ends)) => ends,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot read the target's log ends");
+                return;
+            }
+            Err(_) => return,
+        };
+        for (tp, log_end) in ends {
+            if let Some((cache_before, link)) = parts.get(&tp)
+                && self.handed.entry(tp).or_default().news(&(log_end, *cache_before))
+            {
+                link.target_log_end(log_end, *cache_before);
             }
         }
     }

@@ -166,9 +166,12 @@ impl ConditionChecker {
             rpo(s, t, th, now, &mut out);
             flags.push(stall(s, t, th, &mut out));
         }
-        // Partitions no longer here.
+        // Partitions no longer here (a set of those here: with thousands of partitions, a scan of the samples for
+        // each track would be most of what an idle mirror does).
+        let here: std::collections::HashSet<(&str, u32)> =
+            samples.iter().map(|s| (s.topic.as_str(), s.partition)).collect();
         self.tracks.retain(|(topic, partition), t| {
-            if samples.iter().any(|s| s.topic == *topic && s.partition == *partition) {
+            if here.contains(&(topic.as_str(), *partition)) {
                 return true;
             }
             let gone = "is no longer mirrored by this process";

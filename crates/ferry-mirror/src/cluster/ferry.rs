@@ -48,8 +48,8 @@ async fn first_batch(admin: &Admin, topic: &str, partition: u32, offset: u64) ->
     Ok(Batch::parse(data.batches.slice(..len)).ok().map(|b| (b, data.topic_id)))
 }
 
-/// Decode limit of a side built without one: that of the default `sync.queue_bytes` (16 MiB), 32 MiB.
-const DEFAULT_DECODE_LIMIT: usize = 32 << 20;
+/// Decode limit of a side built without one: that of the default `sync.queue_bytes` (32 MiB), 64 MiB.
+const DEFAULT_DECODE_LIMIT: usize = 64 << 20;
 
 /// The batch holding `offset`, decoded within `decode_limit` decompressed bytes, for the resume rule's tail check.
 async fn batch_holding(
@@ -310,6 +310,19 @@ impl TargetCluster for FerryTarget {
             .iter()
             .filter(|p| p.error == pb::ErrorCode::None as i32)
             .map(|p| (p.partition, p.log_end_offset))
+            .collect())
+    }
+
+    async fn log_ends_many(&self, tps: &[TargetTp]) -> Result<Vec<(TargetTp, u64)>> {
+        // One ListOffsets per leader for every partition, instead of a DescribeTopic per topic: a probe of thousands
+        // of partitions is a request or two. Partitions whose leader answered with an error are unknown, not at 0.
+        let asked: Vec<(String, u32, OffsetSpec)> =
+            tps.iter().map(|tp| (tp.topic().to_owned(), tp.partition, OffsetSpec::Latest)).collect();
+        let answers = self.admin.list_offsets_each(&asked).await?;
+        Ok(answers
+            .into_iter()
+            .flatten()
+            .map(|o| (TargetTp::new(o.topic.as_str(), o.partition), o.log_end_offset))
             .collect())
     }
 

@@ -269,6 +269,18 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
         let _ = topic;
         Ok(Vec::new())
     }
+    /// The log ends of many partitions of any topics, for the target probe: those the target could tell (a topic
+    /// whose read failed, or a partition whose leader did not answer, is left out). By default one
+    /// [`TargetCluster::log_ends`] per topic; a target that can answer for many partitions at once overrides it.
+    async fn log_ends_many(&self, tps: &[TargetTp]) -> Result<Vec<(TargetTp, u64)>> {
+        let topics: std::collections::BTreeSet<&str> = tps.iter().map(|tp| tp.topic()).collect();
+        let mut out = Vec::new();
+        for topic in topics {
+            let Ok(ends) = self.log_ends(topic).await else { continue };
+            out.extend(ends.into_iter().map(|(partition, end)| (TargetTp::new(topic, partition), end)));
+        }
+        Ok(out)
+    }
     /// The client of a Ferry target, whose log holds the source's batches as they are (the verifier reads them);
     /// `None` for a target that re-encodes what it stores.
     fn ferry_client(&self) -> Option<ferry_client::BrokerClient> {

@@ -53,7 +53,7 @@ impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
             commit_interval: Duration::from_secs(5),
-            queue_bytes: 16 << 20,
+            queue_bytes: 32 << 20,
             max_memory: 256 << 20,
             compression: true,
             max_bytes_per_sec: 0,

@@ -8,9 +8,11 @@
 //! time. Batches are parsed once, here, into zero-copy [`Batch`] values.
 //!
 //! The broker sends every partition's position on a fixed beat, so silence for several beats means a dead link:
-//! the session fails, and that counts against the route.
+//! the session fails, and that counts against the route. A beat that repeats, for the same seat, exactly the
+//! position the lane was last handed (and nothing but data-free beats came between) is held back, as
+//! [`crate::lane::repeats`] says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +28,7 @@ use crate::egress::{ActiveRoute, EgressHandle};
 use crate::lane::budget::Held;
 use crate::lane::core::{SourceFault, SourcePos};
 use crate::lane::link::LaneLink;
+use crate::lane::repeats::Repeat;
 use crate::metrics::Metrics;
 use crate::state::Shared;
 use crate::tp::SourceTp;
@@ -71,6 +74,10 @@ impl FerrySession {
     }
 }
 
+/// Every partition's credit is looked at once in this many credit ticks (one second at the default tick), besides
+/// the partitions that received data since.
+const FULL_CREDIT_SCAN: u32 = 100;
+
 /// One partition of the stream.
 struct Sub {
     link: Arc<LaneLink>,
@@ -80,6 +87,9 @@ struct Sub {
     seat: Option<u64>,
     /// Credit granted and not yet used.
     credit: Held,
+    /// The position of the last beat handed to the lane under the current seat, while nothing else (data, an
+    /// error) was handed on since.
+    last_beat: Repeat<SourcePos>,
 }
 
 fn start(tp: &SourceTp, offset: u64, credit: u64, seat: u64) -> pb::PartitionStart {
@@ -141,13 +151,15 @@ impl FerrySession {
                 version: u64::MAX,
                 seat: None,
                 credit: Held::none(),
+                last_beat: Repeat::default(),
             });
             if sub.version == version {
                 continue;
             }
             sub.version = version;
-            // A new seat starts afresh: credit granted under the old one is void.
+            // A new seat starts afresh: credit granted under the old one is void, and its first beat is news.
             sub.credit = Held::none();
+            sub.last_beat.forget();
             match wish {
                 Some((seat, _)) => {
                     let budget = &link.budget;
@@ -166,12 +178,20 @@ impl FerrySession {
         (starts, stops)
     }
 
-    /// Credit top-ups for partitions whose free budget passed a quarter of their window.
-    fn credits(subs: &mut BTreeMap<SourceTp, Sub>) -> Option<pb::SubscribeRequest> {
+    /// Credit top-ups for partitions whose free budget passed a quarter of their window. Only the partitions in
+    /// `wanting` are looked at (those that received data, or started, since their credit was last whole), or every
+    /// partition when `all`; a partition leaves `wanting` once everything its budget holds is credit outstanding:
+    /// its lane holds none of its bytes, so nothing can free up before more data comes. With thousands of idle
+    /// partitions, looking at every one on every tick would cost more than anything else the session does.
+    fn credits(
+        subs: &mut BTreeMap<SourceTp, Sub>,
+        wanting: &mut HashSet<SourceTp>,
+        all: bool,
+    ) -> Option<pb::SubscribeRequest> {
         let mut partitions = Vec::new();
-        for (tp, sub) in subs.iter_mut() {
+        let mut top_up = |tp: &SourceTp, sub: &mut Sub| -> bool {
             if sub.seat.is_none() {
-                continue;
+                return false;
             }
             let budget = &sub.link.budget;
             let free = budget.free();
@@ -183,6 +203,18 @@ impl FerrySession {
                     bytes: free,
                 });
             }
+            // Still wanting while the lane holds bytes of it (they free up as it appends).
+            sub.credit.bytes() < budget.held()
+        };
+        if all {
+            wanting.clear();
+            for (tp, sub) in subs.iter_mut() {
+                if top_up(tp, sub) {
+                    wanting.insert(tp.clone());
+                }
+            }
+        } else {
+            wanting.retain(|tp| subs.get_mut(tp).is_some_and(|sub| top_up(tp, sub)));
         }
         (!partitions.is_empty()).then_some(pb::SubscribeRequest {
             kind: Some(pb::subscribe_request::Kind::Credit(pb::SubscribeCredit { partitions })),
@@ -191,7 +223,13 @@ impl FerrySession {
 
     /// Hands a response's partitions to their lanes. A partition this broker does not lead moves to the session of
     /// the leader its answer names (or back to the route's brokers when it names none).
-    fn dispatch(&self, subs: &mut BTreeMap<SourceTp, Sub>, set: &PartitionSet, resp: pb::SubscribeResponse) {
+    fn dispatch(
+        &self,
+        subs: &mut BTreeMap<SourceTp, Sub>,
+        wanting: &mut HashSet<SourceTp>,
+        set: &PartitionSet,
+        resp: pb::SubscribeResponse,
+    ) {
         // The batches of a response are slices of one receive buffer, which lives as long as any slice does. When
         // the response carries several partitions' data, each partition gets its own copy, so that a slow
         // partition's few pending bytes never pin the others' (already appended) megabytes: memory then stays what
@@ -215,15 +253,23 @@ impl FerrySession {
             }
             if code != pb::ErrorCode::None {
                 if sub.seat == Some(d.seat) {
+                    sub.last_beat.forget();
                     sub.link.error(fault(code), d.message, pos);
                 }
                 continue;
             }
-            if d.batches.is_empty() || sub.seat != Some(d.seat) {
-                // A heartbeat, or data of an older seat: the position is a fact either way.
+            if d.batches.is_empty() && sub.seat == Some(d.seat) {
+                if sub.last_beat.news(&pos) {
+                    sub.link.position(pos);
+                }
+                continue;
+            }
+            if sub.seat != Some(d.seat) {
+                // Data of an older seat: its position is a fact all the same.
                 sub.link.position(pos);
                 continue;
             }
+            sub.last_beat.forget();
             let bytes: Bytes = if shared_buffer { Bytes::copy_from_slice(&d.batches) } else { d.batches };
             let n = bytes.len() as u64;
             let batches: Vec<Batch> = match Batches::new(bytes).collect::<Result<Vec<_>, _>>() {
@@ -239,6 +285,7 @@ impl FerrySession {
             self.shared.source_rates.add(records, n);
             let held = sub.credit.take(n, &sub.link.budget);
             sub.link.deliver(d.seat, batches, held, pos);
+            wanting.insert(tp);
         }
     }
 }
@@ -273,6 +320,10 @@ impl FetchSession for FerrySession {
         let mut subs: BTreeMap<SourceTp, Sub> = BTreeMap::new();
         let (req_tx, req_rx) = mpsc::channel::<pb::SubscribeRequest>(256);
         let (starts, _) = Self::reconcile(&mut subs, set);
+        // Partitions whose credit may need a top-up; every partition is looked at once in `FULL_CREDIT_SCAN` ticks
+        // (a budget may also grow when the SyncManager resizes it).
+        let mut wanting: HashSet<SourceTp> = subs.keys().cloned().collect();
+        let mut ticks: u32 = 0;
         if req_tx.send(self.start_message(starts)).await.is_err() {
             return SessionEnd::Failed("request channel closed".into());
         }
@@ -301,6 +352,7 @@ impl FetchSession for FerrySession {
                         return SessionEnd::Drained;
                     }
                     let (starts, stops) = Self::reconcile(&mut subs, set);
+                    wanting.extend(starts.iter().map(|p| SourceTp::new(p.topic.as_str(), p.partition)));
                     if !stops.is_empty() && req_tx.send(stop_msg(stops)).await.is_err() {
                         return closed();
                     }
@@ -314,7 +366,9 @@ impl FetchSession for FerrySession {
                     if last_message.elapsed() > silence_limit {
                         return SessionEnd::Failed(format!("no data or heartbeat from the source for {:?}", last_message.elapsed()));
                     }
-                    if let Some(credit) = Self::credits(&mut subs) && req_tx.send(credit).await.is_err() {
+                    ticks = ticks.wrapping_add(1);
+                    let all = ticks % FULL_CREDIT_SCAN == 0;
+                    if let Some(credit) = Self::credits(&mut subs, &mut wanting, all) && req_tx.send(credit).await.is_err() {
                         return closed();
                     }
                 }
@@ -325,7 +379,7 @@ impl FetchSession for FerrySession {
                             delivered = true;
                             self.egress.report_success(&route.name);
                         }
-                        self.dispatch(&mut subs, set, resp);
+                        self.dispatch(&mut subs, &mut wanting, set, resp);
                         if set.is_empty() {
                             return SessionEnd::Drained;
                         }

@@ -14,6 +14,7 @@ pub mod budget;
 pub mod core;
 mod io;
 pub mod link;
+pub mod repeats;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -19,6 +19,8 @@ pub struct Membership {
     member: Option<(String, u64)>,
     joined_topics: BTreeSet<String>,
     assignment: BTreeSet<TargetTp>,
+    /// Bumped whenever the assignment changes.
+    version: u64,
 }
 
 impl Membership {
@@ -30,6 +32,7 @@ impl Membership {
             member: None,
             joined_topics: BTreeSet::new(),
             assignment: BTreeSet::new(),
+            version: 0,
         }
     }
 
@@ -38,11 +41,23 @@ impl Membership {
         &self.assignment
     }
 
+    /// A number that changes whenever [`Membership::assignment`] does.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn assign(&mut self, assignment: BTreeSet<TargetTp>) {
+        if assignment != self.assignment {
+            self.assignment = assignment;
+            self.version += 1;
+        }
+    }
+
     /// Joins, heartbeats or re-joins for `topics` (target names); leaves when there are none.
     pub async fn refresh(&mut self, target: &Arc<dyn TargetCluster>, topics: BTreeSet<String>) {
         if topics.is_empty() {
             self.leave(target).await;
-            self.assignment.clear();
+            self.assign(BTreeSet::new());
             self.joined_topics.clear();
             return;
         }
@@ -54,7 +69,7 @@ impl Membership {
                     if let Some(m) = self.member.as_mut() {
                         m.1 = hb.generation;
                     }
-                    self.assignment = hb.assignment.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect();
+                    self.assign(hb.assignment.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect());
                     return;
                 }
                 Ok(None) => {
@@ -72,7 +87,7 @@ impl Membership {
                 tracing::info!(group = %self.group, member = %j.member_id, generation = j.generation, partitions = j.assignment.len(), members = j.members, "joined the scale-out group");
                 self.member = Some((j.member_id, j.generation));
                 self.joined_topics = topics;
-                self.assignment = j.assignment.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect();
+                self.assign(j.assignment.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect());
             }
             Err(e) => tracing::warn!(error = %e, "cannot join the scale-out group on the target"),
         }

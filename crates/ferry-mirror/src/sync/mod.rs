@@ -98,6 +98,10 @@ pub struct SyncManager {
     /// Lanes stopping in the background after their partition left this process.
     stopping: TaskTracker,
     lanes_token: CancellationToken,
+    /// The topic set and assignment version the lanes were last reconciled with; `None` forces the next reconcile
+    /// (a lane was reaped). With thousands of partitions a reconcile is not free, and most heartbeats change
+    /// nothing.
+    reconciled: Option<(Arc<TopicSet>, u64)>,
 }
 
 impl SyncManager {
@@ -127,6 +131,7 @@ impl SyncManager {
             initial_topics: None,
             stopping: TaskTracker::new(),
             lanes_token,
+            reconciled: None,
         }
     }
 
@@ -156,6 +161,12 @@ impl SyncManager {
                         Err(broadcast::error::RecvError::Closed) => break,
                     };
                     if trigger {
+                        // A discovery round that found a thousand topics raises a thousand add_topic events at once:
+                        // they all lead to the same state, so everything already queued is taken first and one
+                        // refresh follows.
+                        if self.drain_events() {
+                            break;
+                        }
                         self.refresh().await;
                     }
                 }
@@ -174,6 +185,18 @@ impl SyncManager {
         self.fetcher.shut_down().await;
     }
 
+    /// Takes every event already queued (a reconcile reads the current state, so they need no handling of their
+    /// own); true when the bus closed.
+    fn drain_events(&mut self) -> bool {
+        loop {
+            match self.events.try_recv() {
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(broadcast::error::TryRecvError::Empty) => return false,
+                Err(broadcast::error::TryRecvError::Closed) => return true,
+            }
+        }
+    }
+
     /// Membership, then the lanes to match topic set ∩ assignment.
     async fn refresh(&mut self) {
         let set = self.topics.borrow().clone();
@@ -185,7 +208,14 @@ impl SyncManager {
         }
         let targets = set.topics.values().map(|m| m.target.clone()).collect();
         self.membership.refresh(&self.target, targets).await;
+        if let Some((done, version)) = &self.reconciled
+            && Arc::ptr_eq(done, &set)
+            && *version == self.membership.version()
+        {
+            return;
+        }
         self.reconcile(&set);
+        self.reconciled = Some((set, self.membership.version()));
     }
 
     /// Starts and stops lanes to match topic set ∩ assignment.
@@ -261,6 +291,7 @@ impl SyncManager {
         for tp in dead {
             tracing::error!(%tp, "partition lane ended unexpectedly; restarting it");
             self.remove(&tp);
+            self.reconciled = None;
         }
     }
 

@@ -9,7 +9,9 @@
 //!   start ([`plan`]). A round over the partitions that read less than a second's bytes is followed by a second's
 //!   rest. Progress shows per partition in `/api/v1/partitions` (`verify`).
 //! - Both sides are read at most `[verify] bytes_per_sec` each (a rate limiter per side), which bounds what it
-//!   costs: the source reads cross the WAN. 0 turns it off.
+//!   costs: the source reads cross the WAN. Every request (a read, or the log-offsets lookup that starts a pass)
+//!   counts at least [`reader::READ_COST_BYTES`], so the request rate is bounded too: with thousands of small
+//!   partitions the verifier's rounds take longer instead of costing more. 0 turns it off.
 //! - A mismatch, or a batch whose stored CRC does not match its bytes, raises `verify_mismatch` with the first
 //!   mismatching offset and the side at fault, once per offset and side until a pass completes clean.
 //!
@@ -102,8 +104,13 @@ impl Verifier {
         }
         let target = Admin::new(target);
         let (mut round_steps, mut round_bytes) = (0usize, 0u64);
+        // The partitions of the round, listed (and sorted) once per round rather than before every step: with
+        // thousands of partitions, that listing was most of what the verifier cost.
+        let mut eligible = Vec::new();
         loop {
-            let eligible = self.eligible();
+            if round_steps == 0 {
+                eligible = self.eligible();
+            }
             let Some(tp) = self.plan.next(&eligible) else {
                 if sleep_or_stop(&stop, IDLE).await {
                     return;
@@ -151,7 +158,7 @@ impl Verifier {
             return 0;
         }
         if !self.plan.in_pass(tp) {
-            match pass_range(&source, target, tp, &status).await {
+            match pass_range(&source, target, tp, &status, (&self.source_limit, &self.target_limit)).await {
                 Ok((start, end)) => self.plan.start_pass(tp, start, end, now_ms()),
                 Err(e) => {
                     tracing::debug!(%tp, error = %e, "cannot start a verification pass");
@@ -207,14 +214,18 @@ impl Verifier {
 }
 
 /// A new pass's range: from the later of the two log starts up to the cache offset (never past the target's end).
+/// Each side's lookup is paid to that side's limiter as a read.
 async fn pass_range(
     source: &BrokerClient,
     target: &Admin,
     tp: &SourceTp,
     status: &PartitionStatus,
+    (source_limit, target_limit): (&RateLimits, &RateLimits),
 ) -> Result<(u64, u64), ferry_client::ClientError> {
     let cache = status.cache_offset();
+    source_limit.acquire(reader::READ_COST_BYTES, 0).await;
     let s = Admin::new(source.clone()).list_offset(tp.topic(), tp.partition, OffsetSpec::Latest).await?;
+    target_limit.acquire(reader::READ_COST_BYTES, 0).await;
     let t = target.list_offset(&status.target_topic, tp.partition, OffsetSpec::Latest).await?;
     let start = s.log_start_offset.max(t.log_start_offset);
     Ok((start, cache.min(t.log_end_offset).max(start)))

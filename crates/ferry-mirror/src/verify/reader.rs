@@ -6,8 +6,9 @@
 //! the stream then reads one batch at a time up to that offset, hands those batches on, and ends with
 //! [`Item::Corrupt`] at the bad batch: the comparison sees everything before it.
 //!
-//! With a limit ([`FetchStream::limited`]) each read asks for at most a chunk and the bytes received are paid to a
-//! rate limiter before the next read, so a background verifier reads at a bounded byte rate.
+//! With a limit ([`FetchStream::limited`]) each read asks for at most a chunk and the bytes received, at least
+//! [`READ_COST_BYTES`], are paid to a rate limiter before the next read, so a background verifier reads at a bounded
+//! byte rate and makes a bounded number of requests, however little each read returns.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,6 +22,12 @@ use crate::ratelimit::RateLimits;
 
 /// Bytes asked for per read without a limit.
 const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What a limited read counts against its rate at least: a request costs the link and both brokers something even
+/// when it returns a few bytes, and a rate limit on bytes alone would let a verifier of many small partitions send
+/// thousands of requests a second. At `bytes_per_sec` a side makes at most `bytes_per_sec / READ_COST_BYTES`
+/// requests a second.
+pub const READ_COST_BYTES: u64 = 16 * 1024;
 
 /// Reads `[pos, end)` of one partition.
 pub struct FetchStream {
@@ -94,7 +101,7 @@ impl FetchStream {
             .find(|d| d.topic == self.topic && d.partition == self.partition)
             .ok_or_else(|| ReadError(format!("the answer to reading {at} does not mention the partition")))?;
         if let Some(limits) = &self.limits {
-            limits.acquire(data.batches.len() as u64, 0).await;
+            limits.acquire((data.batches.len() as u64).max(READ_COST_BYTES), 0).await;
         }
         match ErrorCode::try_from(data.error).unwrap_or(ErrorCode::StorageError) {
             ErrorCode::None => {}
