@@ -138,6 +138,14 @@ impl Log {
         self.core.read_batches(offset, max_bytes)
     }
 
+    /// [`Log::read`] for readers that ask the same question moments apart (a replicated partition's followers): the
+    /// answer is kept, and the next `read_shared` asking the same is handed it from memory, once, when a fresh read
+    /// would return exactly the same batches (the bytes the first read checked). [`Log::read`] never is, so a
+    /// consumer or a verification always reads and checks the file.
+    pub fn read_shared(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        self.core.read_batches_shared(offset, max_bytes)
+    }
+
     /// First offset held.
     pub fn log_start_offset(&self) -> u64 {
         self.core.state.read().log_start()

@@ -60,9 +60,14 @@ impl LogCore {
         }
     }
 
-    /// `Log::read`: the last read's answer when a fresh read would return the same batches (see `recent`), else a
-    /// read of the segment file, kept for the next reader.
+    /// `Log::read`.
     pub(crate) fn read_batches(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        self.with_retry(|| self.read_once(offset, max_bytes))
+    }
+
+    /// `Log::read_shared`: the last shared read's answer when a fresh read would return the same batches (see
+    /// `recent`), else a read of the segment file, kept for the next shared reader.
+    pub(crate) fn read_batches_shared(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
         let now = {
             let st = self.state.read();
             if st.closed {
@@ -79,7 +84,7 @@ impl LogCore {
         if let Some(kept) = self.recent.take(offset, max_bytes, &now) {
             return Ok(kept);
         }
-        let result = self.with_retry(|| self.read_once(offset, max_bytes))?;
+        let result = self.read_batches(offset, max_bytes)?;
         if self.current_generation() == now.generation {
             self.recent.keep(offset, max_bytes, now.generation, &result);
         }

@@ -1,8 +1,8 @@
 //! The last read of a log, kept for the next reader that asks the same question.
 //!
 //! A replicated partition's leader answers each follower's fetch with a read from the same offset with the same
-//! budget, moments apart; consumers of one topic do the same. The second such read would `pread` and CRC-check the
-//! same bytes again. A [`RecentRead`] holds the last result and hands it to the next read only when a fresh read
+//! budget, moments apart (`Log::read_shared`). The second such read would `pread` and CRC-check the same bytes
+//! again. Plain reads (consumers, verification) never use a kept read: they always read and check the file. A [`RecentRead`] holds the last result and hands it to the next read only when a fresh read
 //! would return exactly the same batches:
 //! - the same offset and byte budget;
 //! - the same generation (no truncation, retention or compaction removed or rewrote bytes since);

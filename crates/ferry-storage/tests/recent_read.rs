@@ -1,5 +1,5 @@
-//! The kept read: a second read asking the same question is answered from memory, once; any other read goes to the
-//! file and checks every CRC there.
+//! The kept read: a second shared read asking the same question is answered from memory, once; any other read,
+//! and every plain read, goes to the file and checks every CRC there.
 
 mod common;
 
@@ -22,15 +22,15 @@ fn the_same_read_twice_is_answered_from_memory_once_and_the_file_is_checked_agai
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
     log.append(&producer_batch(3, 1000, "a")).unwrap();
     log.append(&producer_batch(2, 2000, "b")).unwrap();
-    let first = log.read(0, 1 << 20).unwrap();
+    let first = log.read_shared(0, 1 << 20).unwrap();
     assert_eq!((first.next_offset, first.log_end_offset), (5, 5));
 
     // The bytes on disk change behind the log's back (as a disk could): the identical second read is the kept one,
     // the same bytes the first read checked; the third goes to the file and its CRC check catches the damage.
     damage(dir.path(), 3);
-    let second = log.read(0, 1 << 20).unwrap();
+    let second = log.read_shared(0, 1 << 20).unwrap();
     assert_eq!((&second.batches, second.next_offset), (&first.batches, 5));
-    let third = log.read(0, 1 << 20).unwrap_err();
+    let third = log.read_shared(0, 1 << 20).unwrap_err();
     assert!(matches!(third, StorageError::CorruptSegment { offset: Some(3), .. }), "{third:?}");
 }
 
@@ -42,7 +42,7 @@ fn a_read_after_an_append_a_truncation_or_with_another_budget_goes_to_the_file()
         log.append(&producer_batch(3, 1000, "a")).unwrap();
         log.append(&producer_batch(2, 2000, "b")).unwrap();
         let budget = 1 << 20;
-        log.read(0, budget).unwrap();
+        log.read_shared(0, budget).unwrap();
         let again = match change {
             0 => budget - 1,
             1 => {
@@ -55,7 +55,19 @@ fn a_read_after_an_append_a_truncation_or_with_another_budget_goes_to_the_file()
             }
         };
         damage(dir.path(), 0);
-        let err = log.read(0, again).unwrap_err();
+        let err = log.read_shared(0, again).unwrap_err();
         assert!(matches!(err, StorageError::CorruptSegment { offset: Some(0), .. }), "{what}: {err:?}");
     }
+}
+
+#[test]
+fn a_plain_read_always_reads_and_checks_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    log.append(&producer_batch(3, 1000, "a")).unwrap();
+    log.read_shared(0, 1 << 20).unwrap();
+    log.read(0, 1 << 20).unwrap();
+    damage(dir.path(), 0);
+    let err = log.read(0, 1 << 20).unwrap_err();
+    assert!(matches!(err, StorageError::CorruptSegment { offset: Some(0), .. }), "{err:?}");
 }

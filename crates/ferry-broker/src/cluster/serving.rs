@@ -301,7 +301,7 @@ impl Serving {
         }
         let log_start = p.log().log_start_offset();
         let from = req.offset.max(log_start);
-        let read = match p.read_log(from, req.max_bytes.max(1)) {
+        let read = match p.read_log_shared(from, req.max_bytes.max(1)) {
             Ok(r) => r,
             Err(e) => return refusal(pb::ErrorCode::StorageError, e.client_message(), replica.leader_epoch()),
         };

@@ -483,6 +483,11 @@ impl Partition {
         self.log.read(offset, max_bytes).map_err(|e| self.err(e))
     }
 
+    /// [`Partition::read_log`] for the followers' fetches, which ask the same moments apart (`Log::read_shared`).
+    pub fn read_log_shared(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        self.log.read_shared(offset, max_bytes).map_err(|e| self.err(e))
+    }
+
     /// Describe view of the partition.
     pub fn info(&self) -> pb::PartitionInfo {
         let s = self.log.stats();
