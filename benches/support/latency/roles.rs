@@ -60,13 +60,16 @@ fn template(n: usize, record_bytes: usize) -> (Vec<u8>, usize) {
     (batch, at)
 }
 
-/// An acknowledgement's outcome as the pacing loops note it (a function, so the error type may be inferred from
-/// the futures pushed later).
-fn settled<E>(done: Result<(Duration, u32), E>, what: &'static str) -> anyhow::Result<(Duration, u32)>
+/// Takes every acknowledgement still pending into `acks`.
+async fn drain<F, E>(pending: &mut FuturesUnordered<F>, acks: &mut Latencies, what: &'static str) -> anyhow::Result<()>
 where
+    F: Future<Output = Result<(Duration, u32), E>>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    done.context(what)
+    while let Some(done) = pending.next().await {
+        acks.note(done.context(what)?);
+    }
+    Ok(())
 }
 
 /// Latencies by batch: (µs, records), summarised as weighted percentiles.
@@ -112,6 +115,7 @@ impl Latencies {
 
 /// Sends what is due every tick, as `send(partition, records, stamp)` calls; returns (sent, achieved rate, worst lag).
 struct Pacer {
+    tick: tokio::time::Interval,
     start: Instant,
     sent: usize,
     total: usize,
@@ -121,7 +125,36 @@ struct Pacer {
 
 impl Pacer {
     fn new(load: &Load) -> Pacer {
-        Pacer { start: Instant::now(), sent: 0, total: load.total(), rate: load.rate, worst_lag: Duration::ZERO }
+        Pacer {
+            tick: tokio::time::interval(TICK),
+            start: Instant::now(),
+            sent: 0,
+            total: load.total(),
+            rate: load.rate,
+            worst_lag: Duration::ZERO,
+        }
+    }
+
+    /// Waits for the next tick and returns the records due then ([`Pacer::due`]), noting acknowledgements into
+    /// `acks` as they come meanwhile. They are taken with this task's own waker: polling the pending set without it
+    /// (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with the number in flight.
+    async fn next_due<F, E>(
+        &mut self,
+        pending: &mut FuturesUnordered<F>,
+        acks: &mut Latencies,
+        what: &'static str,
+    ) -> anyhow::Result<usize>
+    where
+        F: Future<Output = Result<(Duration, u32), E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = pending.next(), if !pending.is_empty() => acks.note(done.context(what)?),
+                _ = self.tick.tick() => return Ok(self.due()),
+            }
+        }
     }
 
     /// Records due now and not yet sent, at most four ticks' worth: a producer that fell behind does not catch up
@@ -168,22 +201,10 @@ pub(super) async fn ferry_produce(load: &Load) -> anyhow::Result<serde_json::Val
     let mut templates: HashMap<usize, (Vec<u8>, usize)> = HashMap::new();
     let mut calls = FuturesUnordered::new();
     let mut pacer = Pacer::new(load);
-    let mut tick = tokio::time::interval(TICK);
     let mut next_partition = 0u32;
     let max_batch = (MAX_BATCH_BYTES / (load.record_bytes + 16)).max(1);
     while !pacer.done() {
-        // Acknowledgements are taken as they come, between ticks, with this task's own waker: polling the pending
-        // set without it (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with
-        // the number in flight.
-        tokio::select! {
-            biased;
-            Some(done) = calls.next(), if !calls.is_empty() => {
-                acks.note(settled(done, "produce")?);
-                continue;
-            }
-            _ = tick.tick() => {}
-        }
-        let mut due = pacer.due();
+        let mut due = pacer.next_due(&mut calls, &mut acks, "produce").await?;
         let stamp = now_micros().to_be_bytes();
         // The due records spread over the partitions in turn, one batch per partition per tick.
         let per = due.div_ceil(load.partitions as usize).clamp(1, max_batch);
@@ -211,9 +232,7 @@ pub(super) async fn ferry_produce(load: &Load) -> anyhow::Result<serde_json::Val
             pacer.sent += n;
         }
     }
-    while let Some(done) = calls.next().await {
-        acks.note(done.context("produce")?);
-    }
+    drain(&mut calls, &mut acks, "produce").await?;
     Ok(pacer.report(own_cpu(), acks))
 }
 
@@ -297,21 +316,9 @@ pub(super) async fn nats_produce(load: &Load) -> anyhow::Result<serde_json::Valu
     let mut pending = FuturesUnordered::new();
     let mut acks = Latencies::with_capacity(load);
     let mut pacer = Pacer::new(load);
-    let mut tick = tokio::time::interval(TICK);
     let mut next = 0usize;
     while !pacer.done() {
-        // Acknowledgements are taken as they come, between ticks, with this task's own waker: polling the pending
-        // set without it (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with
-        // the number in flight.
-        tokio::select! {
-            biased;
-            Some(done) = pending.next(), if !pending.is_empty() => {
-                acks.note(settled(done, "publish")?);
-                continue;
-            }
-            _ = tick.tick() => {}
-        }
-        let due = pacer.due();
+        let due = pacer.next_due(&mut pending, &mut acks, "publish").await?;
         payload[..8].copy_from_slice(&now_micros().to_be_bytes());
         let shared = Bytes::copy_from_slice(&payload);
         for _ in 0..due {
@@ -325,9 +332,7 @@ pub(super) async fn nats_produce(load: &Load) -> anyhow::Result<serde_json::Valu
             pacer.sent += 1;
         }
     }
-    while let Some(done) = pending.next().await {
-        acks.note(done.context("publish")?);
-    }
+    drain(&mut pending, &mut acks, "publish").await?;
     Ok(pacer.report(own_cpu(), acks))
 }
 
@@ -368,21 +373,9 @@ pub(super) async fn client_produce(load: &Load) -> anyhow::Result<serde_json::Va
     let mut pending = FuturesUnordered::new();
     let mut acks = Latencies::with_capacity(load);
     let mut pacer = Pacer::new(load);
-    let mut tick = tokio::time::interval(TICK);
     let mut next = 0u32;
     while !pacer.done() {
-        // Acknowledgements are taken as they come, between ticks, with this task's own waker: polling the pending
-        // set without it (`now_or_never` each tick) re-polls futures that are not ready, a cost that grows with
-        // the number in flight.
-        tokio::select! {
-            biased;
-            Some(done) = pending.next(), if !pending.is_empty() => {
-                acks.note(settled(done, "produce")?);
-                continue;
-            }
-            _ = tick.tick() => {}
-        }
-        let due = pacer.due();
+        let due = pacer.next_due(&mut pending, &mut acks, "produce").await?;
         payload[..8].copy_from_slice(&now_micros().to_be_bytes());
         let shared = Bytes::copy_from_slice(&payload);
         for _ in 0..due {
@@ -394,9 +387,7 @@ pub(super) async fn client_produce(load: &Load) -> anyhow::Result<serde_json::Va
             pacer.sent += 1;
         }
     }
-    while let Some(done) = pending.next().await {
-        acks.note(done.context("produce")?);
-    }
+    drain(&mut pending, &mut acks, "produce").await?;
     producer.close().await;
     Ok(pacer.report(own_cpu(), acks))
 }
