@@ -407,7 +407,7 @@ pub async fn group(
     Path((name, group)): Path<(String, String)>,
 ) -> Response {
     let r = async {
-        let c = cluster(&s, &name)?;
+        cluster(&s, &name)?;
         let axum::Json(g) = read::group(State(s.clone()), Path((name.clone(), group.clone()))).await?;
         let (cn, gn) = (seg(&name), seg(&group));
         let mut body = String::new();
@@ -446,7 +446,6 @@ pub async fn group(
                  <button onclick=\"act('/api/v1/clusters/{cn}/groups/{gn}/offsets',{{topic:document.getElementById('rtopic').value,to:document.getElementById('rto').value}},'Reset the offsets of this group?')\">Reset</button></p><pre id=\"result\"></pre>"
             );
         }
-        let _ = c;
         Ok((format!("Group {group}"), body))
     }.await;
     render(&p, &name, r)
