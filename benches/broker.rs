@@ -24,6 +24,9 @@
 //! - the Ferry / JetStream produce ratios on 1 and 8 partitions / streams, and the headline
 //!   `RATIO ferry / jetstream produce, 1 partition` (target >= 2).
 //!
+//! `FERRY_BENCH_LATENCY_ONLY=RATE` runs only Ferry's latency line at RATE records/s (8 partitions, 1 KiB, 5 s): for
+//! comparing broker settings, which the broker takes from the environment (`FERRY_BROKER__STORAGE__FLUSH_BYTES=...`).
+//!
 //! Numbers are printed, never asserted: the machine is shared and noisy.
 
 use std::process::ExitCode;
@@ -97,6 +100,16 @@ async fn run() -> anyhow::Result<()> {
     let client = BrokerClient::new(ClientConfig::new([broker.addr().to_string()]))?;
     let admin = Admin::new(client.clone());
 
+    if let Some(rate) = std::env::var("FERRY_BENCH_LATENCY_ONLY").ok().and_then(|r| r.parse::<f64>().ok()) {
+        admin.create_topic("latency-only", 8, TopicConfig::default(), None).await?;
+        let load = latency_load(broker.addr().to_string(), "latency-only".into(), rate);
+        let result = latency::run(System::Ferry, &load, broker.pid()).await;
+        match &result {
+            Ok(r) => println!("ferry produce-to-consume latency, 8 partitions at {rate:.0} records/s: {}", r.line()),
+            Err(e) => println!("ferry produce-to-consume latency at {rate:.0} records/s: not measured: {e:#}"),
+        }
+        return Ok(());
+    }
     let mut ferry = Vec::new();
     for partitions in [1u32, 8] {
         let topic = format!("bench-{partitions}");

@@ -260,7 +260,7 @@ impl Default for StorageSection {
         StorageSection {
             flush: FlushMode::Async,
             flush_interval: Duration::from_secs(1),
-            flush_bytes: ByteSize::mib(16),
+            flush_bytes: ByteSize::b(ferry_storage::DEFAULT_FLUSH_BYTES),
             segment_bytes: ByteSize::mib(100),
             segment_age: Duration::from_secs(7 * 24 * 3600),
             index_interval_bytes: ByteSize::kib(4),

@@ -17,9 +17,15 @@ pub enum FlushPolicy {
     },
 }
 
+/// The async policy's default byte threshold (4 MiB). Kept small on purpose: an fsync writes back everything dirty
+/// at once, and a 16 MiB write-back per partition stalled the whole machine (the broker's appends and other
+/// processes alike) for tens of milliseconds on the developers' virtual disk; 4 MiB fsyncs did not, at the same
+/// throughput (`cargo bench --bench broker`, docs/broker.md). It also bounds what a power loss can take.
+pub const DEFAULT_FLUSH_BYTES: u64 = 4 * 1024 * 1024;
+
 impl Default for FlushPolicy {
     fn default() -> Self {
-        FlushPolicy::Async { interval: Duration::from_millis(1000), bytes: 16 * 1024 * 1024 }
+        FlushPolicy::Async { interval: Duration::from_millis(1000), bytes: DEFAULT_FLUSH_BYTES }
     }
 }
 

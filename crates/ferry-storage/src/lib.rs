@@ -80,7 +80,7 @@ mod types;
 
 pub use checkpoint::LEADER_EPOCH_FILE;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{FlushPolicy, LogConfig, MAX_OFFSET, MIN_SEGMENT_MS};
+pub use config::{DEFAULT_FLUSH_BYTES, FlushPolicy, LogConfig, MAX_OFFSET, MIN_SEGMENT_MS};
 pub use error::{Result, StorageError};
 pub use log::Log;
 pub use types::{AppendInfo, EpochEnd, LogStats, OffsetAppendOutcome, OpenReport, ReadResult};

@@ -149,7 +149,7 @@ impl TopicSettings {
         let mut cfg = defaults.clone();
         let (def_interval, def_bytes) = match defaults.flush {
             FlushPolicy::Async { interval, bytes } => (interval, bytes),
-            FlushPolicy::Sync => (Duration::from_secs(1), 16 * 1024 * 1024),
+            FlushPolicy::Sync => (Duration::from_secs(1), ferry_storage::DEFAULT_FLUSH_BYTES),
         };
         let interval = self.flush_interval_ms.map_or(def_interval, Duration::from_millis);
         let bytes = self.flush_bytes.unwrap_or(def_bytes);
@@ -181,7 +181,11 @@ impl TopicSettings {
     pub fn effective_proto(&self, defaults: &LogConfig) -> pb::TopicConfig {
         let cfg = self.log_config(defaults);
         let (flush, interval, bytes) = match cfg.flush {
-            FlushPolicy::Sync => ("sync", self.flush_interval_ms.unwrap_or(1000), self.flush_bytes.unwrap_or(16 << 20)),
+            FlushPolicy::Sync => (
+                "sync",
+                self.flush_interval_ms.unwrap_or(1000),
+                self.flush_bytes.unwrap_or(ferry_storage::DEFAULT_FLUSH_BYTES),
+            ),
             FlushPolicy::Async { interval, bytes } => ("async", interval.as_millis() as u64, bytes),
         };
         pb::TopicConfig {
