@@ -29,7 +29,8 @@ pub(super) async fn wan(a: &BrokerProcess, b: &BrokerProcess, mb: usize, lan_mbp
             produce(&a_addr, &topic, bytes, Duration::from_millis(5)).await?;
             proxy.set_delay(delay);
             let idle0 = support::cpu_idle_ticks();
-            let run = mirror_backlog(&proxy_addr, b, &topic, records).await?;
+            let extra = std::env::var("FERRY_BENCH_WAN_SYNC").unwrap_or_default();
+            let run = mirror_backlog_with(&proxy_addr, b, &topic, records, &extra).await?;
             let idle = support::cpu_idle_share(idle0);
             rates[i] = mb as f64 / run.seconds;
             println!(

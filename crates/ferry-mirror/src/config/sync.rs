@@ -53,8 +53,8 @@ impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
             commit_interval: Duration::from_secs(5),
-            queue_bytes: 32 << 20,
-            max_memory: 256 << 20,
+            queue_bytes: 64 << 20,
+            max_memory: 512 << 20,
             compression: true,
             max_bytes_per_sec: 0,
             max_records_per_sec: 0,

@@ -11,18 +11,24 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// One partition's budget: a cap, and the bytes held against it.
+/// One partition's budget: a cap, and the bytes held against it (of which `copies` are an append's copies).
 #[derive(Debug, Default)]
 pub struct Budget {
     cap: AtomicU64,
     request: AtomicU64,
     held: AtomicU64,
+    copies: AtomicU64,
 }
 
 impl Budget {
     /// A budget of `cap` bytes whose append requests are at most `request` bytes.
     pub fn new(cap: u64, request: u64) -> Arc<Budget> {
-        Arc::new(Budget { cap: AtomicU64::new(cap), request: AtomicU64::new(request), held: AtomicU64::new(0) })
+        Arc::new(Budget {
+            cap: AtomicU64::new(cap),
+            request: AtomicU64::new(request),
+            held: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
+        })
     }
 
     /// Changes the cap and the request size (the SyncManager splits `sync.max_memory` over the partitions).
@@ -53,15 +59,32 @@ impl Budget {
         self.held.load(Ordering::Relaxed)
     }
 
-    /// Bytes that may be granted as new credit now: the window less what is held (credit outstanding included).
+    /// Bytes held for fetched data: credit outstanding, and data received and not yet appended; everything held
+    /// but the copies of appends in flight.
+    pub fn fetched(&self) -> u64 {
+        self.held().saturating_sub(self.copies.load(Ordering::Relaxed))
+    }
+
+    /// Bytes that may be granted as new credit now: the window less the fetched data held (credit outstanding
+    /// included). An append's copies come out of the other half of the cap, not out of the window: counted against
+    /// it, they took a partition's in-flight credit down to about half the window while appends ran, and a long
+    /// link's throughput with it.
     pub fn free(&self) -> u64 {
-        self.window().saturating_sub(self.held())
+        self.window().saturating_sub(self.fetched())
     }
 
     /// Takes `bytes` (always succeeds; the caller decides whether it may).
     pub fn hold(self: &Arc<Budget>, bytes: u64) -> Held {
         self.held.fetch_add(bytes, Ordering::Relaxed);
-        Held { budget: Some(Arc::clone(self)), bytes }
+        Held { budget: Some(Arc::clone(self)), bytes, copies: false }
+    }
+
+    /// Takes `bytes` for the copies an append in flight makes (see [`Budget::window`]): held like any other bytes,
+    /// but not counted against the credit window.
+    pub fn hold_copies(self: &Arc<Budget>, bytes: u64) -> Held {
+        self.copies.fetch_add(bytes, Ordering::Relaxed);
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        Held { budget: Some(Arc::clone(self)), bytes, copies: true }
     }
 }
 
@@ -70,6 +93,8 @@ impl Budget {
 pub struct Held {
     budget: Option<Arc<Budget>>,
     bytes: u64,
+    /// Whether these are an append's copies ([`Budget::hold_copies`]).
+    copies: bool,
 }
 
 impl Held {
@@ -87,7 +112,7 @@ impl Held {
     pub fn split(&mut self, bytes: u64) -> Held {
         let n = bytes.min(self.bytes);
         self.bytes -= n;
-        Held { budget: self.budget.clone(), bytes: n }
+        Held { budget: self.budget.clone(), bytes: n, copies: self.copies }
     }
 
     /// Takes `bytes` out of this value, holding whatever it lacks fresh from `budget`.
@@ -100,11 +125,13 @@ impl Held {
         out
     }
 
-    /// Adds another value's bytes to this one (both must be of the same budget, or this one empty).
+    /// Adds another value's bytes to this one (both must be of the same budget and kind, or this one empty).
     pub fn merge(&mut self, mut other: Held) {
+        debug_assert!(self.budget.is_none() || self.copies == other.copies, "merging copies with fetched bytes");
         if self.budget.is_none() {
             self.budget = other.budget.take();
             self.bytes = std::mem::take(&mut other.bytes);
+            self.copies = other.copies;
             return;
         }
         self.bytes += std::mem::take(&mut other.bytes);
@@ -116,7 +143,11 @@ impl Drop for Held {
         if let Some(b) = &self.budget
             && self.bytes > 0
         {
-            let _ = b.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| Some(h.saturating_sub(self.bytes)));
+            let less = |h: u64| Some(h.saturating_sub(self.bytes));
+            if self.copies {
+                let _ = b.copies.fetch_update(Ordering::Relaxed, Ordering::Relaxed, less);
+            }
+            let _ = b.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, less);
         }
     }
 }
@@ -144,5 +175,27 @@ mod tests {
         drop(whole);
         drop(credit);
         assert_eq!(b.held(), 0);
+    }
+
+    #[test]
+    fn an_appends_copies_are_held_but_leave_the_credit_window_whole() {
+        let b = Budget::new(1000, 100);
+        let mut credit = b.hold(500);
+        let data = credit.take(100, &b);
+        assert_eq!((b.held(), b.fetched(), b.free()), (500, 500, 0));
+        // The append of those 100 bytes makes two copies: held (memory), not fetched (credit).
+        let copies = b.hold_copies(200);
+        assert_eq!((b.held(), b.fetched(), b.free()), (700, 500, 0));
+        // Split copies stay copies: dropping either part gives back both counts.
+        let mut copies = copies;
+        let half = copies.split(150);
+        drop(half);
+        assert_eq!((b.held(), b.fetched()), (550, 500));
+        // The append is answered: its data and copies come back, and the window may be granted again.
+        drop(copies);
+        drop(data);
+        assert_eq!((b.held(), b.fetched(), b.free()), (400, 400, 100));
+        drop(credit);
+        assert_eq!((b.held(), b.fetched(), b.free()), (0, 0, 500));
     }
 }

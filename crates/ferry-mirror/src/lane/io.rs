@@ -202,7 +202,7 @@ impl Call {
         self.io.limits.acquire(plan.bytes, plan.records).await;
         // The encoded message is a copy of the batches, and with `sync.compression` its compressed form is another:
         // both count against the budget until the append is answered (without compression, the second is slack).
-        let copies = self.budget.hold(2 * plan.bytes);
+        let copies = self.budget.hold_copies(2 * plan.bytes);
         let unknown = AtomicBool::new(false);
         let result = self.append_noting(&plan.batches, plan.source_log_start, &unknown).await;
         drop(copies);

@@ -27,8 +27,8 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.on_divergence, OnDivergence::Halt);
     assert_eq!(c.source.health.failure_threshold, 3);
     assert_eq!(c.source.health.switch_back, SwitchBack::Manual);
-    assert_eq!(c.sync.queue_bytes, 32 << 20);
-    assert_eq!(c.sync.max_memory, 256 << 20);
+    assert_eq!(c.sync.queue_bytes, 64 << 20);
+    assert_eq!(c.sync.max_memory, 512 << 20);
     assert_eq!(c.monitor.listen, "127.0.0.1:9300".parse().unwrap());
     assert_eq!(c.topics.exclude.len(), 1);
     assert!(c.sync.compression);
@@ -205,7 +205,7 @@ fn the_shipped_reference_config_validates() {
     let c = MirrorConfig::from_toml(&std::fs::read_to_string(path).unwrap(), false).unwrap();
     assert_eq!(c.name, "dc-a_to_dc-b");
     assert_eq!(c.source.routes.len(), 1);
-    assert_eq!(c.sync.queue_bytes, 32 << 20);
+    assert_eq!(c.sync.queue_bytes, 64 << 20);
 }
 
 #[test]

@@ -66,7 +66,7 @@ impl Part {
     pub(super) fn full(&self) -> bool {
         let budget = &self.link.budget;
         let window = budget.window();
-        window > 0 && budget.held() + self.batcher.pending_bytes() >= window
+        window > 0 && budget.fetched() + self.batcher.pending_bytes() >= window
     }
 
     pub(super) fn pos(&self) -> SourcePos {
@@ -171,7 +171,7 @@ impl KafkaSession {
             if !p.paused && p.full() {
                 p.paused = true;
                 pause.push(tp.clone());
-            } else if p.paused && (window == 0 || budget.held() <= window / 2) {
+            } else if p.paused && (window == 0 || budget.fetched() <= window / 2) {
                 p.paused = false;
                 resume.push((tp.clone(), p.batcher.expected()));
             }
