@@ -5,7 +5,8 @@
 //!    the mirror's CPU seconds per 100 MB mirrored and its peak RSS, in each of `FERRY_BENCH_LAN_ROUNDS` rounds
 //!    (default 3), each round on a backlog of its own;
 //! 2. the same over the proxy's delay line on the source link, 25 and 75 ms one way (50 and 150 ms RTT) / the same
-//!    proxy without delay, alternating for `FERRY_BENCH_WAN_ROUNDS` rounds (default 3), the median ratio;
+//!    proxy without delay, alternating for `FERRY_BENCH_WAN_ROUNDS` rounds (default 3), the median ratio
+//!    (`FERRY_BENCH_WAN_SYNC` adds `[sync]` lines to these mirrors' config, e.g. `queue_bytes = "128MiB"`);
 //! 3. replication latency p50 / p99 at half the maximum rate (of the live pipeline, and of the backlog copy);
 //! 5. many partitions (`FERRY_BENCH_MANY_TOPICS` topics of 10, default 1,000: 10,000 partitions): time from the
 //!    mirror's start until every partition is mirroring with its record on the target, then the mirror's and the
