@@ -429,3 +429,7 @@ pub fn leader_epoch_end(p: &Partition, req: &pb::LeaderEpochEndRequest) -> pb::L
         replica.epoch_end(req.leader_epoch, leo).unwrap_or((req.leader_epoch, p.log().log_start_offset()));
     pb::LeaderEpochEndResponse { error: pb::ErrorCode::None as i32, message: String::new(), leader_epoch, end_offset }
 }
+
+#[cfg(test)]
+#[path = "serving_tests.rs"]
+mod tests;
