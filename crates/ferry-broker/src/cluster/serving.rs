@@ -431,5 +431,4 @@ pub fn leader_epoch_end(p: &Partition, req: &pb::LeaderEpochEndRequest) -> pb::L
 }
 
 #[cfg(test)]
-#[path = "serving_tests.rs"]
 mod tests;
