@@ -233,6 +233,9 @@ pub async fn run(
     );
     tasks.spawn(manager.run(components.clone()));
 
+    let (gather, gather_task) =
+        crate::lane::gather::Gather::new(Arc::clone(&target), egress.clone(), source_group.clone());
+    tasks.spawn(gather_task.run(components.clone()));
     let io = Arc::new(LaneIo {
         target: Arc::clone(&target),
         egress: egress.clone(),
@@ -241,6 +244,7 @@ pub async fn run(
         events: events.clone(),
         source_group: source_group.clone(),
         retry: retry_policy(),
+        gather,
     });
     let ctx = LaneCtx { io, metrics: metrics.clone(), shared: Arc::clone(&shared) };
     let fetch_stop = pipeline.child_token();

@@ -12,7 +12,7 @@
 //! target's log end, and its lag counts the missing records until then. A (log end, cache offset) pair that did not
 //! change since the last round is held back as [`crate::lane::repeats`] says.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
 pub use crate::target_health::TargetHealth;
-use crate::tp::TargetTp;
+use crate::tp::{SourceTp, TargetTp};
 
 /// How the target is probed.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +45,8 @@ pub struct TargetWatch {
     probe: TargetProbe,
     /// The (log end, cache offset before the read) each partition's lane was last handed.
     handed: HashMap<TargetTp, Repeat<(u64, u64)>>,
+    /// Each owned partition's target name, kept across rounds: a round allocates no name per partition.
+    targets: HashMap<SourceTp, TargetTp>,
 }
 
 impl TargetWatch {
@@ -57,7 +59,7 @@ impl TargetWatch {
         events: EventBus,
         probe: TargetProbe,
     ) -> TargetWatch {
-        TargetWatch { target, links, shared, health, events, probe, handed: HashMap::new() }
+        TargetWatch { target, links, shared, health, events, probe, handed: HashMap::new(), targets: HashMap::new() }
     }
 
     /// Probes until `stop`.
@@ -87,11 +89,24 @@ impl TargetWatch {
             }
         }
         // Each owned partition's link and its cache offset from before the read, by target partition.
-        let mut parts: BTreeMap<TargetTp, (u64, Arc<crate::lane::link::LaneLink>)> = BTreeMap::new();
+        let mut parts: HashMap<TargetTp, (u64, Arc<crate::lane::link::LaneLink>)> =
+            HashMap::with_capacity(self.links.len());
         for entry in self.links.iter() {
             let Some(status) = self.shared.partitions.get(entry.key()) else { continue };
-            let tp = TargetTp::new(status.target_topic.as_str(), status.partition);
+            let tp = match self.targets.get(entry.key()) {
+                Some(t) if t.partition == status.partition && t.topic() == status.target_topic => t.clone(),
+                _ => {
+                    let t = TargetTp::new(status.target_topic.as_str(), status.partition);
+                    self.targets.insert(entry.key().clone(), t.clone());
+                    t
+                }
+            };
             parts.insert(tp, (status.cache_offset(), Arc::clone(entry.value())));
+        }
+        // Every partition of the round is in `targets`: anything more is a partition no longer owned.
+        if self.targets.len() > parts.len() {
+            let links = &self.links;
+            self.targets.retain(|tp, _| links.contains_key(tp));
         }
         self.handed.retain(|tp, _| parts.contains_key(tp));
         let tps: Vec<TargetTp> = parts.keys().cloned().collect();

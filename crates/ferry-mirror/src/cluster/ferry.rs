@@ -1,5 +1,6 @@
 //! Ferry brokers on either side: thin wrappers over [`ferry_client::Admin`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ferry_client::batch::{self, Batch, BatchIter};
@@ -11,6 +12,39 @@ use super::{
 };
 use crate::cluster::{EpochAnswer, TailBatch};
 use crate::tp::{SourceTp, TargetTp};
+use futures::StreamExt;
+
+/// The asked partition `asked` when the answer at its place names it (answers come in the order asked), else a
+/// new value: a probe of thousands of partitions every second allocates no name per partition.
+fn same_or_new<T>(asked: Option<&T>, topic: &str, partition: u32, new: fn(&str, u32) -> T) -> T
+where
+    T: Clone + NamedTp,
+{
+    match asked {
+        Some(tp) if tp.names(topic, partition) => tp.clone(),
+        _ => new(topic, partition),
+    }
+}
+
+/// A topic-partition value that can be compared with a name without allocating.
+trait NamedTp {
+    fn names(&self, topic: &str, partition: u32) -> bool;
+}
+
+impl NamedTp for SourceTp {
+    fn names(&self, topic: &str, partition: u32) -> bool {
+        self.partition == partition && self.topic() == topic
+    }
+}
+
+impl NamedTp for TargetTp {
+    fn names(&self, topic: &str, partition: u32) -> bool {
+        self.partition == partition && self.topic() == topic
+    }
+}
+
+/// Topics described at once by [`TargetCluster::partitions_many`].
+const DESCRIBES_AT_ONCE: usize = 16;
 
 /// The first stored batch at or after `offset` of a partition: its base offset, the topic id, and the batch
 /// itself (one fetch of at most one batch).
@@ -115,9 +149,10 @@ impl SourceCluster for FerrySource {
         let answers = self.admin.list_offsets_each(&asked).await?;
         Ok(answers
             .into_iter()
-            .flatten()
-            .map(|o| Probed {
-                tp: SourceTp::new(o.topic, o.partition),
+            .enumerate()
+            .filter_map(|(i, o)| Some((i, o.ok()?)))
+            .map(|(i, o)| Probed {
+                tp: same_or_new(tps.get(i), &o.topic, o.partition, |t, p| SourceTp::new(t, p)),
                 log_start: o.log_start_offset,
                 log_end: o.log_end_offset,
                 end_age: o.log_end_age_ms.map(Duration::from_millis),
@@ -211,6 +246,33 @@ fn membership(member_id: String, generation: u64, assignment: Vec<pb::TopicParti
     }
 }
 
+impl FerryTarget {
+    /// [`TargetCluster::partition`] of `tps`, all of one topic, with one DescribeTopic; what cannot be read is left
+    /// out.
+    async fn describe_partitions(&self, tps: Vec<TargetTp>) -> Vec<(TargetTp, TargetPartition)> {
+        let Some(topic) = tps.first().map(|tp| std::sync::Arc::clone(&tp.topic)) else { return Vec::new() };
+        let Ok(desc) = self.admin.describe_topic(&topic).await else { return Vec::new() };
+        let mut out = Vec::with_capacity(tps.len());
+        for tp in tps {
+            let Some(p) = desc.partitions.iter().find(|p| p.partition == tp.partition) else { continue };
+            if p.error != pb::ErrorCode::None as i32 {
+                continue;
+            }
+            // As in `partition`: the last epoch is the history's newest entry.
+            let last_epoch = if p.log_end_offset > p.log_start_offset {
+                match self.admin.epoch_end(&topic, tp.partition, u32::MAX).await {
+                    Ok(end) => end.found.then_some(end.epoch),
+                    Err(_) => continue,
+                }
+            } else {
+                None
+            };
+            out.push((tp, TargetPartition { log_start: p.log_start_offset, log_end: p.log_end_offset, last_epoch }));
+        }
+        out
+    }
+}
+
 #[async_trait::async_trait]
 impl TargetCluster for FerryTarget {
     async fn limits(&self) -> Result<TargetLimits> {
@@ -273,6 +335,19 @@ impl TargetCluster for FerryTarget {
         Ok(TargetPartition { log_start: p.log_start_offset, log_end: p.log_end_offset, last_epoch })
     }
 
+    async fn partitions_many(&self, tps: &[TargetTp]) -> Result<Vec<(TargetTp, TargetPartition)>> {
+        // One DescribeTopic per topic, not per partition, a few topics at a time. A topic or partition that cannot
+        // be described is left out (its lane reads it alone, and tells why).
+        let mut by_topic: BTreeMap<std::sync::Arc<str>, Vec<TargetTp>> = BTreeMap::new();
+        for tp in tps {
+            by_topic.entry(std::sync::Arc::clone(&tp.topic)).or_default().push(tp.clone());
+        }
+        let reads: Vec<_> = by_topic.into_values().map(|tps| self.describe_partitions(tps)).collect();
+        let answers: Vec<Vec<(TargetTp, TargetPartition)>> =
+            futures::stream::iter(reads).buffer_unordered(DESCRIBES_AT_ONCE).collect().await;
+        Ok(answers.into_iter().flatten().collect())
+    }
+
     async fn append(
         &self,
         tp: &TargetTp,
@@ -321,8 +396,11 @@ impl TargetCluster for FerryTarget {
         let answers = self.admin.list_offsets_each(&asked).await?;
         Ok(answers
             .into_iter()
-            .flatten()
-            .map(|o| (TargetTp::new(o.topic.as_str(), o.partition), o.log_end_offset))
+            .enumerate()
+            .filter_map(|(i, o)| Some((i, o.ok()?)))
+            .map(|(i, o)| {
+                (same_or_new(tps.get(i), &o.topic, o.partition, |t, p| TargetTp::new(t, p)), o.log_end_offset)
+            })
             .collect())
     }
 

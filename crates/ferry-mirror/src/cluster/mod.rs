@@ -246,6 +246,13 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     async fn alter_topic_config(&self, name: &str, config: pb::TopicConfig) -> Result<()>;
     /// Where a partition stands, in source offsets.
     async fn partition(&self, tp: &TargetTp) -> Result<TargetPartition>;
+    /// [`TargetCluster::partition`] of many partitions in few calls, for the lanes' resume reads
+    /// ([`crate::lane::gather`]); a partition it cannot answer for is left out (its lane reads it alone). A target
+    /// without such a call answers nothing.
+    async fn partitions_many(&self, tps: &[TargetTp]) -> Result<Vec<(TargetTp, TargetPartition)>> {
+        let _ = tps;
+        Ok(Vec::new())
+    }
     /// Appends whole source batches (with source offsets and epochs), in order; no batches moves an empty stretch
     /// of the target to `source_log_start`. An attempt whose outcome is unknown (the connection broke after
     /// sending) is an error, not retried inside: the caller retries and accounts for it.

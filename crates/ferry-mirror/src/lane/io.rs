@@ -34,6 +34,8 @@ pub struct LaneIo {
     pub source_group: String,
     /// Backoff of retried calls.
     pub retry: RetryPolicy,
+    /// The resume reads of many lanes in few calls.
+    pub gather: super::gather::Gather,
 }
 
 impl std::fmt::Debug for LaneIo {
@@ -180,15 +182,30 @@ impl Call {
     async fn read_resume(&self) -> ResumeFacts {
         let (tp, target) = (&self.config.tp, &self.config.target);
         let group = &self.io.source_group;
-        let part = self.retrying(true, || async { self.io.target.partition(target).await }, |_| false).await;
-        let committed = self
-            .retrying(false, || async { self.source().committed(group, std::slice::from_ref(tp)).await }, |_| false)
-            .await;
-        let offsets = self.retrying(false, || async { self.source().log_offsets(tp).await }, |_| false).await;
+        // The batched answers are a prefix of the three reads: what they leave out is read here, in order.
+        let gathered = self.io.gather.resume(tp, target).await;
+        let part = match gathered.target {
+            Some(part) => {
+                self.io.target_health.success(&self.io.events);
+                Ok(part)
+            }
+            None => self.retrying(true, || async { self.io.target.partition(target).await }, |_| false).await,
+        };
+        let committed = match gathered.committed {
+            Some(committed) => Ok(committed),
+            None => self
+                .retrying(false, || async { self.source().committed(group, std::slice::from_ref(tp)).await }, |_| false)
+                .await
+                .map(|c| c.first().map(|c| c.offset)),
+        };
+        let offsets = match gathered.offsets {
+            Some(offsets) => Ok(offsets),
+            None => self.retrying(false, || async { self.source().log_offsets(tp).await }, |_| false).await,
+        };
         let (Ok(target), Ok(committed), Ok((source_earliest, source_latest))) = (part, committed, offsets) else {
             unreachable!("reads are retried until they succeed")
         };
-        ResumeFacts { target, committed: committed.first().map(|c| c.offset), source_earliest, source_latest }
+        ResumeFacts { target, committed, source_earliest, source_latest }
     }
 
     async fn compare_tail(&self, at: u64) -> TailFacts {

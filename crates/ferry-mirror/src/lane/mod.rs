@@ -12,6 +12,7 @@
 
 pub mod budget;
 pub mod core;
+pub mod gather;
 mod io;
 pub mod link;
 pub mod repeats;
