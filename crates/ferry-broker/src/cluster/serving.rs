@@ -25,9 +25,6 @@ use crate::error::{BrokerError, Result};
 use crate::node::partition::{Partition, Produced};
 use crate::node::replica::{Leading, NotLeading, Replica};
 
-/// How long a follower's fetch whose only news is a moved high watermark is held for data to carry with it.
-const HW_NEWS_LINGER: Duration = Duration::from_millis(5);
-
 /// The serving side's shared state: this member's id, its lease clock and when it last read etcd.
 #[derive(Debug, Clone)]
 pub struct Serving {
@@ -296,26 +293,11 @@ impl Serving {
             Ok(Ok(true)) => {}
         }
         advance(p);
-        // No data for the follower: wait for some. Any change but a moved HW ends the wait at once; a moved HW (by
-        // this fetch or another member's) is held up to HW_NEWS_LINGER for data to go with it: under load the next
-        // batch comes well within it, so a follower needs one fetch per batch, not one for the batch and another
-        // for the HW that batch moved. Acknowledgements do not wait for this: the leader's HW moved already.
-        if req.offset >= leo && req.max_wait_ms > 0 {
-            let start = tokio::time::Instant::now();
-            let mut until = start + Duration::from_millis(u64::from(req.max_wait_ms)).min(max_wait);
-            if replica.hw() != hw_before {
-                until = until.min(start + HW_NEWS_LINGER);
-            }
-            let epoch = replica.leader_epoch();
-            while let Ok(Ok(())) = tokio::time::timeout_at(until, changes.changed()).await {
-                let only_hw = p.log().log_end_offset() <= req.offset
-                    && replica.leader_epoch() == epoch
-                    && replica.hw() != hw_before;
-                if !only_hw {
-                    break;
-                }
-                until = until.min(tokio::time::Instant::now() + HW_NEWS_LINGER);
-            }
+        // Nothing new for the follower (no data, and this fetch did not move the HW it will learn): wait.
+        if req.offset >= leo && replica.hw() == hw_before && req.max_wait_ms > 0 {
+            let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(max_wait);
+            // Data or a HW change ends the wait; either is a change signal.
+            let _ = tokio::time::timeout(wait, changes.changed()).await;
         }
         let log_start = p.log().log_start_offset();
         let from = req.offset.max(log_start);

@@ -66,12 +66,30 @@ fn bases(answer: &pb::ReplicaFetchResponse) -> Vec<u64> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fetch_that_moves_the_hw_carries_the_next_batch_with_it() {
+async fn a_fetch_that_moves_the_hw_is_answered_at_once_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = led(dir.path(), 2);
+    let s = serving();
+    // The follower holds both batches: its fetch at 2 moves the HW from 0 to 2, which it learns at once.
+    let start = tokio::time::Instant::now();
+    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
+    assert_eq!(answer.error, pb::ErrorCode::None as i32, "{}", answer.message);
+    assert_eq!((answer.high_watermark, bases(&answer), answer.log_end_offset), (2, vec![], 2));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fetch_at_the_end_waits_for_the_next_batch_or_the_whole_wait() {
     let dir = tempfile::tempdir().unwrap();
     let p = Arc::new(led(dir.path(), 2));
     let s = serving();
-    // The follower holds both batches: its fetch at 2 moves the HW from 0 to 2. The next batch comes 2 ms later,
-    // within the linger: the one answer carries both the HW and the batch.
+    s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
+    // The HW known and nothing new: the fetch waits the whole wait, and no longer than the leader allows.
+    let start = tokio::time::Instant::now();
+    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(300)).await;
+    assert_eq!((answer.high_watermark, bases(&answer)), (2, vec![]));
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    // A batch 2 ms into the wait ends it, and the answer carries it.
     let writer = {
         let p = Arc::clone(&p);
         tokio::spawn(async move {
@@ -83,25 +101,8 @@ async fn a_fetch_that_moves_the_hw_carries_the_next_batch_with_it() {
     let start = tokio::time::Instant::now();
     let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
     writer.await.unwrap();
-    assert_eq!(answer.error, pb::ErrorCode::None as i32, "{}", answer.message);
     assert_eq!((answer.high_watermark, bases(&answer), answer.log_end_offset), (2, vec![2], 3));
     assert_eq!(start.elapsed(), Duration::from_millis(2));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_fetch_whose_only_news_is_the_hw_answers_after_the_linger() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = led(dir.path(), 2);
-    let s = serving();
-    let start = tokio::time::Instant::now();
-    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
-    assert_eq!((answer.high_watermark, bases(&answer), answer.log_end_offset), (2, vec![], 2));
-    assert_eq!(start.elapsed(), HW_NEWS_LINGER);
-    // The HW known, a fetch at the end waits for data the whole wait.
-    let start = tokio::time::Instant::now();
-    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
-    assert_eq!((answer.high_watermark, bases(&answer)), (2, vec![]));
-    assert_eq!(start.elapsed(), Duration::from_millis(500));
 }
 
 #[tokio::test(start_paused = true)]
