@@ -10,8 +10,13 @@ use tempfile::TempDir;
 
 use crate::error::{Error, Result};
 use crate::process::{ChildProcess, ChildSpec};
-use crate::util::reserve_port;
+use crate::util::reserve_ports;
 use crate::wait::POLL_INTERVAL;
+
+/// How many times [`EtcdProcess::start`] starts etcd when its ports were taken meanwhile.
+const BIND_ATTEMPTS: u32 = 3;
+/// What etcd logs when a port it was given is taken.
+const PORT_TAKEN: &str = "address already in use";
 
 /// The variable naming the etcd binary to run.
 pub const ETCD_BIN_VAR: &str = "FERRY_ETCD_BIN";
@@ -50,14 +55,30 @@ pub fn etcd_binary() -> Result<PathBuf> {
 }
 
 impl EtcdProcess {
-    /// Starts a one-member etcd cluster on loopback and waits until it answers.
+    /// Starts a one-member etcd cluster on loopback and waits until it answers. etcd must be told its ports, so
+    /// they are reserved first ([`reserve_ports`]); another process can take one before etcd binds it. An etcd
+    /// that exits at start because a port is taken is started again on new ports, up to `BIND_ATTEMPTS` times in
+    /// all: a lost race for a port, not a fault of the code under test.
     pub async fn start() -> Result<EtcdProcess> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once().await {
+                Err(Error::EarlyExit { log_tail, .. }) if attempt < BIND_ATTEMPTS && log_tail.contains(PORT_TAKEN) => {
+                    tracing::warn!(attempt, "etcd lost a race for its port; starting it again on new ports");
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once() -> Result<EtcdProcess> {
         let dir = tempfile::Builder::new().prefix("ferry-etcd-").tempdir().map_err(|source| Error::Io {
             action: "create temp dir in",
             path: std::env::temp_dir(),
             source,
         })?;
-        let (client, peer) = (reserve_port()?, reserve_port()?);
+        let [client, peer] = reserve_ports::<2>()?;
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let spec = ChildSpec::new("etcd", etcd_binary()?, dir.path().join("etcd.log")).args([

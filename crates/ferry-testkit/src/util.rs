@@ -19,6 +19,25 @@ pub fn init_tracing() {
 /// take the port before the caller binds it. Prefer port 0 and the address file ([`crate::BrokerProcess`] and
 /// [`crate::MirrorProcess`] do this); use this only for a config that must name a port in advance.
 pub fn reserve_port() -> Result<u16> {
+    let [port] = reserve_ports::<1>()?;
+    Ok(port)
+}
+
+/// `N` distinct free loopback ports, as [`reserve_port`] finds one (and as racy with other processes). All `N`
+/// probe listeners are held until the last is bound: ports reserved one after another may come back the same, since
+/// a released port is free again at once (etcd was once given one port for both its client and peer URLs).
+pub fn reserve_ports<const N: usize>() -> Result<[u16; N]> {
+    let mut held = Vec::with_capacity(N);
+    let mut ports = [0u16; N];
+    for port in &mut ports {
+        let (listener, bound) = probe_listener()?;
+        *port = bound;
+        held.push(listener);
+    }
+    Ok(ports)
+}
+
+fn probe_listener() -> Result<(TcpListener, u16)> {
     let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     let listener = TcpListener::bind(any).map_err(|source| Error::Net {
         action: "bind a probe listener on",
@@ -30,7 +49,7 @@ pub fn reserve_port() -> Result<u16> {
         addr: any.to_string(),
         source,
     })?;
-    Ok(addr.port())
+    Ok((listener, addr.port()))
 }
 
 #[cfg(test)]
@@ -42,6 +61,12 @@ mod tests {
         let port = reserve_port().unwrap();
         assert_ne!(port, 0);
         TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+        // Many at once are distinct, each one free.
+        let many = reserve_ports::<64>().unwrap();
+        let distinct: std::collections::BTreeSet<u16> = many.iter().copied().collect();
+        assert_eq!(distinct.len(), 64);
+        let _bound: Vec<TcpListener> =
+            many.iter().map(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, *p)).unwrap()).collect();
         init_tracing();
         init_tracing();
     }

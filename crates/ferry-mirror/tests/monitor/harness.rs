@@ -15,7 +15,7 @@ use ferry_mirror::metrics::Metrics;
 use ferry_mirror::state::{MeterClock, PartitionState, PartitionStatus, Shared, SideRates};
 use ferry_mirror::target_watch::TargetHealth;
 use ferry_mirror::{MirrorHandle, monitor};
-use ferry_testkit::reserve_port;
+use ferry_testkit::reserve_ports;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -60,8 +60,8 @@ pub fn source_config(routes: &[(&str, String)], cluster_id: Option<&str>) -> Sou
 
 /// Two routes to loopback ports nothing listens on: never probed here, so both stay unhealthy.
 pub fn unused_routes() -> SourceConfig {
-    let a = format!("127.0.0.1:{}", reserve_port().unwrap());
-    let b = format!("127.0.0.1:{}", reserve_port().unwrap());
+    let [a, b] = reserve_ports::<2>().unwrap();
+    let (a, b) = (format!("127.0.0.1:{a}"), format!("127.0.0.1:{b}"));
     source_config(&[("primary", a), ("backup", b)], Some("dc-a"))
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ferry_mirror::config::{MonitorConfig, Secret};
 use ferry_mirror::state::PartitionState;
 use ferry_mirror::{MirrorConfig, RunOptions, monitor};
-use ferry_testkit::{deadline, reserve_port, wait_until};
+use ferry_testkit::{deadline, reserve_ports, wait_until};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -138,7 +138,7 @@ async fn server_stops_on_shutdown_and_a_taken_port_is_a_clear_error() {
 #[tokio::test]
 async fn bootstrap_writes_the_bound_monitor_address_and_serves_until_shutdown() {
     let dir = tempfile::tempdir().unwrap();
-    let (source, target) = (reserve_port().unwrap(), reserve_port().unwrap());
+    let [source, target] = reserve_ports::<2>().unwrap();
     let config = MirrorConfig::from_toml(
         &format!(
             "[source]\ncluster = \"dc-a\"\n[[source.routes]]\nname = \"primary\"\nbrokers = [\"127.0.0.1:{source}\"]\n\
