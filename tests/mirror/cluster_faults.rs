@@ -236,32 +236,32 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
         match kind {
             0 => {
                 source.broker(victim).kill9().await?;
-                tokio::time::sleep(hold).await;
+                lasts(hold).await;
                 source.broker(victim).restart().await?;
             }
             1 => {
                 source.broker(victim).suspend(deadline(&[ttl])).await?;
-                tokio::time::sleep(hold).await;
+                lasts(hold).await;
                 source.broker(victim).resume()?;
             }
             2 => {
                 source.cut_from_etcd(victim);
-                tokio::time::sleep(hold).await;
+                lasts(hold).await;
                 source.heal_etcd(victim);
             }
             3 => {
                 let other = victim % 3 + 1;
                 source.cut_between(victim, other);
-                tokio::time::sleep(hold).await;
+                lasts(hold).await;
                 source.heal_between(victim, other);
             }
             _ => {
                 source.etcd.send_signal(Signal::STOP)?;
-                tokio::time::sleep(hold).await;
+                lasts(hold).await;
                 source.etcd.send_signal(Signal::CONT)?;
             }
         }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        lasts(Duration::from_millis(rng.random_range(300..1500))).await;
     }
     source.heal_all();
     stop.cancel();
@@ -274,4 +274,10 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
     let violations = watch.await?;
     assert!(violations.is_empty(), "seed {seed}, faults {faults:?}: {violations:?}");
     Ok(())
+}
+
+/// Lets a fault last `span`, or the calm between two: the span is drawn from the seed, and a cluster under a fault
+/// held this long is what the test exercises; there is no condition to wait for instead.
+async fn lasts(span: Duration) {
+    tokio::time::sleep(span).await;
 }

@@ -60,6 +60,14 @@ fn fetch(offset: u64) -> pb::ReplicaFetchRequest {
     }
 }
 
+/// Follower 2's fetch at `offset` against `p`, with the leader's longest wait `max_wait`: the answer, and how long
+/// it took on the paused clock.
+async fn timed(s: &Serving, p: &Partition, offset: u64, max_wait: u64) -> (pb::ReplicaFetchResponse, Duration) {
+    let start = tokio::time::Instant::now();
+    let answer = s.replica_fetch(p, fetch(offset), Duration::from_millis(max_wait)).await;
+    (answer, start.elapsed())
+}
+
 /// The base offsets of the batches a fetch answer carries.
 fn bases(answer: &pb::ReplicaFetchResponse) -> Vec<u64> {
     ferry_batch::split_verified(&answer.batches).unwrap().iter().map(|(h, _)| h.base_offset).collect()
@@ -71,11 +79,10 @@ async fn a_fetch_that_moves_the_hw_is_answered_at_once_with_it() {
     let p = led(dir.path(), 2);
     let s = serving();
     // The follower holds both batches: its fetch at 2 moves the HW from 0 to 2, which it learns at once.
-    let start = tokio::time::Instant::now();
-    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
+    let (answer, took) = timed(&s, &p, 2, 500).await;
     assert_eq!(answer.error, pb::ErrorCode::None as i32, "{}", answer.message);
     assert_eq!((answer.high_watermark, bases(&answer), answer.log_end_offset), (2, vec![], 2));
-    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(took, Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,10 +92,9 @@ async fn a_fetch_at_the_end_waits_for_the_next_batch_or_the_whole_wait() {
     let s = serving();
     s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
     // The HW known and nothing new: the fetch waits the whole wait, and no longer than the leader allows.
-    let start = tokio::time::Instant::now();
-    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(300)).await;
+    let (answer, took) = timed(&s, &p, 2, 300).await;
     assert_eq!((answer.high_watermark, bases(&answer)), (2, vec![]));
-    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    assert_eq!(took, Duration::from_millis(300));
     // A batch 2 ms into the wait ends it, and the answer carries it.
     let writer = {
         let p = Arc::clone(&p);
@@ -98,11 +104,10 @@ async fn a_fetch_at_the_end_waits_for_the_next_batch_or_the_whole_wait() {
             p.replica().unwrap().nudge();
         })
     };
-    let start = tokio::time::Instant::now();
-    let answer = s.replica_fetch(&p, fetch(2), Duration::from_millis(500)).await;
+    let (answer, took) = timed(&s, &p, 2, 500).await;
     writer.await.unwrap();
     assert_eq!((answer.high_watermark, bases(&answer), answer.log_end_offset), (2, vec![2], 3));
-    assert_eq!(start.elapsed(), Duration::from_millis(2));
+    assert_eq!(took, Duration::from_millis(2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,8 +115,7 @@ async fn a_lagging_follower_is_answered_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let p = led(dir.path(), 2);
     let s = serving();
-    let start = tokio::time::Instant::now();
-    let answer = s.replica_fetch(&p, fetch(1), Duration::from_millis(500)).await;
+    let (answer, took) = timed(&s, &p, 1, 500).await;
     assert_eq!((answer.high_watermark, bases(&answer)), (1, vec![1]));
-    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(took, Duration::ZERO);
 }
