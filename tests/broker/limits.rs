@@ -58,6 +58,7 @@ fn start(partitions: &[(&str, u32)]) -> pb::SubscribeRequest {
                 .collect(),
             max_response_bytes: 0,
             idle_heartbeat_ms: 100,
+            changed_beats: false,
         })),
     }
 }

@@ -163,7 +163,8 @@ fn decode(partition: u32, batches: &[u8]) -> Vec<Rec> {
 
 /// A subscribe start of (topic, partition, offset)s, each with 1 MiB of credit and seat 7.
 fn start(partitions: &[(&str, u32, u64)]) -> pb::SubscribeRequest {
-    let mut start = pb::SubscribeStart { partitions: vec![], max_response_bytes: 0, idle_heartbeat_ms: 50 };
+    let mut start =
+        pb::SubscribeStart { partitions: vec![], max_response_bytes: 0, idle_heartbeat_ms: 50, changed_beats: false };
     for &(topic, partition, offset) in partitions {
         let topic = topic.into();
         start.partitions.push(pb::PartitionStart {

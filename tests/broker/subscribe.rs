@@ -37,6 +37,7 @@ fn start(partitions: &[(u32, u64)]) -> pb::SubscribeRequest {
                 .collect(),
             max_response_bytes: 0,
             idle_heartbeat_ms: HEARTBEAT.as_millis() as u32,
+            changed_beats: false,
         })),
     }
 }
@@ -256,5 +257,68 @@ async fn subscribe_shares_small_responses_between_partitions_with_backlog() -> a
     .await?;
     assert!(delivered[0] <= 2 * 4 * 16, "partition 0 took {} records before partition 1 got any", delivered[0]);
     drop(tx);
+    Ok(())
+}
+
+/// One message of a changes-only stream, as (beat kind, [(partition, log end, next offset)], records carried).
+type Said = (i32, Vec<(u32, u64, u64)>, usize);
+
+fn said(msg: &pb::SubscribeResponse) -> Said {
+    let parts = msg.partitions.iter().map(|d| (d.partition, d.log_end_offset, d.next_offset)).collect();
+    (msg.beat, parts, msg.partitions.iter().map(|d| records_of(d).len()).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changes_only_stream_beats_what_changed_and_everything_every_tenth_beat() -> anyhow::Result<()> {
+    const CHANGES: i32 = pb::BeatKind::BeatChanges as i32;
+    const FULL: i32 = pb::BeatKind::BeatFull as i32;
+    let broker = start_broker("").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("feed", 3, TopicConfig::default(), None).await?;
+    let (tx, rx) = mpsc::channel::<pb::SubscribeRequest>(4);
+    let requests = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let mut first = start(&[(0, 1 << 20), (1, 1 << 20), (2, 1 << 20)]);
+    if let Some(pb::subscribe_request::Kind::Start(s)) = &mut first.kind {
+        s.changed_beats = true;
+    }
+    tx.send(first).await?;
+    let mut stream = client.raw().await?.subscribe(requests).await?.into_inner();
+    // The stream's first beat is due at the broker's default period (1 s), before the start's own took effect;
+    // every later one at HEARTBEAT.
+    let mut within = Duration::from_secs(1) * 3;
+    let mut next = async || -> anyhow::Result<Said> {
+        let msg = tokio::time::timeout(within, stream.message()).await??;
+        within = HEARTBEAT * 3;
+        Ok(said(&msg.ok_or_else(|| anyhow::anyhow!("the stream ended"))?))
+    };
+    // Idle: the first beat says every partition, the next eight nothing, the tenth every partition again.
+    let all = vec![(0, 0, 0), (1, 0, 0), (2, 0, 0)];
+    let mut beats = vec![next().await?];
+    for _ in 1..10 {
+        beats.push(next().await?);
+    }
+    let mut expected = vec![(CHANGES, all.clone(), 0)];
+    expected.extend((0..8).map(|_| (CHANGES, vec![], 0)));
+    expected.push((FULL, all, 0));
+    assert_eq!(beats, expected);
+
+    // Three records on partition 1: its data comes (not a beat), and the first beat after it says partition 1's
+    // new position and nothing of the others. A beat may fall between the append and the read of the data; it
+    // says partition 1 too, with the offset before the data.
+    let request = pb::ProduceRequest {
+        topic: "feed".into(),
+        partition: Some(1),
+        key: None,
+        batches: plain_batch(&["a", "b", "c"], TS0),
+    };
+    client.produce(request).await?;
+    let mut msg = next().await?;
+    if msg.2 == 0 {
+        assert_eq!(msg, (CHANGES, vec![(1, 3, 0)], 0), "a beat before the data");
+        msg = next().await?;
+    }
+    assert_eq!(msg, (pb::BeatKind::BeatNone as i32, vec![(1, 3, 3)], 3), "partition 1's data");
+    assert_eq!(next().await?, (CHANGES, vec![(1, 3, 3)], 0));
+    assert_eq!(next().await?, (CHANGES, vec![], 0));
     Ok(())
 }

@@ -236,9 +236,9 @@ impl Admin {
 
     /// [`Admin::list_offsets`], with each partition's own outcome: one partition's error does not fail the others
     /// (a probe of many partitions, some of whose leaders are being elected).
-    pub async fn list_offsets_each(
+    pub async fn list_offsets_each<T: AsRef<str>>(
         &self,
-        partitions: &[(String, u32, OffsetSpec)],
+        partitions: &[(T, u32, OffsetSpec)],
     ) -> Result<Vec<Result<PartitionOffsets>>> {
         let mut answers: Vec<Option<pb::ListOffsetsResult>> = vec![None; partitions.len()];
         let mut pending: Vec<usize> = (0..partitions.len()).collect();
@@ -250,20 +250,26 @@ impl Admin {
             if round > 0 {
                 tokio::time::sleep(backoff.next().unwrap_or_default()).await;
             }
-            let mut by_leader: std::collections::BTreeMap<String, (BrokerClient, Vec<usize>)> = Default::default();
+            // By leader client (a handful), found without naming each partition's leader: a probe of thousands of
+            // partitions allocates nothing per partition here.
+            let mut by_leader: Vec<(BrokerClient, Vec<usize>)> = Vec::new();
             for &i in &pending {
                 let (topic, partition, _) = &partitions[i];
-                let c = self.client.for_partition(topic, *partition);
-                by_leader.entry(c.address()).or_insert_with(|| (c, Vec::new())).1.push(i);
+                let c = self.client.for_partition(topic.as_ref(), *partition);
+                match by_leader.iter_mut().find(|(known, _)| known.is_same(&c)) {
+                    Some((_, idx)) => idx.push(i),
+                    None => by_leader.push((c, vec![i])),
+                }
             }
-            let asks = by_leader.into_values().map(|(c, idx)| {
+            let asks = by_leader.into_iter().map(|(c, idx)| {
                 let request = pb::ListOffsetsRequest {
                     partitions: idx
                         .iter()
                         .map(|&i| {
                             let (topic, partition, spec) = &partitions[i];
+                            let topic = topic.as_ref();
                             pb::ListOffsetsPartition {
-                                topic: topic.clone(),
+                                topic: topic.to_owned(),
                                 partition: *partition,
                                 spec: Some(match spec {
                                     OffsetSpec::Earliest => Spec::Earliest(true),

@@ -29,10 +29,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::egress::EgressHandle;
+use crate::lane::link::LaneLink;
 use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
-use crate::tp::SourceTp;
+use crate::tp::{SourceTp, TpHasher};
 
 /// The SourceWatch component.
 pub struct SourceWatch {
@@ -42,7 +43,7 @@ pub struct SourceWatch {
     check_interval: Duration,
     timeout: Duration,
     /// The log start each partition's lane was last handed.
-    handed: HashMap<SourceTp, Repeat<u64>>,
+    handed: HashMap<SourceTp, Repeat<u64>, TpHasher>,
 }
 
 impl SourceWatch {
@@ -54,7 +55,7 @@ impl SourceWatch {
         check_interval: Duration,
         timeout: Duration,
     ) -> SourceWatch {
-        SourceWatch { egress, links, shared, check_interval, timeout, handed: HashMap::new() }
+        SourceWatch { egress, links, shared, check_interval, timeout, handed: HashMap::default() }
     }
 
     /// Probes until `stop`.
@@ -70,9 +71,16 @@ impl SourceWatch {
     }
 
     async fn round(&mut self) {
-        let tps: Vec<SourceTp> = self.links.iter().map(|e| e.key().clone()).collect();
-        let links = &self.links;
-        self.handed.retain(|tp, _| links.contains_key(tp));
+        let mut tps: Vec<SourceTp> = Vec::with_capacity(self.links.len());
+        let mut links: Vec<Arc<LaneLink>> = Vec::with_capacity(self.links.len());
+        for entry in self.links.iter() {
+            tps.push(entry.key().clone());
+            links.push(Arc::clone(entry.value()));
+        }
+        if self.handed.len() > tps.len() {
+            let owned = &self.links;
+            self.handed.retain(|tp, _| owned.contains_key(tp));
+        }
         if tps.is_empty() {
             return;
         }
@@ -91,14 +99,28 @@ impl SourceWatch {
                 return;
             }
         };
+        // Answers come in the order asked, some left out; any other is placed by name.
+        let mut next = 0;
+        let mut by_name: Option<HashMap<&SourceTp, usize, TpHasher>> = None;
         for p in offsets {
+            let at = match tps.get(next) {
+                Some(asked) if *asked == p.tp => Some(next),
+                _ => by_name
+                    .get_or_insert_with(|| tps.iter().enumerate().map(|(i, t)| (t, i)).collect())
+                    .get(&p.tp)
+                    .copied(),
+            };
+            let Some(i) = at else { continue };
+            next = i + 1;
             if let Some(status) = self.shared.partitions.get(&p.tp) {
                 status.set_probed_source(p.log_start, p.log_end, p.end_age);
             }
-            if let Some(link) = self.links.get(&p.tp)
-                && self.handed.entry(p.tp.clone()).or_default().news(&p.log_start)
-            {
-                link.source_log_start(p.log_start);
+            let handed = match self.handed.get_mut(&p.tp) {
+                Some(h) => h,
+                None => self.handed.entry(p.tp).or_default(),
+            };
+            if handed.news(&p.log_start) {
+                links[i].source_log_start(p.log_start);
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
 pub use crate::target_health::TargetHealth;
-use crate::tp::{SourceTp, TargetTp};
+use crate::tp::{SourceTp, TargetTp, TpHasher};
 
 /// How the target is probed.
 #[derive(Debug, Clone, Copy)]
@@ -43,10 +43,19 @@ pub struct TargetWatch {
     health: Arc<TargetHealth>,
     events: EventBus,
     probe: TargetProbe,
-    /// The (log end, cache offset before the read) each partition's lane was last handed.
-    handed: HashMap<TargetTp, Repeat<(u64, u64)>>,
-    /// Each owned partition's target name, kept across rounds: a round allocates no name per partition.
-    targets: HashMap<SourceTp, TargetTp>,
+    /// Each owned partition's target name and what its lane was last handed, kept across rounds: a round
+    /// allocates no name per partition and builds no map.
+    known: HashMap<SourceTp, Known, TpHasher>,
+    /// Rounds so far (a partition's [`Known::round`] says the last that saw it).
+    rounds: u64,
+}
+
+/// What the watch keeps of one owned partition.
+struct Known {
+    target: TargetTp,
+    /// The (log end, cache offset before the read) its lane was last handed.
+    handed: Repeat<(u64, u64)>,
+    round: u64,
 }
 
 impl TargetWatch {
@@ -59,7 +68,7 @@ impl TargetWatch {
         events: EventBus,
         probe: TargetProbe,
     ) -> TargetWatch {
-        TargetWatch { target, links, shared, health, events, probe, handed: HashMap::new(), targets: HashMap::new() }
+        TargetWatch { target, links, shared, health, events, probe, known: HashMap::default(), rounds: 0 }
     }
 
     /// Probes until `stop`.
@@ -88,28 +97,30 @@ impl TargetWatch {
                 return;
             }
         }
-        // Each owned partition's link and its cache offset from before the read, by target partition.
-        let mut parts: HashMap<TargetTp, (u64, Arc<crate::lane::link::LaneLink>)> =
-            HashMap::with_capacity(self.links.len());
+        // Each owned partition's names, link and cache offset from before the read, in one list.
+        self.rounds += 1;
+        let round = self.rounds;
+        let mut parts: Vec<(SourceTp, u64, Arc<crate::lane::link::LaneLink>)> = Vec::with_capacity(self.links.len());
+        let mut tps: Vec<TargetTp> = Vec::with_capacity(self.links.len());
         for entry in self.links.iter() {
             let Some(status) = self.shared.partitions.get(entry.key()) else { continue };
-            let tp = match self.targets.get(entry.key()) {
-                Some(t) if t.partition == status.partition && t.topic() == status.target_topic => t.clone(),
+            let known = match self.known.get_mut(entry.key()) {
+                Some(k) if k.target.partition == status.partition && k.target.topic() == status.target_topic => k,
                 _ => {
-                    let t = TargetTp::new(status.target_topic.as_str(), status.partition);
-                    self.targets.insert(entry.key().clone(), t.clone());
-                    t
+                    let target = TargetTp::new(status.target_topic.as_str(), status.partition);
+                    let fresh = Known { target, handed: Repeat::default(), round };
+                    self.known.insert(entry.key().clone(), fresh);
+                    self.known.get_mut(entry.key()).expect("just inserted")
                 }
             };
-            parts.insert(tp, (status.cache_offset(), Arc::clone(entry.value())));
+            known.round = round;
+            tps.push(known.target.clone());
+            parts.push((entry.key().clone(), status.cache_offset(), Arc::clone(entry.value())));
         }
-        // Every partition of the round is in `targets`: anything more is a partition no longer owned.
-        if self.targets.len() > parts.len() {
-            let links = &self.links;
-            self.targets.retain(|tp, _| links.contains_key(tp));
+        // Every partition of the round is marked: anything else is a partition no longer owned.
+        if self.known.len() > parts.len() {
+            self.known.retain(|_, k| k.round == round);
         }
-        self.handed.retain(|tp, _| parts.contains_key(tp));
-        let tps: Vec<TargetTp> = parts.keys().cloned().collect();
         let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends_many(&tps)).await {
             Ok(Ok(ends)) => ends,
             Ok(Err(e)) => {
@@ -118,9 +129,23 @@ impl TargetWatch {
             }
             Err(_) => return,
         };
+        // A Ferry target answers in the order asked; any other answer (one left out, a target that answers by
+        // topic) is placed by name.
+        let mut next = 0;
+        let mut by_name: Option<HashMap<&TargetTp, usize, TpHasher>> = None;
         for (tp, log_end) in ends {
-            if let Some((cache_before, link)) = parts.get(&tp)
-                && self.handed.entry(tp).or_default().news(&(log_end, *cache_before))
+            let at = match tps.get(next) {
+                Some(asked) if *asked == tp => Some(next),
+                _ => by_name
+                    .get_or_insert_with(|| tps.iter().enumerate().map(|(i, t)| (t, i)).collect())
+                    .get(&tp)
+                    .copied(),
+            };
+            let Some(i) = at else { continue };
+            next = i + 1;
+            let (source, cache_before, link) = &parts[i];
+            if let Some(known) = self.known.get_mut(source)
+                && known.handed.news(&(log_end, *cache_before))
             {
                 link.target_log_end(log_end, *cache_before);
             }

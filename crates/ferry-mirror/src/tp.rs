@@ -5,6 +5,14 @@
 use std::fmt;
 use std::sync::Arc;
 
+/// The hasher of the maps keyed by partition that are read for every partition on every round (the partitions'
+/// statuses, the lanes' links): a fast, randomly seeded one. With thousands of partitions, hashing their names with
+/// the standard library's DoS-hardened hasher was a tenth of what an idle mirror did.
+pub type TpHasher = foldhash::fast::RandomState;
+
+/// A concurrent map keyed by source partition, with [`TpHasher`].
+pub type TpMap<V> = dashmap::DashMap<SourceTp, V, TpHasher>;
+
 /// A partition of the source cluster.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourceTp {

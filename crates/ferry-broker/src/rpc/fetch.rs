@@ -33,6 +33,9 @@ use crate::node::partition::Partition;
 use crate::node::registry::BrokerCore;
 use crate::rpc::auth::{Grant, Scopes};
 
+mod beat;
+use beat::{Beats, Said};
+
 /// The shortest idle heartbeat a subscribe stream may ask for, ms.
 const MIN_HEARTBEAT_MS: u64 = 10;
 
@@ -281,6 +284,15 @@ pub async fn fetch(
     }
 }
 
+/// A subscribe stream's settings, as its client's starts set them.
+struct Pace {
+    /// Bytes of batches one response may carry.
+    max_response: u64,
+    /// The position beat's period.
+    heartbeat: Duration,
+    beats: Beats,
+}
+
 /// One partition of a subscribe stream.
 struct Sub {
     offset: u64,
@@ -291,6 +303,8 @@ struct Sub {
     errored: bool,
     /// The leader epoch the client named for it.
     epoch: Option<u32>,
+    /// What the last beat said of it.
+    said: Said,
 }
 
 /// Runs one subscribe stream until the client goes away or the broker shuts down. No response carries more than
@@ -308,27 +322,24 @@ pub async fn subscribe(
     let hints = reads.hints.clone();
     let mut subs: BTreeMap<(String, u32), Sub> = BTreeMap::new();
     let max_subs = core.limits().max_subscribe_partitions as usize;
-    let mut max_response: u64 = limit.min(4 * 1024 * 1024);
-    let mut heartbeat = Duration::from_millis(1000);
+    let mut pace =
+        Pace { max_response: limit.min(4 * 1024 * 1024), heartbeat: Duration::from_secs(1), beats: Beats::default() };
     let mut arrivals = core.arrivals();
-    let mut next_heartbeat = tokio::time::Instant::now() + heartbeat;
+    let mut next_heartbeat = tokio::time::Instant::now() + pace.heartbeat;
     // Where the next response starts: the first partition the last one had no room for. Without it, partitions
     // early in key order would take every response while they have backlog and credit, and starve the rest.
     let mut cursor: Option<(String, u32)> = None;
     loop {
         arrivals.borrow_and_update();
-        // Positions of every partition on a fixed beat, busy or not, so the client always knows each log end.
+        // Positions on a fixed beat, busy or not, so the client always knows each log end (`beat` says which).
         if tokio::time::Instant::now() >= next_heartbeat {
-            next_heartbeat = tokio::time::Instant::now() + heartbeat;
-            let positions: Vec<pb::PartitionData> = subs
-                .iter()
-                .map(|((topic, partition), sub)| pb::PartitionData {
-                    seat: sub.seat,
-                    ..redirect(&hints, position(&reads, topic, *partition, sub.offset, sub.epoch))
-                })
-                .collect();
-            if !positions.is_empty() {
-                if tx.send(Ok(pb::SubscribeResponse { partitions: positions })).await.is_err() {
+            next_heartbeat = tokio::time::Instant::now() + pace.heartbeat;
+            let positions = subs.iter_mut().map(|((topic, partition), sub)| {
+                let d = redirect(&hints, position(&reads, topic, *partition, sub.offset, sub.epoch));
+                (pb::PartitionData { seat: sub.seat, ..d }, &mut sub.said)
+            });
+            if let Some(beat) = pace.beats.next(positions) {
+                if tx.send(Ok(beat)).await.is_err() {
                     return;
                 }
                 core.note_beat();
@@ -347,7 +358,7 @@ pub async fn subscribe(
             if sub.credit == 0 {
                 continue;
             }
-            if size >= max_response {
+            if size >= pace.max_response {
                 cursor = Some(key);
                 break;
             }
@@ -364,7 +375,7 @@ pub async fn subscribe(
             if p.visible_end() <= sub.offset && !sub.errored && reads.check(&p, sub.epoch).is_ok() {
                 continue;
             }
-            let budget = sub.credit.min(max_response - size);
+            let budget = sub.credit.min(pace.max_response - size);
             let data = pb::PartitionData {
                 seat: sub.seat,
                 ..redirect(&hints, read_partition(&reads, &p, sub.offset, budget, topic_id, sub.epoch))
@@ -382,7 +393,7 @@ pub async fn subscribe(
                 continue;
             }
             // The first batch of a read may overdraw what is left of the response: leave it for the next one.
-            if size > 0 && size + n > max_response {
+            if size > 0 && size + n > pace.max_response {
                 cursor = Some(key);
                 break;
             }
@@ -401,9 +412,7 @@ pub async fn subscribe(
             while let Some(msg) = requests.message().now_or_never() {
                 match msg {
                     Ok(Some(req)) => {
-                        if let Err(status) =
-                            apply(&who, &mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs)
-                        {
+                        if let Err(status) = apply(&who, &mut subs, req, limit, &mut pace, max_subs) {
                             let _ = tx.send(Err(status)).await;
                             return;
                         }
@@ -421,7 +430,7 @@ pub async fn subscribe(
             }
             msg = requests.message() => match msg {
                 Ok(Some(req)) => {
-                    if let Err(status) = apply(&who, &mut subs, req, limit, &mut max_response, &mut heartbeat, max_subs) {
+                    if let Err(status) = apply(&who, &mut subs, req, limit, &mut pace, max_subs) {
                         let _ = tx.send(Err(status)).await;
                         return;
                     }
@@ -453,9 +462,9 @@ const OWN_RESPONSE_BYTES: usize = 64 * 1024;
 fn responses(round: Vec<pb::PartitionData>) -> Vec<pb::SubscribeResponse> {
     let (large, small): (Vec<_>, Vec<_>) = round.into_iter().partition(|d| d.batches.len() >= OWN_RESPONSE_BYTES);
     let mut out: Vec<pb::SubscribeResponse> =
-        large.into_iter().map(|d| pb::SubscribeResponse { partitions: vec![d] }).collect();
+        large.into_iter().map(|d| pb::SubscribeResponse { partitions: vec![d], beat: 0 }).collect();
     if !small.is_empty() {
-        out.push(pb::SubscribeResponse { partitions: small });
+        out.push(pb::SubscribeResponse { partitions: small, beat: 0 });
     }
     out
 }
@@ -512,8 +521,7 @@ fn apply(
     subs: &mut BTreeMap<(String, u32), Sub>,
     req: pb::SubscribeRequest,
     limit: u64,
-    max_response: &mut u64,
-    heartbeat: &mut Duration,
+    pace: &mut Pace,
     max_subs: usize,
 ) -> Result<(), Status> {
     match req.kind {
@@ -522,13 +530,14 @@ fn apply(
                 who.allow_topic("Subscribe", Scopes::READ, &p.topic)?;
             }
             if start.max_response_bytes > 0 {
-                *max_response = start.max_response_bytes.max(64 * 1024).min(limit);
+                pace.max_response = start.max_response_bytes.max(64 * 1024).min(limit);
             }
             if start.idle_heartbeat_ms > 0 {
                 // The floor is the mirror's lowest `sync.position_heartbeat` (10 ms): a client asking for a beat
                 // that short gets it, rather than a silently slower one.
-                *heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(MIN_HEARTBEAT_MS));
+                pace.heartbeat = Duration::from_millis(u64::from(start.idle_heartbeat_ms).max(MIN_HEARTBEAT_MS));
             }
+            pace.beats.changed_only |= start.changed_beats;
             let added = start.partitions.iter().filter(|p| !subs.contains_key(&(p.topic.clone(), p.partition))).count();
             if subs.len() + added > max_subs {
                 return Err(BrokerError::LimitReached {
@@ -550,6 +559,7 @@ fn apply(
                         seat: p.seat,
                         errored: false,
                         epoch: p.leader_epoch,
+                        said: Said::default(),
                     },
                 );
             }

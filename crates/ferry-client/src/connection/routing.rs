@@ -10,11 +10,14 @@ use super::{
 };
 use crate::config::ClientConfig;
 
+/// One topic's partitions' leaders: partition -> (leader epoch, leader address).
+type TopicLeaders = HashMap<u32, (u32, String)>;
+
 /// The newest known leader of each partition, and the clients of the leaders' addresses.
 #[derive(Default)]
 pub(super) struct Routing {
-    /// (topic, partition) -> (leader epoch, leader address).
-    leaders: parking_lot::Mutex<HashMap<(String, u32), (u32, String)>>,
+    /// topic -> partition -> (leader epoch, leader address); by topic first, so that a lookup needs no owned name.
+    leaders: parking_lot::Mutex<HashMap<String, TopicLeaders>>,
     /// Group -> (leader epoch of its offsets partition, coordinator address).
     coordinators: parking_lot::Mutex<HashMap<String, (u32, String)>>,
     /// Broker id -> address on this client's listener, from the last Metadata answer.
@@ -28,15 +31,21 @@ impl BrokerClient {
     /// (its brokers answer NOT_LEADER with the leader, which it then learns).
     pub fn for_partition(&self, topic: &str, partition: u32) -> BrokerClient {
         let Some(routing) = self.inner.routing.upgrade() else { return self.clone() };
-        let address = routing.leaders.lock().get(&(topic.to_owned(), partition)).map(|(_, a)| a.clone());
+        let address = routing.leaders.lock().get(topic).and_then(|t| t.get(&partition)).map(|(_, a)| a.clone());
         self.client_at(&routing, address)
+    }
+
+    /// Whether `other` is this very client (the same connection), as [`BrokerClient::for_partition`] hands out one
+    /// client per leader: partitions are grouped by leader without naming it.
+    pub fn is_same(&self, other: &BrokerClient) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The leader epoch of `topic`/`partition` this client last learnt (`None` when it knows none): requests about
     /// the partition name it, so that only the leader of that epoch answers (Kafka's KIP-320).
     pub fn known_leader_epoch(&self, topic: &str, partition: u32) -> Option<u32> {
         let routing = self.inner.routing.upgrade()?;
-        let epoch = routing.leaders.lock().get(&(topic.to_owned(), partition)).map(|(e, _)| *e);
+        let epoch = routing.leaders.lock().get(topic).and_then(|t| t.get(&partition)).map(|(e, _)| *e);
         epoch.filter(|e| *e > 0)
     }
 
@@ -44,7 +53,13 @@ impl BrokerClient {
     /// named no other): the next call about it goes to the listed brokers.
     pub fn forget_leader(&self, topic: &str, partition: u32) {
         if let Some(routing) = self.inner.routing.upgrade() {
-            routing.leaders.lock().remove(&(topic.to_owned(), partition));
+            let mut leaders = routing.leaders.lock();
+            if let Some(t) = leaders.get_mut(topic) {
+                t.remove(&partition);
+                if t.is_empty() {
+                    leaders.remove(topic);
+                }
+            }
         }
     }
 
@@ -125,11 +140,17 @@ impl BrokerClient {
             return false;
         }
         let mut leaders = routing.leaders.lock();
-        let known = leaders.entry((topic.to_owned(), partition)).or_insert_with(|| (epoch, address.to_owned()));
+        let by_partition = match leaders.get_mut(topic) {
+            Some(t) => t,
+            None => leaders.entry(topic.to_owned()).or_default(),
+        };
+        let known = by_partition.entry(partition).or_insert_with(|| (epoch, address.to_owned()));
         if epoch < known.0 {
             return false;
         }
-        *known = (epoch, address.to_owned());
+        if (known.0, known.1.as_str()) != (epoch, address) {
+            *known = (epoch, address.to_owned());
+        }
         true
     }
 
@@ -158,7 +179,10 @@ impl BrokerClient {
         if self.inner._routing.is_some() {
             return;
         }
-        routing.leaders.lock().retain(|_, (_, a)| a != address);
+        routing.leaders.lock().retain(|_, t| {
+            t.retain(|_, (_, a)| a != address);
+            !t.is_empty()
+        });
         routing.coordinators.lock().retain(|_, (_, a)| a != address);
     }
 

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use crate::config::rules::Thresholds;
 use crate::events::{Details, Event, EventKind, LagFacts, RpoFacts, StallFacts};
 use crate::state::{PartitionState, PartitionStatus, Shared};
+use crate::tp::TpHasher;
 
 /// A condition that must hold at every sample for a while before it is raised.
 #[derive(Debug, Default)]
@@ -68,13 +69,15 @@ struct Track {
     rpo: Held,
     /// Whether partition_stalled is raised.
     stalled: bool,
+    /// The last round that sampled it.
+    seen: u64,
 }
 
 /// What the checker reads of one partition at one sample.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Sample {
+pub struct Sample<'a> {
     /// Source topic.
-    pub topic: String,
+    pub topic: &'a str,
     /// Partition.
     pub partition: u32,
     /// The partition's state (without the stalled flag).
@@ -95,11 +98,11 @@ pub struct Sample {
     pub since_progress: Duration,
 }
 
-impl Sample {
+impl<'a> Sample<'a> {
     /// Reads a partition's status.
-    pub fn of(s: &PartitionStatus) -> Sample {
+    pub fn of(s: &'a PartitionStatus) -> Sample<'a> {
         Sample {
-            topic: s.topic.clone(),
+            topic: &s.topic,
             partition: s.partition,
             state: s.state(),
             cache: s.cache_offset(),
@@ -122,10 +125,13 @@ impl Sample {
     }
 }
 
-/// Per-partition sampling state.
+/// Per-partition sampling state. An idle mirror with thousands of partitions samples each every second, so a round
+/// allocates nothing per partition and sorts nothing but its events: tracks are found by the status's own topic
+/// name, and those no longer sampled are told by the round that last saw them.
 #[derive(Debug, Default)]
 pub struct ConditionChecker {
-    tracks: HashMap<(String, u32), Track>,
+    tracks: HashMap<String, HashMap<u32, Track, TpHasher>, TpHasher>,
+    rounds: u64,
 }
 
 fn human(d: Duration) -> String {
@@ -145,9 +151,8 @@ impl ConditionChecker {
     /// Samples every partition at `now`, sets their stalled flags and returns the events to emit, in partition
     /// order.
     pub fn check(&mut self, shared: &Shared, th: &Thresholds, now: Instant) -> Vec<Event> {
-        let mut statuses: Vec<_> = shared.partitions.iter().map(|e| std::sync::Arc::clone(e.value())).collect();
-        statuses.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        let samples: Vec<Sample> = statuses.iter().map(|s| Sample::of(s)).collect();
+        let statuses: Vec<_> = shared.partitions.iter().map(|e| std::sync::Arc::clone(e.value())).collect();
+        let samples: Vec<Sample<'_>> = statuses.iter().map(|s| Sample::of(s)).collect();
         let (events, stalled) = self.step(&samples, th, now);
         for (s, stalled) in statuses.iter().zip(stalled) {
             s.set_stalled(stalled);
@@ -155,44 +160,56 @@ impl ConditionChecker {
         events
     }
 
-    /// Takes one sample of every partition this process owns (in partition order) at `now`: the events to emit,
-    /// and each partition's stalled flag.
-    pub fn step(&mut self, samples: &[Sample], th: &Thresholds, now: Instant) -> (Vec<Event>, Vec<bool>) {
+    /// Takes one sample of every partition this process owns at `now`: the events to emit (those of the sampled
+    /// partitions in partition order, then the clearings of partitions no longer here), and each sample's stalled
+    /// flag.
+    pub fn step(&mut self, samples: &[Sample<'_>], th: &Thresholds, now: Instant) -> (Vec<Event>, Vec<bool>) {
+        self.rounds += 1;
+        let round = self.rounds;
         let mut out = Vec::new();
         let mut flags = Vec::with_capacity(samples.len());
         for s in samples {
-            let t = self.tracks.entry((s.topic.clone(), s.partition)).or_default();
+            let topic = match self.tracks.get_mut(s.topic) {
+                Some(t) => t,
+                None => self.tracks.entry(s.topic.to_owned()).or_default(),
+            };
+            let t = topic.entry(s.partition).or_default();
+            t.seen = round;
             lag(s, t, th, now, &mut out);
             rpo(s, t, th, now, &mut out);
             flags.push(stall(s, t, th, &mut out));
         }
-        // Partitions no longer here (a set of those here: with thousands of partitions, a scan of the samples for
-        // each track would be most of what an idle mirror does).
-        let here: std::collections::HashSet<(&str, u32)> =
-            samples.iter().map(|s| (s.topic.as_str(), s.partition)).collect();
-        self.tracks.retain(|(topic, partition), t| {
-            if here.contains(&(topic.as_str(), *partition)) {
-                return true;
-            }
-            let gone = "is no longer mirrored by this process";
-            for (raised, kind) in [
-                (t.lag.raised, EventKind::LagAboveThreshold),
-                (t.rpo.raised, EventKind::RpoAboveThreshold),
-                (t.stalled, EventKind::PartitionStalled),
-            ] {
-                if raised {
-                    out.push(
-                        Event::new(kind, format!("{topic}/{partition} {gone}")).partition(topic, *partition).cleared(),
-                    );
+        // Stable: a partition's events keep their order (lag, RPO, stall).
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        // Partitions no longer here.
+        self.tracks.retain(|topic, partitions| {
+            partitions.retain(|partition, t| {
+                if t.seen == round {
+                    return true;
                 }
-            }
-            false
+                let gone = "is no longer mirrored by this process";
+                for (raised, kind) in [
+                    (t.lag.raised, EventKind::LagAboveThreshold),
+                    (t.rpo.raised, EventKind::RpoAboveThreshold),
+                    (t.stalled, EventKind::PartitionStalled),
+                ] {
+                    if raised {
+                        out.push(
+                            Event::new(kind, format!("{topic}/{partition} {gone}"))
+                                .partition(topic, *partition)
+                                .cleared(),
+                        );
+                    }
+                }
+                false
+            });
+            !partitions.is_empty()
         });
         (out, flags)
     }
 }
 
-fn lag(s: &Sample, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) {
+fn lag(s: &Sample<'_>, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) {
     let (lag, latency_ms) = (s.lag(), s.latency_ms);
     let latency = Duration::from_millis(latency_ms);
     let by_lag = lag > th.lag_threshold;
@@ -243,7 +260,7 @@ fn lag(s: &Sample, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<E
     }
 }
 
-fn rpo(s: &Sample, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) {
+fn rpo(s: &Sample<'_>, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) {
     let above = !th.rpo_threshold.is_zero() && s.rpo > th.rpo_threshold;
     let (topic, p, rpo) = (&s.topic, s.partition, seconds(s.rpo));
     let event = match t.rpo.step(above, now, th.for_duration) {
@@ -275,7 +292,7 @@ fn rpo(s: &Sample, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<E
 }
 
 /// The stall watchdog; returns the partition's stalled flag.
-fn stall(s: &Sample, t: &mut Track, th: &Thresholds, out: &mut Vec<Event>) -> bool {
+fn stall(s: &Sample<'_>, t: &mut Track, th: &Thresholds, out: &mut Vec<Event>) -> bool {
     let (lag, cache, state) = (s.lag(), s.cache, s.state);
     let (topic, p) = (&s.topic, s.partition);
     let source = s.source_offset.max(s.probed_source_offset);
@@ -320,256 +337,4 @@ fn stall(s: &Sample, t: &mut Track, th: &Thresholds, out: &mut Vec<Event>) -> bo
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-
-    const SEC: Duration = Duration::from_secs(1);
-
-    fn th() -> Thresholds {
-        Thresholds {
-            lag_threshold: 100,
-            latency_threshold: Duration::from_secs(10),
-            for_duration: Duration::from_secs(30),
-            stall_after: Duration::from_secs(60),
-            rpo_threshold: Duration::from_secs(20),
-        }
-    }
-
-    /// A mirroring partition at cache offset 10 whose source end the stream saw at `stream` and the probe at
-    /// `probed`, with RPO `rpo` seconds.
-    fn sample(p: u32, stream: u64, probed: u64, rpo: u64) -> Sample {
-        Sample {
-            topic: "orders".into(),
-            partition: p,
-            state: PartitionState::Mirroring,
-            cache: 10,
-            source_offset: stream,
-            probed_source_offset: probed,
-            latency_ms: 0,
-            rpo: Duration::from_secs(rpo),
-            waiting: None,
-            since_progress: Duration::ZERO,
-        }
-    }
-
-    /// [`sample`] whose records have waited `waiting` seconds and whose cache offset last moved `progress` ago.
-    fn waiting(p: u32, stream: u64, probed: u64, waiting: Option<u64>, progress: u64) -> Sample {
-        Sample {
-            waiting: waiting.map(Duration::from_secs),
-            since_progress: Duration::from_secs(progress),
-            ..sample(p, stream, probed, 0)
-        }
-    }
-
-    fn shared_with(topic: &str, p: u32) -> (Shared, Arc<PartitionStatus>) {
-        let shared = Shared::default();
-        let s = Arc::new(PartitionStatus::new(topic, topic, p));
-        s.set_state(PartitionState::Mirroring);
-        shared.partitions.insert(crate::tp::SourceTp::new(topic, p), Arc::clone(&s));
-        (shared, s)
-    }
-
-    /// Events as a table writes them: kind, and whether it is a clearing event.
-    type Kinds = &'static [(EventKind, bool)];
-
-    fn kinds(events: &[Event]) -> Vec<(EventKind, bool)> {
-        events.iter().map(|e| (e.kind, e.cleared)).collect()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn lag_above_for_the_duration_raises_once_and_clears_once() {
-        let (shared, s) = shared_with("orders", 0);
-        s.set_source(0, 1000);
-        s.set_cache(500);
-        let mut c = ConditionChecker::new();
-        let start = Instant::now();
-        // Above the threshold, but not yet for_duration.
-        for secs in [0, 10, 29] {
-            assert!(c.check(&shared, &th(), start + secs * SEC).iter().all(|e| e.kind != EventKind::LagAboveThreshold));
-        }
-        let ev = c.check(&shared, &th(), start + 30 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
-        let e = &ev[0];
-        assert_eq!((e.topic.as_deref(), e.partition), (Some("orders"), Some(0)));
-        assert_eq!(e.details.value("lag"), 500);
-        assert_eq!(e.details.value("lag_threshold"), 100);
-        assert_eq!(e.details.value("latency_threshold_ms"), 10_000);
-        assert_eq!(e.details.value("reason"), "lag");
-        assert_eq!(e.details.value("for_duration"), "30s");
-        // Still above: nothing new.
-        s.set_cache(501);
-        assert!(c.check(&shared, &th(), start + 45 * SEC).is_empty());
-        // Back under: one cleared event, then silence.
-        s.set_cache(950);
-        let ev = c.check(&shared, &th(), start + 46 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, true)]);
-        assert_eq!(ev[0].details.value("lag"), 50);
-        assert!(c.check(&shared, &th(), start + 47 * SEC).is_empty());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_dip_below_restarts_the_duration_and_latency_counts_only_with_lag() {
-        let (shared, s) = shared_with("orders", 1);
-        s.set_source(0, 50);
-        s.set_cache(0);
-        s.set_latency_ms(20_000);
-        let mut c = ConditionChecker::new();
-        let t0 = Instant::now();
-        assert!(c.check(&shared, &th(), t0).is_empty());
-        // Latency falls under the threshold for one sample: the 30 s start again.
-        s.set_latency_ms(5);
-        s.set_cache(1);
-        assert!(c.check(&shared, &th(), t0 + 20 * SEC).is_empty());
-        s.set_latency_ms(20_000);
-        s.set_cache(2);
-        assert!(c.check(&shared, &th(), t0 + 21 * SEC).is_empty());
-        s.set_cache(3);
-        assert!(c.check(&shared, &th(), t0 + 40 * SEC).is_empty());
-        s.set_cache(4);
-        let ev = c.check(&shared, &th(), t0 + 51 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
-        assert_eq!(ev[0].details.value("reason"), "latency");
-        // High latency without lag is no condition.
-        s.set_cache(50);
-        assert_eq!(kinds(&c.check(&shared, &th(), t0 + 52 * SEC)), [(EventKind::LagAboveThreshold, true)]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stall_starts_at_the_later_of_the_last_move_and_the_first_sighting() {
-        let t0 = Instant::now();
-        // (stream end, probed end, waiting s, since progress s, state, stalled flag, events). Cache offset 10,
-        // stall_after 60 s; every row is one sample.
-        type Row = (u64, u64, Option<u64>, u64, PartitionState, bool, Kinds);
-        let m = PartitionState::Mirroring;
-        let table: &[Row] = &[
-            // Idle for ten minutes, then a record appears: waiting 0 s, not a stall.
-            (10, 10, None, 600, m, false, &[]),
-            (11, 11, Some(0), 600, m, false, &[]),
-            (11, 11, Some(59), 659, m, false, &[]),
-            (11, 11, Some(60), 660, m, true, &[(EventKind::PartitionStalled, false)]),
-            (11, 11, Some(90), 690, m, true, &[]),
-            // The cache offset moved 5 s ago and records still wait (older than that): the clock is the move.
-            (20, 20, Some(95), 5, m, false, &[(EventKind::PartitionStalled, true)]),
-            (20, 20, Some(150), 60, m, true, &[(EventKind::PartitionStalled, false)]),
-            // Paused: no stall, whatever waits; the flag clears.
-            (20, 20, Some(200), 100, PartitionState::Paused, false, &[(EventKind::PartitionStalled, true)]),
-            (20, 20, Some(900), 800, PartitionState::Paused, false, &[]),
-            // Resumed (a state change is progress) and stuck again; then caught up.
-            (20, 20, Some(960), 60, m, true, &[(EventKind::PartitionStalled, false)]),
-            (10, 10, None, 61, m, false, &[(EventKind::PartitionStalled, true)]),
-        ];
-        let mut c = ConditionChecker::new();
-        for (i, (stream, probed, wait, progress, state, flag, want)) in table.iter().enumerate() {
-            let s = Sample { state: *state, ..waiting(2, *stream, *probed, *wait, *progress) };
-            let (events, flags) = c.step(&[s], &th(), t0 + Duration::from_secs(i as u64));
-            let stalls: Vec<Event> = events.into_iter().filter(|e| e.kind == EventKind::PartitionStalled).collect();
-            assert_eq!((kinds(&stalls), flags), (want.to_vec(), vec![*flag]), "row {i}");
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stalled_partition_shows_stalled_and_a_removed_one_clears_its_conditions() {
-        let (shared, s) = shared_with("orders", 3);
-        s.set_source(0, 1000);
-        s.set_cache(10);
-        let mut c = ConditionChecker::new();
-        let t0 = Instant::now();
-        // Lag 990 for the duration: lag_above_threshold; the status's own clocks are seconds short of a stall.
-        assert!(c.check(&shared, &th(), t0).is_empty());
-        let ev = c.check(&shared, &th(), t0 + 30 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
-        assert!(!s.stalled());
-        // A stall as the checker decides it sets the monitor's flag.
-        let mut stuck = Sample::of(&s);
-        (stuck.waiting, stuck.since_progress) = (Some(61 * SEC), 61 * SEC);
-        let (ev, flags) = c.step(std::slice::from_ref(&stuck), &th(), t0 + 31 * SEC);
-        assert_eq!((kinds(&ev), flags), (vec![(EventKind::PartitionStalled, false)], vec![true]));
-        s.set_stalled(true);
-        assert_eq!(s.view().state, PartitionState::Stalled);
-        // The partition leaves this process: each raised condition gets its cleared event.
-        shared.partitions.clear();
-        let ev = c.check(&shared, &th(), t0 + 32 * SEC);
-        assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, true), (EventKind::PartitionStalled, true)]);
-        assert!(c.tracks.is_empty());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn rpo_above_the_threshold_for_the_duration_raises_once_and_clears_once() {
-        let mut c = ConditionChecker::new();
-        let t0 = Instant::now();
-        // (second, RPO, expected events): above 20 s from 5 s on; a dip at 40 s restarts the 30 s.
-        let table: &[(u64, u64, Kinds)] = &[
-            (0, 0, &[]),
-            (5, 21, &[]),
-            (34, 50, &[]),
-            (40, 19, &[]),
-            (41, 21, &[]),
-            (70, 50, &[]),
-            (71, 51, &[(EventKind::RpoAboveThreshold, false)]),
-            (80, 60, &[]),
-            (81, 0, &[(EventKind::RpoAboveThreshold, true)]),
-            (90, 0, &[]),
-        ];
-        for (at, rpo, want) in table {
-            // Paused: its records wait all the same (and a paused partition never stalls).
-            let s = Sample { state: PartitionState::Paused, ..sample(0, 10 + rpo, 0, *rpo) };
-            let (events, _) = c.step(&[s], &th(), t0 + Duration::from_secs(*at));
-            assert_eq!(kinds(&events), *want, "at {at}s");
-            if let [e] = &events[..]
-                && !e.cleared
-            {
-                assert_eq!(e.details.value("rpo_seconds"), 51.0);
-                assert_eq!(e.details.value("rpo_threshold_seconds"), 20.0);
-                assert_eq!(e.details.value("for_duration"), "30s");
-                assert_eq!(e.details.value("cache_offset"), 10);
-            }
-        }
-        // A threshold of 0 turns the condition off.
-        let off = Thresholds { rpo_threshold: Duration::ZERO, ..th() };
-        let mut c = ConditionChecker::new();
-        for at in [0, 100, 200] {
-            let s = Sample { state: PartitionState::Paused, ..sample(0, 20, 0, 1000) };
-            assert!(c.step(&[s], &off, t0 + Duration::from_secs(at)).0.is_empty());
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_probe_reveals_a_stall_that_the_stream_positions_hide() {
-        let mut c = ConditionChecker::new();
-        let t0 = Instant::now();
-        // (second, stream end, probed end, stalled flag, events): the stream's last word says caught up (lag 0),
-        // the probe sees 5 records past the cache offset from 3 s on (the cache offset last moved long before).
-        let table: &[(u64, u64, u64, bool, Kinds)] = &[
-            (0, 10, 10, false, &[]),
-            (3, 10, 15, false, &[]),
-            (62, 10, 15, false, &[]),
-            (63, 10, 15, true, &[(EventKind::PartitionStalled, false)]),
-            (64, 10, 18, true, &[]),
-            // The probe reads the cache offset's end again (nothing waits): the stall clears.
-            (65, 10, 10, false, &[(EventKind::PartitionStalled, true)]),
-        ];
-        for (at, stream, probed, flag, want) in table {
-            let wait = (*probed > 10).then(|| at - 3);
-            let s = waiting(1, *stream, *probed, wait, 1000);
-            let (events, flags) = c.step(&[s], &th(), t0 + Duration::from_secs(*at));
-            assert_eq!((kinds(&events), flags), (want.to_vec(), vec![*flag]), "at {at}s");
-            if let [e] = &events[..]
-                && !e.cleared
-            {
-                assert_eq!(e.details.value("lag"), 0, "the lag metric says nothing");
-                assert_eq!(e.details.value("probed_source_offset"), 15);
-                assert_eq!(e.details.value("stalled_for_ms"), 60_000);
-            }
-        }
-        // Paused and halted partitions never stall, whatever the probe says.
-        for state in [PartitionState::Paused, PartitionState::Halted] {
-            let mut c = ConditionChecker::new();
-            for at in [0, 100, 200] {
-                let s = Sample { state, ..waiting(2, 10, 99, Some(at), at) };
-                assert_eq!(c.step(&[s], &th(), t0 + Duration::from_secs(at)), (vec![], vec![false]), "{state:?}");
-            }
-        }
-    }
-}
+mod tests;

@@ -144,8 +144,8 @@ impl SourceCluster for FerrySource {
     async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<Probed>> {
         // Each partition at its leader (independently of the fetch stream, which may still be at a deposed one);
         // partitions whose leader answers with an error (an election runs) are left out.
-        let asked: Vec<(String, u32, OffsetSpec)> =
-            tps.iter().map(|tp| (tp.topic().to_owned(), tp.partition, OffsetSpec::Latest)).collect();
+        let asked: Vec<(&str, u32, OffsetSpec)> =
+            tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
         let answers = self.admin.list_offsets_each(&asked).await?;
         Ok(answers
             .into_iter()
@@ -391,8 +391,8 @@ impl TargetCluster for FerryTarget {
     async fn log_ends_many(&self, tps: &[TargetTp]) -> Result<Vec<(TargetTp, u64)>> {
         // One ListOffsets per leader for every partition, instead of a DescribeTopic per topic: a probe of thousands
         // of partitions is a request or two. Partitions whose leader answered with an error are unknown, not at 0.
-        let asked: Vec<(String, u32, OffsetSpec)> =
-            tps.iter().map(|tp| (tp.topic().to_owned(), tp.partition, OffsetSpec::Latest)).collect();
+        let asked: Vec<(&str, u32, OffsetSpec)> =
+            tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
         let answers = self.admin.list_offsets_each(&asked).await?;
         Ok(answers
             .into_iter()

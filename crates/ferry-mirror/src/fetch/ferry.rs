@@ -7,10 +7,12 @@
 //! no data is stopped. Credit is granted as the lane's budget frees up, at least a quarter of its window at a
 //! time. Batches are parsed once, here, into zero-copy [`Batch`] values.
 //!
-//! The broker sends every partition's position on a fixed beat, so silence for several beats means a dead link:
-//! the session fails, and that counts against the route. A beat that repeats, for the same seat, exactly the
-//! position the lane was last handed (and nothing but data-free beats came between) is held back, as
-//! [`crate::lane::repeats`] says.
+//! The broker beats on a fixed period, so silence for several beats means a dead link: the session fails, and that
+//! counts against the route. The session asks for changes-only beats (`SubscribeStart.changed_beats`): a beat
+//! carries the partitions whose position changed, and every tenth beat every partition, and each is handed to its
+//! lane. A broker that beats every partition every time (one from before changes-only beats) is still followed:
+//! there a beat that repeats, for the same seat, exactly the position the lane was last handed (and nothing but
+//! data-free beats came between) is held back, as [`crate::lane::repeats`] says.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -124,6 +126,7 @@ impl FerrySession {
                 partitions: starts,
                 max_response_bytes: self.settings.max_response_bytes,
                 idle_heartbeat_ms: u32::try_from(self.settings.heartbeat.as_millis()).unwrap_or(u32::MAX),
+                changed_beats: true,
             })),
         }
     }
@@ -235,6 +238,8 @@ impl FerrySession {
         // partition's few pending bytes never pin the others' (already appended) megabytes: memory then stays what
         // the budgets count.
         let shared_buffer = resp.partitions.iter().filter(|d| !d.batches.is_empty()).count() > 1;
+        // A changes-only broker's beat carries what changed, or (every tenth) everything: all of it is handed on.
+        let filtered_beat = resp.beat != pb::BeatKind::BeatNone as i32;
         for d in resp.partitions {
             let tp = SourceTp::new(d.topic.as_str(), d.partition);
             let Some(sub) = subs.get_mut(&tp) else { continue };
@@ -259,7 +264,7 @@ impl FerrySession {
                 continue;
             }
             if d.batches.is_empty() && sub.seat == Some(d.seat) {
-                if sub.last_beat.news(&pos) {
+                if filtered_beat || sub.last_beat.news(&pos) {
                     sub.link.position(pos);
                 }
                 continue;

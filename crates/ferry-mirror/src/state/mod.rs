@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +17,6 @@ mod rates;
 
 pub use self::rates::{MeterClock, RateMeter, SideRates};
 use crate::rpo::RpoClock;
-use crate::tp::SourceTp;
 
 /// The life of one partition in this process, as the monitor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -415,7 +413,7 @@ pub struct Shared {
     /// When the process started.
     pub started: Instant,
     /// Partitions owned by this process, by source partition.
-    pub partitions: DashMap<SourceTp, Arc<PartitionStatus>>,
+    pub partitions: crate::tp::TpMap<Arc<PartitionStatus>>,
     /// Source topics an operator paused.
     pub paused: Mutex<BTreeSet<String>>,
     /// Records and bytes received from the source.
@@ -430,7 +428,7 @@ impl Default for Shared {
     fn default() -> Self {
         Shared {
             started: Instant::now(),
-            partitions: DashMap::new(),
+            partitions: crate::tp::TpMap::default(),
             paused: Mutex::new(BTreeSet::new()),
             source_rates: SideRates::default(),
             target_rates: SideRates::default(),

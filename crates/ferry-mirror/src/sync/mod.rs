@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use ferry_client::proto as pb;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -39,7 +38,7 @@ pub use membership::Membership;
 
 /// The lanes' links, by source partition: the monitor pauses and resumes through them, the target watch delivers
 /// its probes. The SyncManager is the only writer.
-pub type Links = Arc<DashMap<SourceTp, Arc<LaneLink>>>;
+pub type Links = Arc<crate::tp::TpMap<Arc<LaneLink>>>;
 
 /// Tuning the SyncManager needs.
 #[derive(Debug, Clone)]

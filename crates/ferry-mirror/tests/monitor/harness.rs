@@ -87,7 +87,7 @@ pub fn build_handle(source: &SourceConfig) -> MirrorHandle {
         egress,
         events,
         metrics,
-        links: Arc::new(dashmap::DashMap::new()),
+        links: Arc::new(ferry_mirror::tp::TpMap::default()),
         target_health: Arc::new(TargetHealth::default()),
         failover: Default::default(),
     }
