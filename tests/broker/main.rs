@@ -26,6 +26,7 @@ mod idempotence;
 mod jepsen;
 mod lifecycle;
 mod limits;
+mod list_digest;
 mod mirror_append;
 mod nemesis;
 mod power_losses;

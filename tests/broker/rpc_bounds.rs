@@ -459,7 +459,7 @@ async fn every_rpc_refuses_out_of_range_fields_with_its_documented_status_and_ke
     refusal("subscribe: one more", ended(&mut unknown).await, limit, &["this one follows 3 and asked for 1 more"]);
 
     // A well-formed request of every kind is accepted.
-    assert_eq!(c.list_topics(pb::ListTopicsRequest {}).await?.topics.len(), 4);
+    assert_eq!(c.list_topics(pb::ListTopicsRequest::default()).await?.topics.len(), 4);
     c.delete_topic(delete("scratch")).await?;
     assert_eq!(c.create_topic(create("fresh", 2)).await?.topic.map(|t| t.partitions), Some(2));
     assert_eq!(c.alter_partitions(grow("t", 3)).await?.topic.map(|t| t.partitions), Some(3));
@@ -523,7 +523,7 @@ async fn every_rpc_refuses_out_of_range_fields_with_its_documented_status_and_ke
     let source: Vec<Rec> = (0..5).map(|o| rec(0, o, None, &format!("src-{o}"), TS0 + o as i64)).collect();
     assert_same_records("dc-a.m/0", &source, &read_partition(c, "dc-a.m", 0).await);
     assert_same_records("dc-a.p/0", &[rec(0, 0, Some("k0"), "promoted", TS0)], &read_partition(c, "dc-a.p", 0).await);
-    let topics = c.list_topics(pb::ListTopicsRequest {}).await?.topics;
+    let topics = c.list_topics(pb::ListTopicsRequest::default()).await?.topics;
     let topics: Vec<_> = topics.iter().map(|t| (t.name.as_str(), t.partitions)).collect();
     assert_eq!(topics, [("dc-a.m", 1), ("dc-a.p", 1), ("fresh", 2), ("t", 3)]);
     let mut ends = Vec::new();

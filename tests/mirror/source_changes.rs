@@ -5,11 +5,14 @@
 //!   raises nothing else about the deleted topic.
 //! - A source topic's config changed (retention, flush): the target topic's config follows within three discovery
 //!   intervals.
+//! - While nothing changes, discovery rounds after a quiet one are skipped (both lists unchanged by their digests),
+//!   and a topic created on the source after such rounds is still read and mirrored exactly.
 
 use ferry_client::admin::TopicConfig;
-use ferry_testkit::{deadline, wait_until};
+use ferry_testkit::{MirrorProcess, deadline, wait_until};
 
 use crate::common::*;
+use crate::watch::metric;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_source_topic_is_removed_and_the_others_keep_mirroring() -> anyhow::Result<()> {
@@ -98,6 +101,36 @@ async fn source_topic_config_changes_are_copied_to_the_target() -> anyhow::Resul
 
     produce(&a, "orders", "after", 300, 64).await?;
     wait_caught_up(&a, "orders", &b, "orders", io_deadline()).await?;
+    assert_identical(&a, "orders", &b, "orders").await?;
+    Ok(())
+}
+
+/// Discovery rounds of one result (`read` or `unchanged`), as the mirror counts them.
+async fn rounds(mirror: &MirrorProcess, result: &str) -> anyhow::Result<u64> {
+    let key = format!("ferry_mirror_discovery_rounds_total{{result=\"{result}\"}}");
+    Ok(metric(mirror, &key).await?.unwrap_or(0.0) as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_discovery_rounds_are_skipped_and_a_topic_created_after_them_is_still_mirrored() -> anyhow::Result<()> {
+    let (a, b) = two_dcs().await?;
+    a.admin.create_topic("orders", 2, TopicConfig::default(), None).await?;
+    produce(&a, "orders", "before", 100, 64).await?;
+    let mirror = MirrorConf::new(&a, &b).start().await?;
+    wait_caught_up(&a, "orders", &b, "orders", io_deadline()).await?;
+    // The first round creates the target topic, the second reads that change and is quiet, and from the third on
+    // nothing differs: two skipped rounds within four discovery intervals.
+    wait_until("two unchanged discovery rounds", deadline(&[DISCOVERY * 4]), async || -> anyhow::Result<bool> {
+        Ok(rounds(&mirror, "unchanged").await? >= 2)
+    })
+    .await?;
+    let read = rounds(&mirror, "read").await?;
+
+    a.admin.create_topic("payments", 3, TopicConfig::default(), None).await?;
+    produce(&a, "payments", "new", 60, 64).await?;
+    wait_caught_up(&a, "payments", &b, "payments", io_deadline()).await?;
+    assert_identical(&a, "payments", &b, "payments").await?;
+    assert!(rounds(&mirror, "read").await? > read, "the new topic was found by a round that read the lists");
     assert_identical(&a, "orders", &b, "orders").await?;
     Ok(())
 }

@@ -145,7 +145,18 @@ impl Admin {
 
     /// Every topic.
     pub async fn list_topics(&self) -> Result<Vec<TopicInfo>> {
-        Ok(self.client.list_topics(pb::ListTopicsRequest {}).await?.topics)
+        Ok(self.client.list_topics(pb::ListTopicsRequest::default()).await?.topics)
+    }
+
+    /// Every topic, unless the list is exactly the one an earlier answer's `digest` named: the topics (`None` when
+    /// unchanged) and the list's digest. A broker from before digests answers with the list and an empty digest.
+    pub async fn list_topics_since(&self, digest: &[u8]) -> Result<(Option<Vec<TopicInfo>>, Vec<u8>)> {
+        let request = pb::ListTopicsRequest { unless_digest: digest.to_vec().into() };
+        let answer = self.client.list_topics(request).await?;
+        if answer.unchanged && !digest.is_empty() && answer.digest.as_ref() == digest {
+            return Ok((None, answer.digest.to_vec()));
+        }
+        Ok((Some(answer.topics), answer.digest.to_vec()))
     }
 
     /// A topic with its partitions (sorted by partition). On a cluster each replicated partition is described by

@@ -56,6 +56,7 @@ struct Inner {
     lost: Family<Labels, Counter>,
     verified_bytes: Counter,
     verify_mismatches: Counter,
+    discovery_rounds: Family<Labels, Counter>,
     process_rss: Gauge,
     process_cpu: Gauge<f64, AtomicU64>,
 }
@@ -153,6 +154,13 @@ impl Metrics {
             "Mismatches the background verifier raised (verify_mismatch events)",
             verify_mismatches.clone(),
         );
+        let discovery_rounds = Family::<Labels, Counter>::default();
+        registry.register(
+            "ferry_mirror_discovery_rounds",
+            "Topic discovery rounds: read (the topic lists were read and decided on) or unchanged (both sides' lists, \
+             the rules and the source cluster were as a quiet round left them: skipped)",
+            discovery_rounds.clone(),
+        );
         let process_rss = Gauge::default();
         registry.register(
             "ferry_mirror_process_resident_memory_bytes",
@@ -183,10 +191,16 @@ impl Metrics {
                 lost,
                 verified_bytes,
                 verify_mismatches,
+                discovery_rounds,
                 process_rss,
                 process_cpu,
             }),
         }
+    }
+
+    /// Counts a discovery round: `read`, or skipped as `unchanged`.
+    pub fn discovery_round(&self, result: &'static str) {
+        self.inner.discovery_rounds.get_or_create(&vec![("result", result.to_owned())]).inc();
     }
 
     /// Sets a partition's lag and offsets.

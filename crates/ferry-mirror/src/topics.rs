@@ -161,6 +161,24 @@ pub struct TopicAndOffsetManager {
     copied_config: BTreeMap<String, pb::TopicConfig>,
     /// Events of the current round, raised once its topic set is published.
     deferred: Vec<Event>,
+    /// Whether the current round created or changed a target topic (or tried to).
+    acted: bool,
+    /// What the last round read, and whether it was quiet.
+    last: LastRound,
+}
+
+/// What the last completed discovery round read. A round that reads exactly the same (both sides' lists, by their
+/// digests; the same rules and source cluster) after a quiet one (nothing created or changed, no event) would
+/// decide the same and do nothing: it is skipped, and a list that did not change costs its digest, not the list.
+#[derive(Default)]
+struct LastRound {
+    source_digest: Vec<u8>,
+    target_digest: Vec<u8>,
+    source_topics: Vec<pb::TopicInfo>,
+    target_topics: Vec<pb::TopicInfo>,
+    rules: Option<TopicsConfig>,
+    cluster_id: String,
+    quiet: bool,
 }
 
 impl TopicAndOffsetManager {
@@ -185,6 +203,8 @@ impl TopicAndOffsetManager {
             refused: BTreeSet::new(),
             copied_config: BTreeMap::new(),
             deferred: Vec::new(),
+            acted: false,
+            last: LastRound::default(),
         }
     }
 
@@ -210,13 +230,29 @@ impl TopicAndOffsetManager {
     pub async fn discover(&mut self) -> Result<(), ClientError> {
         let rules = self.rules.borrow().clone();
         let source = Arc::clone(&self.egress.active().cluster);
-        let source_topics = source.list_topics().await?;
-        let target_topics: BTreeMap<String, pb::TopicInfo> =
-            self.target.list_topics().await?.into_iter().map(|t| (t.name.clone(), t)).collect();
+        // Taken out for the round: a round that fails part way leaves nothing to compare the next one with.
+        let last = std::mem::take(&mut self.last);
+        let (source_listed, source_digest) = source.list_topics_since(&last.source_digest).await?;
+        let (target_listed, target_digest) = self.target.list_topics_since(&last.target_digest).await?;
         let cluster_id = match self.egress.expected_cluster_id() {
             Some(id) => id,
             None => source.probe(std::time::Duration::from_secs(10)).await?,
         };
+        let same_rules = last.rules.as_ref().is_some_and(|r| r.decides_as(&rules));
+        if last.quiet
+            && source_listed.is_none()
+            && target_listed.is_none()
+            && same_rules
+            && last.cluster_id == cluster_id
+        {
+            self.last = last;
+            self.events.metrics().discovery_round("unchanged");
+            return Ok(());
+        }
+        let source_topics = source_listed.unwrap_or(last.source_topics);
+        let target_list = target_listed.unwrap_or(last.target_topics);
+        let target_topics: BTreeMap<&str, &pb::TopicInfo> = target_list.iter().map(|t| (t.name.as_str(), t)).collect();
+        self.acted = false;
         let previous = self.tx.borrow().clone();
         let mut next = TopicSet { topics: BTreeMap::new(), discovered: true };
         for t in &source_topics {
@@ -224,7 +260,7 @@ impl TopicAndOffsetManager {
                 continue;
             }
             let target = target_name(rules.rename, &self.naming.source_cluster, &t.name);
-            let mirrored = match target_topics.get(&target) {
+            let mirrored = match target_topics.get(target.as_str()) {
                 None => match self.create(t, &target, &cluster_id).await {
                     Ok(m) => m,
                     Err(e) => {
@@ -260,7 +296,9 @@ impl TopicAndOffsetManager {
             // reported: the first round reports each such mirror topic of this source once, as it reports every
             // mirrored topic with add_topic.
             let source_names: BTreeSet<&str> = source_topics.iter().map(|t| t.name.as_str()).collect();
-            for (source, target) in gone_from_source(&rules, &self.naming, &source_names, target_topics.values()) {
+            for (source, target) in
+                gone_from_source(&rules, &self.naming, &source_names, target_topics.values().copied())
+            {
                 self.deferred.push(
                     Event::new(
                         EventKind::RemoveTopic,
@@ -283,10 +321,21 @@ impl TopicAndOffsetManager {
         if *previous != next {
             self.tx.send_replace(Arc::new(next));
         }
+        let quiet = !self.acted && self.deferred.is_empty();
         // The events of the round go out once the new set is published: whoever reacts to them reads it.
         for event in self.deferred.drain(..) {
             self.events.emit(event);
         }
+        self.last = LastRound {
+            source_digest,
+            target_digest,
+            source_topics,
+            target_topics: target_list,
+            rules: Some(rules),
+            cluster_id,
+            quiet,
+        };
+        self.events.metrics().discovery_round("read");
         Ok(())
     }
 
@@ -304,6 +353,7 @@ impl TopicAndOffsetManager {
         };
         let (replication, risk_phase) = self.naming.replication_of(t);
         let config = t.config.clone().unwrap_or_default();
+        self.acted = true;
         let created = self.target.create_topic(target, t.partitions, config, mirror, &replication, risk_phase).await;
         match created {
             Ok(_) => {
@@ -344,6 +394,7 @@ impl TopicAndOffsetManager {
         self.refused.remove(&existing.name);
         let mut partitions = existing.partitions;
         if t.partitions > existing.partitions {
+            self.acted = true;
             match self.target.alter_partitions(&existing.name, t.partitions).await {
                 Ok(_) => {
                     partitions = t.partitions;
@@ -366,6 +417,7 @@ impl TopicAndOffsetManager {
             && must_copy_config(t.config.as_ref(), existing.config.as_ref(), self.copied_config.get(&existing.name))
         {
             let config = t.config.clone().unwrap_or_default();
+            self.acted = true;
             match self.target.alter_topic_config(&existing.name, config.clone()).await {
                 Ok(_) => {
                     tracing::info!(topic = %t.name, "copied the source topic's config change to the target");

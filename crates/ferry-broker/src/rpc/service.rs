@@ -146,7 +146,7 @@ impl Broker for BrokerService {
             .into_values()
             .filter(|info| who.sees_topic(&info.name) && !info.name.starts_with(crate::node::topic::RESERVED_PREFIX))
             .collect();
-        ok(pb::ListTopicsResponse { topics })
+        ok(topics::list_answer(topics, &req.get_ref().unless_digest))
     }
 
     async fn describe_topic(&self, req: Request<pb::DescribeTopicRequest>) -> Rpc<pb::DescribeTopicResponse> {

@@ -136,6 +136,10 @@ impl SourceCluster for FerrySource {
         self.admin.list_topics().await
     }
 
+    async fn list_topics_since(&self, digest: &[u8]) -> Result<(Option<Vec<pb::TopicInfo>>, Vec<u8>)> {
+        self.admin.list_topics_since(digest).await
+    }
+
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)> {
         let o = self.admin.list_offset(tp.topic(), tp.partition, OffsetSpec::Latest).await?;
         Ok((o.log_start_offset, o.log_end_offset))
@@ -282,6 +286,10 @@ impl TargetCluster for FerryTarget {
 
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>> {
         self.admin.list_topics().await
+    }
+
+    async fn list_topics_since(&self, digest: &[u8]) -> Result<(Option<Vec<pb::TopicInfo>>, Vec<u8>)> {
+        self.admin.list_topics_since(digest).await
     }
 
     async fn create_topic(

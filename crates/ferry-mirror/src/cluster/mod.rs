@@ -136,6 +136,12 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     async fn probe(&self, timeout: Duration) -> Result<String>;
     /// Every topic, with its id, partition count, config and mirror mark.
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
+    /// Every topic, unless the list is exactly the one `digest` (from an earlier answer) names: the list (`None`
+    /// when unchanged) and its digest. By default the whole list every time, with an empty digest.
+    async fn list_topics_since(&self, digest: &[u8]) -> Result<(Option<Vec<pb::TopicInfo>>, Vec<u8>)> {
+        let _ = digest;
+        Ok((Some(self.list_topics().await?), Vec::new()))
+    }
     /// A partition's (log start, log end).
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
     /// (log start, log end, age of the log end) of many partitions, each at its leader, for the independent probe
@@ -229,6 +235,11 @@ pub trait TargetCluster: Send + Sync + std::fmt::Debug {
     async fn limits(&self) -> Result<TargetLimits>;
     /// Every topic, with its mirror mark (a Kafka target reports the marks it can infer).
     async fn list_topics(&self) -> Result<Vec<pb::TopicInfo>>;
+    /// As [`SourceCluster::list_topics_since`].
+    async fn list_topics_since(&self, digest: &[u8]) -> Result<(Option<Vec<pb::TopicInfo>>, Vec<u8>)> {
+        let _ = digest;
+        Ok((Some(self.list_topics().await?), Vec::new()))
+    }
     /// Creates a mirror topic kept as `replication` says (a Ferry target's mode; a Kafka target follows its own
     /// replication factor). An existing topic is `ClientError` with ALREADY_EXISTS.
     async fn create_topic(

@@ -66,6 +66,18 @@ impl Default for TopicsConfig {
 }
 
 impl TopicsConfig {
+    /// Whether `other` selects and names topics exactly as this does (the same patterns in the same order, the
+    /// same rename and start position): a discovery round under either decides the same.
+    pub fn decides_as(&self, other: &TopicsConfig) -> bool {
+        fn same(a: &[Regex], b: &[Regex]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.as_str() == b.as_str())
+        }
+        same(&self.include, &other.include)
+            && same(&self.exclude, &other.exclude)
+            && self.rename == other.rename
+            && self.start_position == other.start_position
+    }
+
     /// Every problem of `[topics]`.
     pub(super) fn validate(&self, p: &mut Problems) {
         if self.include.is_empty() && !p.has("topics.include") {

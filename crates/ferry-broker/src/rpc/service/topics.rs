@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use ferry_proto as pb;
 use ferry_storage::OffsetAppendOutcome;
+use prost::Message;
+use sha2::Digest;
 use tonic::Request;
 
 use super::{BrokerService, Rpc, SHAPE_MIRROR, append_error, ok, shape_scopes};
@@ -276,5 +278,55 @@ impl BrokerService {
             duplicate: produced.duplicate,
             log_end_offset: part.visible_end(),
         })
+    }
+}
+
+/// A `ListTopics` answer over `topics` (the list the caller may see, in name order): the list with its digest, or
+/// `unchanged` and no topic when it is exactly the list `unless_digest` names. A mirror asks for the topics of both
+/// sides every discovery round; with thousands of topics, a list that did not change then costs a digest, not the
+/// list.
+pub(super) fn list_answer(topics: Vec<pb::TopicInfo>, unless_digest: &[u8]) -> pb::ListTopicsResponse {
+    let mut hash = sha2::Sha256::new();
+    let mut buf = Vec::new();
+    for t in &topics {
+        buf.clear();
+        t.encode_length_delimited(&mut buf).expect("a Vec grows as needed");
+        hash.update(&buf);
+    }
+    let digest = bytes::Bytes::from(hash.finalize().to_vec());
+    if !unless_digest.is_empty() && unless_digest == digest.as_ref() {
+        return pb::ListTopicsResponse { topics: Vec::new(), digest, unchanged: true };
+    }
+    pb::ListTopicsResponse { topics, digest, unchanged: false }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, partitions: u32) -> pb::TopicInfo {
+        pb::TopicInfo { name: name.into(), topic_id: format!("id-{name}"), partitions, ..Default::default() }
+    }
+
+    #[test]
+    fn a_list_named_by_its_digest_is_answered_unchanged_and_any_change_gives_the_list() {
+        let list = vec![topic("a", 1), topic("b", 2)];
+        let first = list_answer(list.clone(), &[]);
+        assert_eq!((first.topics.clone(), first.unchanged, first.digest.len()), (list.clone(), false, 32));
+        let again = list_answer(list.clone(), &first.digest);
+        assert_eq!((again.topics, again.unchanged, &again.digest), (vec![], true, &first.digest));
+        for changed in [
+            vec![topic("a", 1), topic("b", 3)],
+            vec![topic("a", 1)],
+            vec![topic("a", 1), topic("b", 2), topic("c", 1)],
+            vec![topic("ab", 1), topic("b", 2)],
+            vec![pb::TopicInfo { mirror: Some(Default::default()), ..topic("a", 1) }, topic("b", 2)],
+        ] {
+            let answer = list_answer(changed.clone(), &first.digest);
+            assert_eq!((answer.topics, answer.unchanged), (changed, false));
+            assert_ne!(answer.digest, first.digest);
+        }
+        let wrong = list_answer(list.clone(), b"not a digest");
+        assert_eq!((wrong.topics, wrong.unchanged), (list, false));
     }
 }

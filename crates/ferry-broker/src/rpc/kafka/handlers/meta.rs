@@ -63,7 +63,7 @@ pub async fn metadata(k: &Kafka, req: MetadataRequest, version: i16) -> Metadata
     if let Ok(m) = k.svc.metadata(k.rpc(pb::MetadataRequest::default())).await {
         r.cluster_id = Some(s(m.into_inner().cluster_id));
     }
-    let listed = match k.svc.list_topics(k.rpc(pb::ListTopicsRequest {})).await {
+    let listed = match k.svc.list_topics(k.rpc(pb::ListTopicsRequest::default())).await {
         Ok(l) => l.into_inner().topics,
         Err(e) => {
             let err = code(&e, About::Topic);
