@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_client::proto as pb;
-use ferry_testkit::{ClusterSpec, Signal, deadline};
+use ferry_testkit::{ClusterSpec, Signal, deadline, hold_fault};
 use rand::Rng;
 use std::sync::Mutex as StdMutex;
 use tokio_util::sync::CancellationToken;
@@ -245,37 +245,37 @@ async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_r
         match fault {
             Fault::Kill => {
                 cluster.broker(victim).kill9().await?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 cluster.broker(victim).restart().await?;
             }
             Fault::Pause => {
                 cluster.broker(victim).suspend(deadline(&[ttl])).await?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 cluster.broker(victim).resume()?;
             }
             Fault::CutEtcd => {
                 cluster.cut_from_etcd(victim);
-                lasts(hold).await;
+                hold_fault(hold).await;
                 cluster.heal_etcd(victim);
             }
             Fault::CutPeer => {
                 cluster.cut_between(victim, other);
-                lasts(hold).await;
+                hold_fault(hold).await;
                 cluster.heal_between(victim, other);
             }
             Fault::EtcdDown => {
                 cluster.etcd.send_signal(Signal::STOP)?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 cluster.etcd.send_signal(Signal::CONT)?;
             }
             Fault::PowerLoss => {
                 cluster.broker(victim).power_loss().await?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 cluster.broker(victim).restart().await?;
             }
         }
         // A beat of calm between faults.
-        lasts(Duration::from_millis(rng.random_range(200..1500))).await;
+        hold_fault(Duration::from_millis(rng.random_range(200..1500))).await;
     }
 
     // Heal, let every partition get all three replicas in sync, then stop the load and check.
@@ -345,10 +345,4 @@ async fn a_cluster_under_a_random_nemesis_loses_nothing_acknowledged_and_never_r
     }
     tracing::info!(seed, faults = log.len(), acked = acked.len(), read = seen.values.len(), "nemesis done");
     crate::faults::stop_and_compare_all(&mut cluster, TOPIC, PARTITIONS).await
-}
-
-/// Lets a fault last `span`, or the calm between two: the span is drawn from the seed, and a cluster under a fault
-/// held this long is what the test exercises; there is no condition to wait for instead.
-async fn lasts(span: Duration) {
-    tokio::time::sleep(span).await;
 }

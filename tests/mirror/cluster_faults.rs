@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
-use ferry_testkit::{ClusterSpec, FaultyCluster, MirrorProcess, Signal, deadline, wait_until};
+use ferry_testkit::{ClusterSpec, FaultyCluster, MirrorProcess, Signal, deadline, hold_fault, wait_until};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
@@ -236,32 +236,32 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
         match kind {
             0 => {
                 source.broker(victim).kill9().await?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 source.broker(victim).restart().await?;
             }
             1 => {
                 source.broker(victim).suspend(deadline(&[ttl])).await?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 source.broker(victim).resume()?;
             }
             2 => {
                 source.cut_from_etcd(victim);
-                lasts(hold).await;
+                hold_fault(hold).await;
                 source.heal_etcd(victim);
             }
             3 => {
                 let other = victim % 3 + 1;
                 source.cut_between(victim, other);
-                lasts(hold).await;
+                hold_fault(hold).await;
                 source.heal_between(victim, other);
             }
             _ => {
                 source.etcd.send_signal(Signal::STOP)?;
-                lasts(hold).await;
+                hold_fault(hold).await;
                 source.etcd.send_signal(Signal::CONT)?;
             }
         }
-        lasts(Duration::from_millis(rng.random_range(300..1500))).await;
+        hold_fault(Duration::from_millis(rng.random_range(300..1500))).await;
     }
     source.heal_all();
     stop.cancel();
@@ -274,10 +274,4 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
     let violations = watch.await?;
     assert!(violations.is_empty(), "seed {seed}, faults {faults:?}: {violations:?}");
     Ok(())
-}
-
-/// Lets a fault last `span`, or the calm between two: the span is drawn from the seed, and a cluster under a fault
-/// held this long is what the test exercises; there is no condition to wait for instead.
-async fn lasts(span: Duration) {
-    tokio::time::sleep(span).await;
 }

@@ -33,7 +33,7 @@ use crate::lane::link::LaneLink;
 use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
-use crate::tp::{SourceTp, TpHasher};
+use crate::tp::{Placer, SourceTp, TpHasher};
 
 /// The SourceWatch component.
 pub struct SourceWatch {
@@ -99,19 +99,9 @@ impl SourceWatch {
                 return;
             }
         };
-        // Answers come in the order asked, some left out; any other is placed by name.
-        let mut next = 0;
-        let mut by_name: Option<HashMap<&SourceTp, usize, TpHasher>> = None;
+        let mut placer = Placer::new(&tps);
         for p in offsets {
-            let at = match tps.get(next) {
-                Some(asked) if *asked == p.tp => Some(next),
-                _ => by_name
-                    .get_or_insert_with(|| tps.iter().enumerate().map(|(i, t)| (t, i)).collect())
-                    .get(&p.tp)
-                    .copied(),
-            };
-            let Some(i) = at else { continue };
-            next = i + 1;
+            let Some(i) = placer.place(&p.tp) else { continue };
             if let Some(status) = self.shared.partitions.get(&p.tp) {
                 status.set_probed_source(p.log_start, p.log_end, p.end_age);
             }

@@ -24,7 +24,7 @@ use crate::lane::repeats::Repeat;
 use crate::state::Shared;
 use crate::sync::Links;
 pub use crate::target_health::TargetHealth;
-use crate::tp::{SourceTp, TargetTp, TpHasher};
+use crate::tp::{Placer, SourceTp, TargetTp, TpHasher};
 
 /// How the target is probed.
 #[derive(Debug, Clone, Copy)]
@@ -129,20 +129,9 @@ impl TargetWatch {
             }
             Err(_) => return,
         };
-        // A Ferry target answers in the order asked; any other answer (one left out, a target that answers by
-        // topic) is placed by name.
-        let mut next = 0;
-        let mut by_name: Option<HashMap<&TargetTp, usize, TpHasher>> = None;
+        let mut placer = Placer::new(&tps);
         for (tp, log_end) in ends {
-            let at = match tps.get(next) {
-                Some(asked) if *asked == tp => Some(next),
-                _ => by_name
-                    .get_or_insert_with(|| tps.iter().enumerate().map(|(i, t)| (t, i)).collect())
-                    .get(&tp)
-                    .copied(),
-            };
-            let Some(i) = at else { continue };
-            next = i + 1;
+            let Some(i) = placer.place(&tp) else { continue };
             let (source, cache_before, link) = &parts[i];
             if let Some(known) = self.known.get_mut(source)
                 && known.handed.news(&(log_end, *cache_before))

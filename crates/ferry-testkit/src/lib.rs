@@ -66,7 +66,7 @@ pub use proxy::{Proxy, ProxyMode, ProxyStats};
 pub use rustix::process::Signal;
 pub use seed::{SEED_VAR, seeded_rng, test_seed};
 pub use util::{init_tracing, reserve_port, reserve_ports};
-pub use wait::{Check, Found, MIN_DEADLINE, POLL_INTERVAL, deadline, wait_for, wait_until};
+pub use wait::{Check, Found, MIN_DEADLINE, POLL_INTERVAL, deadline, hold_fault, wait_for, wait_until};
 
 #[cfg(test)]
 mod tests {

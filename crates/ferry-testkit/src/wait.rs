@@ -116,6 +116,13 @@ fn timeout_error(what: &str, deadline: Duration, last_error: Option<anyhow::Erro
     anyhow::anyhow!(msg)
 }
 
+/// Holds a fault (or the calm between two) in place for `span`. This is the one wait that is not on a condition:
+/// in a fault schedule (nemesis, soak) the span itself is what is exercised, a cluster or pipeline under the fault
+/// for that long, drawn from the test's seed, so there is nothing to wait for instead.
+pub async fn hold_fault(span: Duration) {
+    tokio::time::sleep(span).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

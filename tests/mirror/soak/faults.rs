@@ -12,7 +12,7 @@ use std::fmt;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use ferry_testkit::{MirrorProcess, Proxy, Signal, deadline};
+use ferry_testkit::{MirrorProcess, Proxy, Signal, deadline, hold_fault};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -98,7 +98,7 @@ impl Schedule<'_> {
             // A short drawn pause, from half a probe to five probes of the routes, so that faults hit the pipeline
             // in every state of its recovery from the last one.
             let pause = self.hold(CHECK_INTERVAL * 5).max(CHECK_INTERVAL / 2);
-            lasts(pause).await;
+            hold_fault(pause).await;
         }
         Ok(done)
     }
@@ -115,7 +115,7 @@ impl Schedule<'_> {
                 self.mirrors[i].kill9().await?;
                 // Down for up to two sessions: sometimes the other member takes its partitions over first.
                 let down = self.hold(SESSION * 2);
-                lasts(down).await;
+                hold_fault(down).await;
                 self.mirrors[i].restart().await?;
             }
             Fault::SourceCrash => self.crash(Side::Source).await?,
@@ -130,7 +130,7 @@ impl Schedule<'_> {
                 // it (failure_threshold checks, then switch_after), with a 3x margin; often shorter.
                 let detect = CHECK_INTERVAL * FAILURE_THRESHOLD + SWITCH_AFTER;
                 let held = self.hold(detect * 3);
-                lasts(held).await;
+                hold_fault(held).await;
                 self.routes[r].restore();
             }
             Fault::Sighup(i) => self.mirrors[i].send_signal(Signal::HUP)?,
@@ -139,7 +139,7 @@ impl Schedule<'_> {
                 ensure!(status.success(), "mirror {i} exited with {status} after SIGTERM");
                 // Out of the group for up to two sessions while the other member mirrors everything.
                 let out = self.hold(SESSION * 2);
-                lasts(out).await;
+                hold_fault(out).await;
                 self.mirrors[i].restart().await?;
             }
         }
@@ -172,10 +172,4 @@ impl Schedule<'_> {
         self.history.record(Crash { side, down_us, up_us, cuts });
         Ok(())
     }
-}
-
-/// Lets a fault (or the pause between two) last `span`. The span is what the soak tests: the pipeline under a fault
-/// held this long, drawn from the seed; there is no condition to wait for instead.
-async fn lasts(span: Duration) {
-    tokio::time::sleep(span).await;
 }

@@ -48,6 +48,15 @@ fn shared_with(topic: &str, p: u32) -> (Shared, Arc<PartitionStatus>) {
     (shared, s)
 }
 
+/// [`shared_with`] one mirroring partition of "orders" whose stream saw the source log end at `end` and whose cache
+/// offset is `cache`.
+fn lagging(p: u32, end: u64, cache: u64) -> (Shared, Arc<PartitionStatus>) {
+    let (shared, s) = shared_with("orders", p);
+    s.set_source(0, end);
+    s.set_cache(cache);
+    (shared, s)
+}
+
 /// Events as a table writes them: kind, and whether it is a clearing event.
 type Kinds = &'static [(EventKind, bool)];
 
@@ -57,9 +66,7 @@ fn kinds(events: &[Event]) -> Vec<(EventKind, bool)> {
 
 #[tokio::test(start_paused = true)]
 async fn lag_above_for_the_duration_raises_once_and_clears_once() {
-    let (shared, s) = shared_with("orders", 0);
-    s.set_source(0, 1000);
-    s.set_cache(500);
+    let (shared, s) = lagging(0, 1000, 500);
     let mut c = ConditionChecker::new();
     let start = Instant::now();
     // Above the threshold, but not yet for_duration.
@@ -88,9 +95,7 @@ async fn lag_above_for_the_duration_raises_once_and_clears_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dip_below_restarts_the_duration_and_latency_counts_only_with_lag() {
-    let (shared, s) = shared_with("orders", 1);
-    s.set_source(0, 50);
-    s.set_cache(0);
+    let (shared, s) = lagging(1, 50, 0);
     s.set_latency_ms(20_000);
     let mut c = ConditionChecker::new();
     let t0 = Instant::now();
@@ -148,9 +153,7 @@ async fn a_stall_starts_at_the_later_of_the_last_move_and_the_first_sighting() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_partition_shows_stalled_and_a_removed_one_clears_its_conditions() {
-    let (shared, s) = shared_with("orders", 3);
-    s.set_source(0, 1000);
-    s.set_cache(10);
+    let (shared, s) = lagging(3, 1000, 10);
     let mut c = ConditionChecker::new();
     let t0 = Instant::now();
     // Lag 990 for the duration: lag_above_threshold; the status's own clocks are seconds short of a stall.
