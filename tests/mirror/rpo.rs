@@ -123,6 +123,12 @@ async fn rpo_keeps_growing_while_the_target_is_down() -> anyhow::Result<()> {
     let p = producer(&a).await?;
     send_all(&p, [now_record("before", 0)]).await?;
     wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    // The target holding the record is not enough: its answer must have reached the mirror too, or the cut below
+    // can drop it in flight and the record would rightly count as waiting.
+    wait_until("the mirror to hear the first append's answer", io_deadline(), async || -> anyhow::Result<bool> {
+        Ok(partition_doc(&mirror.process, TOPIC, 0).await?["cache_offset"] == 1)
+    })
+    .await?;
 
     // The target goes away; the mirror says so (three failed probes, as [target.health] defaults to the source's).
     link.cut();

@@ -159,6 +159,12 @@ async fn position_heartbeats_coalesce_while_the_target_is_down() -> anyhow::Resu
     for topic in &topics {
         wait_caught_up(&a, topic, &b, topic, io_deadline()).await?;
     }
+    // The mirror must have heard every append's answer too: the cut below could drop one in flight.
+    let all = (HB_TOPICS * HB_PARTITIONS) as usize;
+    wait_owned(&mirror, "every append's answer to reach the mirror", io_deadline(), |rows| {
+        rows.len() == all && rows.values().all(|r| r.cache_offset == 4)
+    })
+    .await?;
 
     // The target goes away; new records for every partition put every lane into append retries.
     let cut_at = now_ms();
@@ -170,7 +176,6 @@ async fn position_heartbeats_coalesce_while_the_target_is_down() -> anyhow::Resu
     let alarm_limit = deadline(&[SOURCE_CHECK * DEFAULT_THRESHOLD, SOURCE_TIMEOUT * DEFAULT_THRESHOLD]);
     wait_event(&mirror, "target_net_not_available", cut_at, alarm_limit).await?;
     // Every lane knows of its 3 new records (lag 3) and has appended none of them (cache 4).
-    let all = (HB_TOPICS * HB_PARTITIONS) as usize;
     wait_owned(&mirror, "every partition to see its new records", io_deadline(), |rows| {
         rows.len() == all && rows.values().all(|r| r.lag == 3 && r.cache_offset == 4)
     })
