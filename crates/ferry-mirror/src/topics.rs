@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use ferry_client::ClientError;
 use ferry_client::proto as pb;
+use futures::StreamExt;
 
 use crate::cluster::TargetCluster;
 use tokio::sync::watch;
@@ -255,26 +256,47 @@ impl TopicAndOffsetManager {
         self.acted = false;
         let previous = self.tx.borrow().clone();
         let mut next = TopicSet { topics: BTreeMap::new(), discovered: true };
+        let mut missing = Vec::new();
         for t in &source_topics {
             if t.mirror.is_some() || !selected(&rules, &self.naming.target_cluster, &t.name) {
                 continue;
             }
             let target = target_name(rules.rename, &self.naming.source_cluster, &t.name);
-            let mirrored = match target_topics.get(target.as_str()) {
-                None => match self.create(t, &target, &cluster_id).await {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(topic = %t.name, target = %target, error = %e, "cannot create the target topic");
-                        continue;
+            match target_topics.get(target.as_str()) {
+                None => missing.push((t, target)),
+                Some(existing) => {
+                    if let Some(m) = self.reconcile(t, existing).await {
+                        next.topics.insert(t.name.clone(), m);
                     }
-                },
-                Some(existing) => match self.reconcile(t, existing).await {
-                    Some(m) => m,
-                    None => continue,
-                },
-            };
-            next.topics.insert(t.name.clone(), mirrored);
+                }
+            }
         }
+        self.acted |= !missing.is_empty();
+        // Creates run side by side (a target broker writes different topics in parallel): a first round over
+        // thousands of topics is not thousands of round trips and fsync chains one after another.
+        let (target, naming, cid) = (&self.target, &self.naming, cluster_id.as_str());
+        let creates: Vec<_> = missing
+            .into_iter()
+            .map(|(t, name)| async move {
+                let created = create(target.as_ref(), naming, t, &name, cid).await;
+                (t, name, created)
+            })
+            .collect();
+        let mut creates = futures::stream::iter(creates).buffer_unordered(CREATES_IN_FLIGHT);
+        while let Some((t, target, created)) = creates.next().await {
+            match created {
+                Ok((m, config)) => {
+                    if let Some(config) = config {
+                        self.copied_config.insert(m.target.clone(), config);
+                    }
+                    next.topics.insert(t.name.clone(), m);
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %t.name, target = %target, error = %e, "cannot create the target topic");
+                }
+            }
+        }
+        drop(creates);
         for (name, m) in &next.topics {
             if !previous.topics.contains_key(name) {
                 self.deferred.push(
@@ -337,40 +359,6 @@ impl TopicAndOffsetManager {
         };
         self.events.metrics().discovery_round("read");
         Ok(())
-    }
-
-    async fn create(
-        &mut self,
-        t: &pb::TopicInfo,
-        target: &str,
-        cluster_id: &str,
-    ) -> Result<MirroredTopic, ClientError> {
-        let mirror = pb::MirrorSource {
-            source_cluster_id: cluster_id.to_owned(),
-            source_topic_id: t.topic_id.clone(),
-            source_topic: t.name.clone(),
-            source_cluster: self.naming.source_cluster.clone(),
-        };
-        let (replication, risk_phase) = self.naming.replication_of(t);
-        let config = t.config.clone().unwrap_or_default();
-        self.acted = true;
-        let created = self.target.create_topic(target, t.partitions, config, mirror, &replication, risk_phase).await;
-        match created {
-            Ok(_) => {
-                self.copied_config.insert(target.to_owned(), t.config.clone().unwrap_or_default());
-            }
-            // Another mirror process created it first: fine.
-            Err(e) if e.is_already_exists() => {}
-            Err(e) => return Err(e),
-        }
-        tracing::info!(topic = %t.name, target, partitions = t.partitions, replication, "created target mirror topic");
-        Ok(MirroredTopic {
-            source: t.name.clone(),
-            source_id: t.topic_id.clone(),
-            partitions: t.partitions,
-            target: target.to_owned(),
-            replicated_source: !matches!(t.replication.as_str(), "" | "single"),
-        })
     }
 
     /// Brings an existing target topic in step; `None` when it must not be mirrored into.
@@ -436,6 +424,44 @@ impl TopicAndOffsetManager {
             replicated_source: !matches!(t.replication.as_str(), "" | "single"),
         })
     }
+}
+
+/// Target topics a discovery round creates at once.
+const CREATES_IN_FLIGHT: usize = 16;
+
+/// Creates the mirror topic `target` of source topic `t` (an existing one, created first by another mirror process,
+/// is fine). Gives the topic as mirrored and the config given to it, unless another process created it.
+async fn create(
+    cluster: &dyn TargetCluster,
+    naming: &Naming,
+    t: &pb::TopicInfo,
+    target: &str,
+    cluster_id: &str,
+) -> Result<(MirroredTopic, Option<pb::TopicConfig>), ClientError> {
+    let mirror = pb::MirrorSource {
+        source_cluster_id: cluster_id.to_owned(),
+        source_topic_id: t.topic_id.clone(),
+        source_topic: t.name.clone(),
+        source_cluster: naming.source_cluster.clone(),
+    };
+    let (replication, risk_phase) = naming.replication_of(t);
+    let config = t.config.clone().unwrap_or_default();
+    let copied =
+        match cluster.create_topic(target, t.partitions, config.clone(), mirror, &replication, risk_phase).await {
+            Ok(_) => Some(config),
+            // Another mirror process created it first: fine.
+            Err(e) if e.is_already_exists() => None,
+            Err(e) => return Err(e),
+        };
+    tracing::info!(topic = %t.name, target, partitions = t.partitions, replication, "created target mirror topic");
+    let mirrored = MirroredTopic {
+        source: t.name.clone(),
+        source_id: t.topic_id.clone(),
+        partitions: t.partitions,
+        target: target.to_owned(),
+        replicated_source: !matches!(t.replication.as_str(), "" | "single"),
+    };
+    Ok((mirrored, copied))
 }
 
 #[cfg(test)]

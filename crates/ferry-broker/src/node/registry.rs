@@ -2,8 +2,11 @@
 //! background duties on partitions (async flush, retention).
 //!
 //! Topic admin operations are serialised by one async mutex so that, for example, a create racing a delete of the
-//! same name cannot interleave. Lookups take a short read lock on the registry map.
+//! same name cannot interleave. A client's create holds it only to check and reserve the name (see `create`): its
+//! directories and fsyncs run outside it, so creates of different topics run side by side. Lookups take a short
+//! read lock on the registry map.
 
+mod create;
 mod data_dir;
 mod failover;
 mod replicas;
@@ -24,7 +27,7 @@ use crate::error::{BrokerError, Result};
 use crate::node::partition::{Partition, WriteGuard};
 use crate::node::producer_state;
 use crate::node::topic::Replication;
-use crate::node::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings, validate_topic_name};
+use crate::node::topic::{MirrorMark, RESERVED_PREFIX, TOPIC_FILE, TopicMeta, TopicSettings};
 
 /// Broker-owned files live under this directory inside the data dir.
 pub const META_DIR: &str = "__ferry_meta";
@@ -127,8 +130,10 @@ pub struct BrokerCore {
     defaults: LogConfig,
     /// Expiry and bound of every partition's idempotent-producer state.
     producers: producer_state::Settings,
-    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    topics: Arc<RwLock<BTreeMap<String, Arc<Topic>>>>,
     admin: tokio::sync::Mutex<()>,
+    /// Names whose creation runs outside the admin lock (see `create`).
+    creating: create::Creating,
     arrivals: watch::Sender<u64>,
     /// This broker's id in its cluster; `None` for a single broker.
     broker_id: Option<u32>,
@@ -175,8 +180,9 @@ impl BrokerCore {
             cluster_id,
             defaults,
             producers,
-            topics: RwLock::new(BTreeMap::new()),
+            topics: Default::default(),
             admin: tokio::sync::Mutex::new(()),
+            creating: Default::default(),
             arrivals,
             broker_id,
             beats: Default::default(),
@@ -273,34 +279,6 @@ impl BrokerCore {
         self.limits
     }
 
-    /// Refuses growing the broker by `topics` topics and `partitions` partitions past its limits.
-    fn check_limits(&self, name: &str, topics: u32, partitions: u32) -> Result<()> {
-        // Internal topics are the broker's own state, not the clients': they do not count.
-        let (count, total) = {
-            let map = self.topics.read();
-            let clients = map.iter().filter(|(n, _)| !n.starts_with(crate::node::topic::RESERVED_PREFIX));
-            clients.fold((0u64, 0u64), |(n, p), (_, t)| (n + 1, p + u64::from(t.partition_count())))
-        };
-        let limits = self.limits;
-        if count + u64::from(topics) > u64::from(limits.max_topics) {
-            return Err(BrokerError::LimitReached {
-                what: format!("creating topic \"{name}\" would pass the broker's {} topics", limits.max_topics),
-                key: "limits.max_topics",
-            });
-        }
-        if total + u64::from(partitions) > u64::from(limits.max_partitions) {
-            return Err(BrokerError::LimitReached {
-                what: format!(
-                    "{partitions} more partitions for topic \"{name}\" would pass the broker's {} partitions ({total} \
-                     exist)",
-                    limits.max_partitions
-                ),
-                key: "limits.max_partitions",
-            });
-        }
-        Ok(())
-    }
-
     /// The data directory.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
@@ -351,42 +329,6 @@ impl BrokerCore {
         topic.meta.read().to_proto(&self.defaults)
     }
 
-    /// Creates a topic (optionally as a mirror topic).
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        partitions: u32,
-        settings: TopicSettings,
-        mirror: Option<MirrorMark>,
-    ) -> Result<Arc<Topic>> {
-        validate_topic_name(name)?;
-        if partitions == 0 || partitions > 100_000 {
-            return Err(BrokerError::InvalidArgument(format!(
-                "topic \"{name}\": partitions must be between 1 and 100000, not {partitions}"
-            )));
-        }
-        let _admin = self.admin.lock().await;
-        if let Some(existing) = self.topics.read().get(name) {
-            return Err(BrokerError::TopicExists { topic: name.to_owned(), topic_id: existing.id() });
-        }
-        self.check_limits(name, 1, partitions)?;
-        let meta = TopicMeta {
-            name: name.to_owned(),
-            topic_id: uuid::Uuid::new_v4().to_string(),
-            partitions,
-            created_ms: now_ms(),
-            settings,
-            mirror,
-            promoted_ms: None,
-            replication: Replication::Single,
-            risk_phase: false,
-            fence: None,
-            promote_epoch: None,
-        };
-        let all: Vec<u32> = (0..partitions).collect();
-        self.materialize(meta, all).await
-    }
-
     /// Creates a single broker's internal state topic `t` (see `node::internal`) unless it exists.
     pub async fn ensure_internal(&self, t: &crate::node::internal::InternalTopic) -> Result<Arc<Topic>> {
         let _admin = self.admin.lock().await;
@@ -395,50 +337,54 @@ impl BrokerCore {
         }
         let meta = t.meta(Replication::Single, uuid::Uuid::new_v4().to_string(), now_ms());
         let all: Vec<u32> = (0..t.partitions).collect();
-        self.materialize(meta, all).await
+        self.materialize(meta, all, None).await
     }
 
-    /// Writes a new topic's directories and metadata and opens partitions `open` of it. The caller holds the admin
-    /// lock.
-    async fn materialize(&self, meta: TopicMeta, open_now: Vec<u32>) -> Result<Arc<Topic>> {
-        let name = meta.name.clone();
-        let dir = self.data_dir.join(&name);
-        let topic = {
-            let dir = dir.clone();
-            let meta = meta.clone();
-            let fs = self.fs.clone();
-            let open = self.partition_opener();
-            tokio::task::spawn_blocking(move || -> Result<Topic> {
-                ferry_storage::fs::sync_new_dirs(&*fs, &dir)
-                    .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
-                let parts = open(&meta, &dir, &open_now)?;
-                let mut slots: Vec<Option<Arc<Partition>>> = vec![None; meta.partitions as usize];
-                for (p, part) in open_now.iter().zip(parts) {
-                    slots[*p as usize] = Some(part);
-                }
-                // topic.json last: a crash before this leaves a directory without metadata, which is ignored.
-                meta.store(&*fs, &dir)?;
-                Ok(Topic { dir: dir.clone(), meta: RwLock::new(meta), partitions: RwLock::new(slots) })
-            })
-            .await
-            .map_err(|e| BrokerError::Internal(e.to_string()))??
-        };
-        let topic = Arc::new(topic);
-        self.topics.write().insert(name.clone(), Arc::clone(&topic));
-        tracing::info!(
-            topic = name,
-            partitions = meta.partitions,
-            mirror = meta.mirror.is_some(),
-            replication = meta.replication.as_str(),
-            "topic created"
-        );
-        Ok(topic)
+    /// Writes a new topic's directories and metadata, opens partitions `open_now` of it and adds it to the map.
+    /// The caller holds the admin lock, or `reserved` the name (see `create`), which goes once the topic is in the
+    /// map. All of it runs on the blocking pool to the end even when the caller stops waiting, so a create whose
+    /// client went away never leaves a topic on disk that the map lacks.
+    async fn materialize(
+        &self,
+        meta: TopicMeta,
+        open_now: Vec<u32>,
+        reserved: Option<create::Reservation>,
+    ) -> Result<Arc<Topic>> {
+        let dir = self.data_dir.join(&meta.name);
+        let fs = self.fs.clone();
+        let open = self.partition_opener();
+        let topics = Arc::clone(&self.topics);
+        tokio::task::spawn_blocking(move || -> Result<Arc<Topic>> {
+            let _reserved = reserved;
+            ferry_storage::fs::sync_new_dirs(&*fs, &dir)
+                .map_err(|source| BrokerError::Io { path: dir.clone(), source })?;
+            let parts = open(&meta, &dir, &open_now)?;
+            let mut slots: Vec<Option<Arc<Partition>>> = vec![None; meta.partitions as usize];
+            for (p, part) in open_now.iter().zip(parts) {
+                slots[*p as usize] = Some(part);
+            }
+            // topic.json last: a crash before this leaves a directory without metadata, which is ignored.
+            meta.store(&*fs, &dir)?;
+            tracing::info!(
+                topic = meta.name,
+                partitions = meta.partitions,
+                mirror = meta.mirror.is_some(),
+                replication = meta.replication.as_str(),
+                "topic created"
+            );
+            let name = meta.name.clone();
+            let topic = Arc::new(Topic { dir, meta: RwLock::new(meta), partitions: RwLock::new(slots) });
+            topics.write().insert(name, Arc::clone(&topic));
+            Ok(topic)
+        })
+        .await
+        .map_err(|e| BrokerError::Internal(e.to_string()))?
     }
 
     /// Deletes a topic and its data, then runs `then` (forgetting the topic's committed offsets) before another
     /// admin call can start: a topic created again under the name right away keeps the offsets committed to it.
     pub async fn delete_topic(&self, name: &str, then: Box<dyn FnOnce() -> Result<()> + Send>) -> Result<()> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         self.topics.write().remove(name);
         let id = topic.id();
@@ -471,7 +417,7 @@ impl BrokerCore {
 
     /// Grows a topic's partition count.
     pub async fn alter_partitions(&self, name: &str, count: u32) -> Result<Arc<Topic>> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         let current = topic.partition_count();
         if count < current {
@@ -508,7 +454,7 @@ impl BrokerCore {
 
     /// Changes per-topic settings; the new log config applies to every partition at once.
     pub async fn alter_config(&self, name: &str, changes: TopicSettings) -> Result<Arc<Topic>> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
         meta.settings.merge(&changes);
@@ -539,7 +485,7 @@ impl BrokerCore {
 
     /// Clears a topic's mirror mark. Returns whether it was a mirror topic.
     pub async fn promote(&self, name: &str) -> Result<(Arc<Topic>, bool)> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
         let was_mirror = meta.mirror.take().is_some();

@@ -12,7 +12,7 @@ use crate::node::topic::{MirrorMark, TopicMeta};
 impl BrokerCore {
     /// Edits topic `name`'s metadata with `edit`, storing and applying it when it changed anything.
     async fn edit_meta(&self, name: &str, edit: impl FnOnce(&mut TopicMeta) -> Result<bool>) -> Result<Arc<Topic>> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
         if edit(&mut meta)? {

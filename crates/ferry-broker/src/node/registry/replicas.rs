@@ -13,11 +13,11 @@ impl BrokerCore {
     /// Creates this broker's topic `name` of the replicated topic `record` describes, with no replica opened yet,
     /// unless it exists (see [`BrokerCore::open_replica`]).
     pub async fn ensure_replicas(&self, name: &str, record: &TopicMeta) -> Result<Arc<Topic>> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         if let Some(existing) = self.topics.read().get(name) {
             return Ok(Arc::clone(existing));
         }
-        self.materialize(record.clone(), Vec::new()).await
+        self.materialize(record.clone(), Vec::new(), None).await
     }
 
     /// Opens this member's replica `p` of the replicated topic `name` (a partition placed on it), unless it is
@@ -27,7 +27,7 @@ impl BrokerCore {
         if let Ok(part) = topic.partition(p) {
             return Ok(part);
         }
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         if let Ok(part) = topic.partition(p) {
             return Ok(part);
         }
@@ -53,7 +53,7 @@ impl BrokerCore {
     /// Closes and removes this member's replica `p` of replicated topic `name` (a move took it elsewhere): its
     /// slot empties and its directory goes.
     pub async fn remove_replica(&self, name: &str, p: u32) -> Result<()> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         let Some(part) = topic.partitions.write().get_mut(p as usize).and_then(Option::take) else { return Ok(()) };
         let (dir, fs) = (topic.dir.join(p.to_string()), self.fs.clone());
@@ -79,7 +79,7 @@ impl BrokerCore {
     /// Takes a replicated topic's config, mirror mark, promotion and fence from its catalog `record` into the local
     /// metadata, when they differ. Returns whether anything changed.
     pub async fn apply_catalog(&self, name: &str, record: &TopicMeta) -> Result<bool> {
-        let _admin = self.admin.lock().await;
+        let _admin = self.admit(name).await;
         let topic = self.topic(name)?;
         let mut meta = topic.meta();
         let before = meta.clone();
