@@ -202,6 +202,7 @@ async fn a_leader_cut_from_etcd_alone_stops_serving_reads_answering_as_leader_an
                 spec: Some(pb::list_offsets_partition::Spec::Latest(true)),
                 leader_epoch: None,
             }],
+            ..Default::default()
         })
         .await?;
     assert_eq!(lo.partitions[0].error, pb::ErrorCode::NotLeader as i32, "{:?}", lo.partitions[0]);

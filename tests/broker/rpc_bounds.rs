@@ -406,12 +406,51 @@ async fn every_rpc_refuses_out_of_range_fields_with_its_documented_status_and_ke
         (spec("t", 0, None), ErrorCode::None, Some(3), ""),
     ];
     let partitions = want.iter().map(|w| w.0.clone()).collect();
-    let listed = c.list_offsets(pb::ListOffsetsRequest { partitions }).await?.partitions;
+    let listed = c.list_offsets(pb::ListOffsetsRequest { partitions, ..Default::default() }).await?.partitions;
     assert_eq!(listed.len(), want.len());
-    for (r, (_, code, offset, needle)) in listed.iter().zip(want) {
+    for (r, (_, code, offset, needle)) in listed.iter().zip(&want) {
         let (what, message) = (format!("list offsets {}/{}", r.topic, r.partition), &r.message);
-        assert_eq!((ErrorCode::try_from(r.error), r.offset), (Ok(code), offset), "{what}: {message}");
+        assert_eq!((ErrorCode::try_from(r.error), r.offset), (Ok(*code), *offset), "{what}: {message}");
         assert!(message.contains(needle), "{what}: {message:?} lacks {needle:?}");
+    }
+    let ageless = |rs: Vec<pb::ListOffsetsResult>| -> Vec<pb::ListOffsetsResult> {
+        rs.into_iter().map(|r| pb::ListOffsetsResult { log_end_age_ms: None, ..r }).collect()
+    };
+    // The same asks in columns: each alone (a column ask has one spec), and the three that read the latest in one
+    // ask naming "t" twice and "__ferry_offsets" once. The same answers, the errors whole among the failures.
+    let mut asks: Vec<(Vec<usize>, Option<Spec>)> = (0..want.len()).map(|i| (vec![i], want[i].0.spec)).collect();
+    asks.push((vec![0, 2, 5], Some(Spec::Latest(true))));
+    for (rows, spec) in asks {
+        let columns = in_columns(rows.iter().map(|&i| &want[i].0), spec);
+        let asked: Vec<u32> = columns.partitions.clone();
+        let answer = c.list_offsets(pb::ListOffsetsRequest { partitions: vec![], columns: Some(columns) }).await?;
+        assert!(answer.partitions.is_empty(), "{answer:?}");
+        let answers = answer.columns.expect("answered in columns");
+        let failed = rows.iter().filter(|&&i| want[i].1 != ErrorCode::None).count();
+        assert_eq!(answers.failures.len(), failed, "rows {rows:?}: {answers:?}");
+        let got = answers.into_results(asked).expect("one entry per partition asked");
+        let flat: Vec<pb::ListOffsetsResult> =
+            rows.iter().map(|&i| pb::ListOffsetsResult { topic: String::new(), ..listed[i].clone() }).collect();
+        assert_eq!(ageless(got), ageless(flat), "rows {rows:?}: the answers in columns differ from the flat ones");
+    }
+    // Counts and leader epochs must add up to the partitions asked.
+    for (what, edit, needle) in [
+        (
+            "a count too many",
+            (|c: &mut pb::ListOffsetsColumns| c.counts[0] += 1) as fn(&mut _),
+            "counts adding up to 2 for 1",
+        ),
+        ("epochs for none", |c| c.leader_epochs = vec![1, 2], "2 leader epochs for 1 partitions"),
+    ] {
+        let mut columns = in_columns([&want[0].0], None);
+        edit(&mut columns);
+        let refused = c.list_offsets(pb::ListOffsetsRequest { partitions: vec![], columns: Some(columns) }).await;
+        refusal(
+            &format!("list offsets: {what}"),
+            refused,
+            (Code::InvalidArgument, Some("invalid_argument")),
+            &[needle],
+        );
     }
     // EpochEnd past the newest epoch and before the oldest; a truncation at u64::MAX keeps the log (the batch
     // boundary at or below it is the log end).
@@ -537,4 +576,30 @@ async fn every_rpc_refuses_out_of_range_fields_with_its_documented_status_and_ke
     assert_eq!(c.metadata().await?.cluster_id, meta.cluster_id);
     assert!(!broker.logs().contains("panicked"), "the broker panicked:\n{}", broker.logs());
     Ok(())
+}
+
+/// ListOffsets asks in columns, all looking up `spec`: each run of the same topic named once.
+fn in_columns<'a>(
+    asks: impl IntoIterator<Item = &'a pb::ListOffsetsPartition>,
+    spec: Option<Spec>,
+) -> pb::ListOffsetsColumns {
+    let mut c = pb::ListOffsetsColumns {
+        spec: spec.map(|s| match s {
+            Spec::Earliest(b) => pb::list_offsets_columns::Spec::Earliest(b),
+            Spec::Latest(b) => pb::list_offsets_columns::Spec::Latest(b),
+            Spec::TimestampMs(ts) => pb::list_offsets_columns::Spec::TimestampMs(ts),
+        }),
+        ..Default::default()
+    };
+    for ask in asks {
+        match (c.topics.last(), c.counts.last_mut()) {
+            (Some(t), Some(n)) if *t == ask.topic => *n += 1,
+            _ => {
+                c.topics.push(ask.topic.clone());
+                c.counts.push(1);
+            }
+        }
+        c.partitions.push(ask.partition);
+    }
+    c
 }

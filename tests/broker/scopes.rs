@@ -113,7 +113,13 @@ async fn a_produce_only_token_produces_to_its_topics_and_is_denied_everything_el
         max_bytes: 1 << 20,
     };
     denied(app.fetch(fetch).await, "Fetch", "needs the consume or mirror scope");
+    // The admin client asks by topic; the same ask flat is refused alike.
     denied(app_admin.list_offset("orders.eu", 0, ferry_client::OffsetSpec::Latest).await, "ListOffsets", "orders.eu");
+    let flat = pb::ListOffsetsRequest {
+        partitions: vec![pb::ListOffsetsPartition { topic: "orders.eu".into(), partition: 0, ..Default::default() }],
+        columns: None,
+    };
+    denied(app.list_offsets(flat).await, "ListOffsets", "orders.eu");
     let join = |group: &str| pb::JoinGroupRequest {
         group: group.into(),
         member_id: String::new(),

@@ -187,6 +187,17 @@ async fn bad_requests_get_their_status_and_write_nothing() -> anyhow::Result<()>
     // ListOffsets: an unknown partition is a per-partition error; a timestamp after every record has no offset.
     let lo = admin.list_offsets(&[("valid".into(), 8, OffsetSpec::Latest)]).await.unwrap_err();
     assert_eq!(lo.partition_code(), Some(ErrorCode::UnknownTopicOrPartition), "{lo}");
+    // Many at once, aligned with the asks: the unknown partition's error sits in its own place, between answers.
+    let asks = [("valid", 1, OffsetSpec::Latest), ("valid", 8, OffsetSpec::Latest), ("valid", 1, OffsetSpec::Earliest)];
+    let aligned = admin.list_offsets_aligned(&asks).await?;
+    let got: Vec<_> = aligned
+        .iter()
+        .map(|a| a.as_ref().map(|r| r.as_ref().map(|r| (r.partition, r.offset)).map_err(|e| e.partition_code())))
+        .collect();
+    assert_eq!(
+        got,
+        [Some(Ok((1, Some(2)))), Some(Err(Some(ErrorCode::UnknownTopicOrPartition))), Some(Ok((1, Some(0))))]
+    );
     let late = admin.list_offset("valid", 1, OffsetSpec::Timestamp(TS0 + 1_000_000)).await?;
     assert_eq!((late.offset, late.log_end_offset), (None, 2));
     assert_eq!(admin.list_offset("valid", 1, OffsetSpec::Timestamp(TS0 + 1)).await?.offset, Some(1));

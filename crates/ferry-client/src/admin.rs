@@ -6,12 +6,12 @@
 
 use bytes::Bytes;
 use ferry_proto as pb;
-use ferry_proto::list_offsets_partition::Spec;
 
 use crate::connection::BrokerClient;
 use crate::error::{ClientError, Result};
 
 mod dr;
+mod offsets;
 
 pub use dr::{Job, TopicOutcome};
 
@@ -79,12 +79,14 @@ pub struct Promoted {
 #[derive(Debug, Clone)]
 pub struct Admin {
     client: BrokerClient,
+    /// Set once a broker answered ListOffsets by topic with nothing (it predates the form): asked flat from then on.
+    flat_offsets: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Admin {
     /// Administration over `client`.
     pub fn new(client: BrokerClient) -> Self {
-        Admin { client }
+        Admin { client, flat_offsets: Default::default() }
     }
 
     /// The underlying client.
@@ -236,97 +238,6 @@ impl Admin {
     pub async fn promote(&self, name: &str) -> Result<Promoted> {
         let response = self.client.promote(pb::PromoteRequest { name: name.to_owned() }).await?;
         Ok(Promoted { topic: self.require("Promote", response.topic)?, was_mirror: response.was_mirror })
-    }
-
-    /// Offsets of many partitions at once, each asked at its leader as this client knows it (at its leader epoch);
-    /// a partition whose answer points elsewhere is asked again there, a few rounds at most. A partition the broker
-    /// reports an error for fails the whole call with [`ClientError::Partition`] naming it.
-    pub async fn list_offsets(&self, partitions: &[(String, u32, OffsetSpec)]) -> Result<Vec<PartitionOffsets>> {
-        self.list_offsets_each(partitions).await?.into_iter().collect()
-    }
-
-    /// [`Admin::list_offsets`], with each partition's own outcome: one partition's error does not fail the others
-    /// (a probe of many partitions, some of whose leaders are being elected).
-    pub async fn list_offsets_each<T: AsRef<str>>(
-        &self,
-        partitions: &[(T, u32, OffsetSpec)],
-    ) -> Result<Vec<Result<PartitionOffsets>>> {
-        let mut answers: Vec<Option<pb::ListOffsetsResult>> = vec![None; partitions.len()];
-        let mut pending: Vec<usize> = (0..partitions.len()).collect();
-        let mut backoff = self.client.config().retry.backoff();
-        for round in 0..LEADER_ROUNDS {
-            if pending.is_empty() {
-                break;
-            }
-            if round > 0 {
-                tokio::time::sleep(backoff.next().unwrap_or_default()).await;
-            }
-            // By leader client (a handful), found without naming each partition's leader: a probe of thousands of
-            // partitions allocates nothing per partition here.
-            let mut by_leader: Vec<(BrokerClient, Vec<usize>)> = Vec::new();
-            for &i in &pending {
-                let (topic, partition, _) = &partitions[i];
-                let c = self.client.for_partition(topic.as_ref(), *partition);
-                match by_leader.iter_mut().find(|(known, _)| known.is_same(&c)) {
-                    Some((_, idx)) => idx.push(i),
-                    None => by_leader.push((c, vec![i])),
-                }
-            }
-            let asks = by_leader.into_iter().map(|(c, idx)| {
-                let request = pb::ListOffsetsRequest {
-                    partitions: idx
-                        .iter()
-                        .map(|&i| {
-                            let (topic, partition, spec) = &partitions[i];
-                            let topic = topic.as_ref();
-                            pb::ListOffsetsPartition {
-                                topic: topic.to_owned(),
-                                partition: *partition,
-                                spec: Some(match spec {
-                                    OffsetSpec::Earliest => Spec::Earliest(true),
-                                    OffsetSpec::Latest => Spec::Latest(true),
-                                    OffsetSpec::Timestamp(ts) => Spec::TimestampMs(*ts),
-                                }),
-                                leader_epoch: self.client.known_leader_epoch(topic, *partition),
-                            }
-                        })
-                        .collect(),
-                };
-                async move { (idx, c.address(), c.list_offsets(request).await) }
-            });
-            let mut next = Vec::new();
-            for (idx, address, answer) in futures::future::join_all(asks).await {
-                let answer = answer?;
-                for (i, r) in idx.into_iter().zip(answer.partitions) {
-                    if self.redirects(&r.topic, r.partition, r.error, r.leader.as_ref()) && round + 1 < LEADER_ROUNDS {
-                        next.push(i);
-                        continue;
-                    }
-                    if r.error == pb::ErrorCode::None as i32 && r.leader_epoch > 0 {
-                        self.client.learn_leader(&r.topic, r.partition, r.leader_epoch, &address);
-                    }
-                    answers[i] = Some(r);
-                }
-            }
-            pending = next;
-        }
-        Ok(answers
-            .into_iter()
-            .flatten()
-            .map(|r| {
-                partition_result(&r.topic, r.partition, r.error, &r.message)?;
-                Ok(PartitionOffsets {
-                    topic: r.topic,
-                    partition: r.partition,
-                    offset: r.offset,
-                    log_start_offset: r.log_start_offset,
-                    log_end_offset: r.log_end_offset,
-                    log_end_age_ms: r.log_end_age_ms,
-                    fence_epoch: r.fence_epoch,
-                    stored_end_offset: r.stored_end_offset,
-                })
-            })
-            .collect())
     }
 
     /// Offsets of one partition.

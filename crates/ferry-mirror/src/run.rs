@@ -176,23 +176,12 @@ pub async fn run(
         let _ = tx.send(handle.clone());
     }
     let probe = TargetProbe { check_interval: health.check_interval, timeout: health.timeout };
-    let watch = TargetWatch::new(
-        Arc::clone(&target),
-        Arc::clone(&links),
-        Arc::clone(&shared),
-        Arc::clone(&target_health),
-        events.clone(),
-        probe,
-    );
+    let watch =
+        TargetWatch::new(Arc::clone(&target), Arc::clone(&links), Arc::clone(&target_health), events.clone(), probe);
     tasks.spawn(watch.run(components.clone()));
     let source_health = &config.source.health;
-    let source_watch = SourceWatch::new(
-        egress.clone(),
-        Arc::clone(&links),
-        Arc::clone(&shared),
-        source_health.check_interval,
-        source_health.timeout,
-    );
+    let source_watch =
+        SourceWatch::new(egress.clone(), Arc::clone(&links), source_health.check_interval, source_health.timeout);
     tasks.spawn(source_watch.run(components.clone()));
 
     let Some(limits) = until_ok("reading the target's limits", &shutdown, || target.limits()).await else {

@@ -31,7 +31,6 @@ use tokio_util::sync::CancellationToken;
 use crate::egress::EgressHandle;
 use crate::lane::link::LaneLink;
 use crate::lane::repeats::Repeat;
-use crate::state::Shared;
 use crate::sync::Links;
 use crate::tp::{Placer, SourceTp, TpHasher};
 
@@ -39,7 +38,6 @@ use crate::tp::{Placer, SourceTp, TpHasher};
 pub struct SourceWatch {
     egress: EgressHandle,
     links: Links,
-    shared: Arc<Shared>,
     check_interval: Duration,
     timeout: Duration,
     /// The log start each partition's lane was last handed.
@@ -48,14 +46,8 @@ pub struct SourceWatch {
 
 impl SourceWatch {
     /// A watch over the partitions in `links`, probing every `check_interval` with calls bounded by `timeout`.
-    pub fn new(
-        egress: EgressHandle,
-        links: Links,
-        shared: Arc<Shared>,
-        check_interval: Duration,
-        timeout: Duration,
-    ) -> SourceWatch {
-        SourceWatch { egress, links, shared, check_interval, timeout, handed: HashMap::default() }
+    pub fn new(egress: EgressHandle, links: Links, check_interval: Duration, timeout: Duration) -> SourceWatch {
+        SourceWatch { egress, links, check_interval, timeout, handed: HashMap::default() }
     }
 
     /// Probes until `stop`.
@@ -102,9 +94,7 @@ impl SourceWatch {
         let mut placer = Placer::new(&tps);
         for p in offsets {
             let Some(i) = placer.place(&p.tp) else { continue };
-            if let Some(status) = self.shared.partitions.get(&p.tp) {
-                status.set_probed_source(p.log_start, p.log_end, p.end_age);
-            }
+            links[i].status.set_probed_source(p.log_start, p.log_end, p.end_age);
             let handed = match self.handed.get_mut(&p.tp) {
                 Some(h) => h,
                 None => self.handed.entry(p.tp).or_default(),

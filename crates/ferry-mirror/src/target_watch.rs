@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::TargetCluster;
 use crate::events::EventBus;
 use crate::lane::repeats::Repeat;
-use crate::state::Shared;
 use crate::sync::Links;
 pub use crate::target_health::TargetHealth;
 use crate::tp::{Placer, SourceTp, TargetTp, TpHasher};
@@ -39,7 +38,6 @@ pub struct TargetProbe {
 pub struct TargetWatch {
     target: Arc<dyn TargetCluster>,
     links: Links,
-    shared: Arc<Shared>,
     health: Arc<TargetHealth>,
     events: EventBus,
     probe: TargetProbe,
@@ -63,12 +61,11 @@ impl TargetWatch {
     pub fn new(
         target: Arc<dyn TargetCluster>,
         links: Links,
-        shared: Arc<Shared>,
         health: Arc<TargetHealth>,
         events: EventBus,
         probe: TargetProbe,
     ) -> TargetWatch {
-        TargetWatch { target, links, shared, health, events, probe, known: HashMap::default(), rounds: 0 }
+        TargetWatch { target, links, health, events, probe, known: HashMap::default(), rounds: 0 }
     }
 
     /// Probes until `stop`.
@@ -103,7 +100,7 @@ impl TargetWatch {
         let mut parts: Vec<(SourceTp, u64, Arc<crate::lane::link::LaneLink>)> = Vec::with_capacity(self.links.len());
         let mut tps: Vec<TargetTp> = Vec::with_capacity(self.links.len());
         for entry in self.links.iter() {
-            let Some(status) = self.shared.partitions.get(entry.key()) else { continue };
+            let status = &entry.value().status;
             let known = match self.known.get_mut(entry.key()) {
                 Some(k) if k.target.partition == status.partition && k.target.topic() == status.target_topic => k,
                 _ => {

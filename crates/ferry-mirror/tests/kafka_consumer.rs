@@ -20,7 +20,7 @@ use ferry_mirror::lane::budget::{Budget, Held};
 use ferry_mirror::lane::core::{Input, SourceFault};
 use ferry_mirror::lane::link::LaneLink;
 use ferry_mirror::metrics::Metrics;
-use ferry_mirror::state::Shared;
+use ferry_mirror::state::{PartitionStatus, Shared};
 use ferry_mirror::tp::SourceTp;
 use kafka_support::{Tansu, consume, create_topic, digest, produce, produce_transactions};
 use parking_lot::Mutex;
@@ -76,7 +76,8 @@ struct Side {
 impl Side {
     /// A lane of `topic`/`partition` with a budget of `cap` bytes, seated at offset 0 and added to `set`.
     fn new(set: &PartitionSet, topic: &str, partition: u32, cap: u64) -> Side {
-        let link = LaneLink::new(SourceTp::new(topic, partition), Budget::new(cap, cap / 8), set.changed());
+        let status = Arc::new(PartitionStatus::new(topic, topic, partition));
+        let link = LaneLink::new(SourceTp::new(topic, partition), Budget::new(cap, cap / 8), set.changed(), status);
         link.set_seat(Some((1, 0)));
         set.insert(Arc::clone(&link));
         Side {

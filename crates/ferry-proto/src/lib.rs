@@ -1,8 +1,8 @@
 //! Ferry's wire protocol: `proto/broker.proto` (package `ferry.v1`) and the tonic/prost code generated from it.
 //!
-//! Nothing else lives here, apart from the two rules both ends of a connection must agree on: how large a gRPC
-//! message may be, given the broker's `max_batch_bytes` ([`max_message_bytes`]), and which partition a key maps
-//! to ([`partition_for_key`]).
+//! Nothing else lives here, apart from the rules both ends of a connection must agree on: how large a gRPC
+//! message may be, given the broker's `max_batch_bytes` ([`max_message_bytes`]), which partition a key maps
+//! to ([`partition_for_key`]), and how a ListOffsets answer is laid out in columns ([`columns`]).
 
 #![allow(missing_docs, clippy::all)]
 
@@ -12,6 +12,8 @@ pub mod v1 {
 }
 
 pub use v1::*;
+
+pub mod columns;
 
 /// Bytes reserved in every gRPC message for framing and fields other than batch payloads.
 pub const MESSAGE_OVERHEAD_BYTES: usize = 1024 * 1024;

@@ -26,6 +26,7 @@ mod build;
 mod delay;
 mod failover;
 mod groups;
+mod offsets;
 mod share;
 mod share_ack;
 mod share_admin;
@@ -294,60 +295,7 @@ impl Broker for BrokerService {
     }
 
     async fn list_offsets(&self, req: Request<pb::ListOffsetsRequest>) -> Rpc<pb::ListOffsetsResponse> {
-        let who = caller(&req)?;
-        let req = req.into_inner();
-        for lo in &req.partitions {
-            who.allow_topic("ListOffsets", READ.or(Scopes::ADMIN), &lo.topic)?;
-        }
-        let reads = self.reads();
-        let mut out = Vec::new();
-        for lo in req.partitions {
-            let mut r = pb::ListOffsetsResult {
-                topic: lo.topic.clone(),
-                partition: lo.partition,
-                error: pb::ErrorCode::None as i32,
-                message: String::new(),
-                offset: None,
-                log_start_offset: 0,
-                log_end_offset: 0,
-                ..Default::default()
-            };
-            // A replicated partition is answered by its leader only, at the epoch the client names (KIP-320).
-            let served = self.core.partition(&lo.topic, lo.partition).and_then(|p| {
-                let epoch = reads.check(&p, lo.leader_epoch)?;
-                Ok((p, epoch))
-            });
-            match served {
-                Err(e) => {
-                    let (code, message, leader) = crate::rpc::fetch::classify(&reads, &lo.topic, lo.partition, &e);
-                    (r.error, r.message, r.leader) = (code as i32, message, leader);
-                }
-                Ok((p, epoch)) => {
-                    r.leader_epoch = epoch;
-                    r.log_start_offset = p.log().log_start_offset();
-                    // A replicated partition's clients see its high watermark as its end.
-                    r.log_end_offset = p.visible_end();
-                    r.log_end_age_ms = p.end_age().map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX));
-                    r.fence_epoch = p.guard().fence.map(|f| f.epoch);
-                    r.stored_end_offset = p.log().log_end_offset();
-                    match lo.spec {
-                        Some(pb::list_offsets_partition::Spec::Earliest(_)) => r.offset = Some(r.log_start_offset),
-                        Some(pb::list_offsets_partition::Spec::Latest(_)) | None => r.offset = Some(r.log_end_offset),
-                        Some(pb::list_offsets_partition::Spec::TimestampMs(ts)) => {
-                            match self.lookup_timestamp(&p, ts).await {
-                                Ok(o) => r.offset = o.filter(|o| *o < r.log_end_offset),
-                                Err(e) => {
-                                    r.error = pb::ErrorCode::StorageError as i32;
-                                    r.message = e.client_message();
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            out.push(r);
-        }
-        ok(pb::ListOffsetsResponse { partitions: out })
+        self.list_offsets_rpc(req).await
     }
 
     async fn join_group(&self, req: Request<pb::JoinGroupRequest>) -> Rpc<pb::JoinGroupResponse> {

@@ -35,6 +35,15 @@ impl BrokerClient {
         self.client_at(&routing, address)
     }
 
+    /// [`BrokerClient::for_partition`] and [`BrokerClient::known_leader_epoch`] in one look-up (a probe of
+    /// thousands of partitions asks both of each).
+    pub fn leader_for(&self, topic: &str, partition: u32) -> (BrokerClient, Option<u32>) {
+        let Some(routing) = self.inner.routing.upgrade() else { return (self.clone(), None) };
+        let known = routing.leaders.lock().get(topic).and_then(|t| t.get(&partition)).cloned();
+        let epoch = known.as_ref().map(|(e, _)| *e).filter(|e| *e > 0);
+        (self.client_at(&routing, known.map(|(_, a)| a)), epoch)
+    }
+
     /// Whether `other` is this very client (the same connection), as [`BrokerClient::for_partition`] hands out one
     /// client per leader: partitions are grouped by leader without naming it.
     pub fn is_same(&self, other: &BrokerClient) -> bool {

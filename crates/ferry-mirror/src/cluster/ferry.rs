@@ -14,35 +14,6 @@ use crate::cluster::{EpochAnswer, TailBatch};
 use crate::tp::{SourceTp, TargetTp};
 use futures::StreamExt;
 
-/// The asked partition `asked` when the answer at its place names it (answers come in the order asked), else a
-/// new value: a probe of thousands of partitions every second allocates no name per partition.
-fn same_or_new<T>(asked: Option<&T>, topic: &str, partition: u32, new: fn(&str, u32) -> T) -> T
-where
-    T: Clone + NamedTp,
-{
-    match asked {
-        Some(tp) if tp.names(topic, partition) => tp.clone(),
-        _ => new(topic, partition),
-    }
-}
-
-/// A topic-partition value that can be compared with a name without allocating.
-trait NamedTp {
-    fn names(&self, topic: &str, partition: u32) -> bool;
-}
-
-impl NamedTp for SourceTp {
-    fn names(&self, topic: &str, partition: u32) -> bool {
-        self.partition == partition && self.topic() == topic
-    }
-}
-
-impl NamedTp for TargetTp {
-    fn names(&self, topic: &str, partition: u32) -> bool {
-        self.partition == partition && self.topic() == topic
-    }
-}
-
 /// Topics described at once by [`TargetCluster::partitions_many`].
 const DESCRIBES_AT_ONCE: usize = 16;
 
@@ -150,13 +121,14 @@ impl SourceCluster for FerrySource {
         // partitions whose leader answers with an error (an election runs) are left out.
         let asked: Vec<(&str, u32, OffsetSpec)> =
             tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
-        let answers = self.admin.list_offsets_each(&asked).await?;
-        Ok(answers
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, o)| Some((i, o.ok()?)))
-            .map(|(i, o)| Probed {
-                tp: same_or_new(tps.get(i), &o.topic, o.partition, |t, p| SourceTp::new(t, p)),
+        // Answers come aligned with the asks: each probed partition is the asked value, no name is built.
+        let answers = self.admin.list_offsets_aligned(&asked).await?;
+        Ok(tps
+            .iter()
+            .zip(answers)
+            .filter_map(|(tp, o)| Some((tp, o?.ok()?)))
+            .map(|(tp, o)| Probed {
+                tp: tp.clone(),
                 log_start: o.log_start_offset,
                 log_end: o.log_end_offset,
                 end_age: o.log_end_age_ms.map(Duration::from_millis),
@@ -401,15 +373,8 @@ impl TargetCluster for FerryTarget {
         // of partitions is a request or two. Partitions whose leader answered with an error are unknown, not at 0.
         let asked: Vec<(&str, u32, OffsetSpec)> =
             tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
-        let answers = self.admin.list_offsets_each(&asked).await?;
-        Ok(answers
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, o)| Some((i, o.ok()?)))
-            .map(|(i, o)| {
-                (same_or_new(tps.get(i), &o.topic, o.partition, |t, p| TargetTp::new(t, p)), o.log_end_offset)
-            })
-            .collect())
+        let answers = self.admin.list_offsets_aligned(&asked).await?;
+        Ok(tps.iter().zip(answers).filter_map(|(tp, o)| Some((tp.clone(), o?.ok()?.log_end_offset))).collect())
     }
 
     fn ferry_client(&self) -> Option<BrokerClient> {

@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 
 use super::budget::{Budget, Held};
 use super::core::{Input, SourceFault, SourcePos};
+use crate::state::PartitionStatus;
 use crate::tp::SourceTp;
 
 /// Bytes a lane's link holds besides its data at most (the coalesced slots): counted against `sync.max_memory`.
@@ -52,6 +53,8 @@ pub struct LaneLink {
     pub tp: SourceTp,
     /// Its memory budget.
     pub budget: Arc<Budget>,
+    /// Its status, as the monitor shows it (the probes write what they read of it here without a look-up).
+    pub status: Arc<PartitionStatus>,
     inbox: Mutex<Inbox>,
     wake: Notify,
     seat: Mutex<(u64, SeatWish)>,
@@ -61,11 +64,17 @@ pub struct LaneLink {
 }
 
 impl LaneLink {
-    /// A link for `tp` whose seat changes are signalled on `seats_changed` (the fetcher's).
-    pub fn new(tp: SourceTp, budget: Arc<Budget>, seats_changed: Arc<Notify>) -> Arc<LaneLink> {
+    /// A link for `tp` with status `status`, whose seat changes are signalled on `seats_changed` (the fetcher's).
+    pub fn new(
+        tp: SourceTp,
+        budget: Arc<Budget>,
+        seats_changed: Arc<Notify>,
+        status: Arc<PartitionStatus>,
+    ) -> Arc<LaneLink> {
         Arc::new(LaneLink {
             tp,
             budget,
+            status,
             inbox: Mutex::new(Inbox::default()),
             wake: Notify::new(),
             seat: Mutex::new((0, None)),
@@ -208,9 +217,14 @@ impl LaneLink {
 mod tests {
     use super::*;
 
+    fn status() -> Arc<PartitionStatus> {
+        Arc::new(PartitionStatus::new("t", "t", 0))
+    }
+
     #[test]
     fn positions_errors_and_probes_coalesce_and_data_keeps_its_order() {
-        let link = LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), Arc::new(Notify::new()));
+        let link =
+            LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), Arc::new(Notify::new()), status());
         for i in 0..1000 {
             link.position(SourcePos { log_end: i, ..Default::default() });
             link.source_log_start(1000 - i);
@@ -231,7 +245,7 @@ mod tests {
     #[test]
     fn a_seat_change_bumps_its_version_and_moves_the_fetch_position() {
         let notify = Arc::new(Notify::new());
-        let link = LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), notify);
+        let link = LaneLink::new(SourceTp::new("t", 0), Budget::new(1 << 20, 1 << 17), notify, status());
         assert_eq!(link.seat(), (0, None));
         link.set_seat(Some((1, 40)));
         assert_eq!((link.seat(), link.fetch_from()), ((1, Some((1, 40))), 40));

@@ -240,6 +240,11 @@ impl PartitionStatus {
     pub fn set_probed_source(&self, log_start: u64, log_end: u64, end_age: Option<Duration>) {
         self.probed_log_start.store(log_start, Ordering::Relaxed);
         self.probed_log_end.store(log_end, Ordering::Relaxed);
+        // Nothing below the cache offset waits, so the RPO clock has nothing to learn: an idle partition's probe
+        // takes no lock.
+        if log_end <= self.cache_offset() {
+            return;
+        }
         let now = Instant::now();
         let seen = end_age.and_then(|a| now.checked_sub(a)).unwrap_or(now);
         self.inner.lock().rpo.saw_end(log_end, seen);

@@ -263,7 +263,8 @@ impl SyncManager {
         };
         let status = Arc::new(PartitionStatus::new(tp.topic(), target.topic(), tp.partition));
         self.ctx.shared.partitions.insert(tp.clone(), Arc::clone(&status));
-        let link = LaneLink::new(tp.clone(), Budget::new(cap, request), self.fetcher.changed_for(&tp));
+        let link =
+            LaneLink::new(tp.clone(), Budget::new(cap, request), self.fetcher.changed_for(&tp), Arc::clone(&status));
         self.links.insert(tp.clone(), Arc::clone(&link));
         self.fetcher.assign(Arc::clone(&link));
         let paused = self.ctx.shared.is_paused(tp.topic());

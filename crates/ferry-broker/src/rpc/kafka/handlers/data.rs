@@ -234,7 +234,7 @@ pub async fn list_offsets(k: &Kafka, req: ListOffsetsRequest) -> ListOffsetsResp
         }
         r.topics.push(tr);
     }
-    let results = k.svc.list_offsets(k.rpc(pb::ListOffsetsRequest { partitions: asked })).await;
+    let results = k.svc.list_offsets(k.rpc(pb::ListOffsetsRequest { partitions: asked, ..Default::default() })).await;
     let results = match results {
         Ok(l) => l.into_inner().partitions,
         Err(e) => {
