@@ -1,4 +1,4 @@
-//! ListOffsets of many partitions at once, each asked at its leader, grouped by topic on the wire.
+//! ListOffsets of many partitions at once, each asked at its leader, in columns on the wire.
 //!
 //! Partitions that look up the same spec go in columns: each topic's name once, the partitions and the answers as
 //! packed numbers, an answer placed by its position. A probe of thousands of partitions then sends, decodes and
@@ -66,8 +66,8 @@ impl Admin {
             if round > 0 {
                 tokio::time::sleep(backoff.next().unwrap_or_default()).await;
             }
-            // By leader client (a handful), found without naming each partition's leader.
-            // Each with the leader epoch this client knows of it (0: none), from the same look-up.
+            // By leader client (a handful), found without naming each partition's leader; each partition with the
+            // leader epoch this client knows of it (0: none), from the same look-up.
             let mut by_leader: Vec<(BrokerClient, Vec<usize>, Vec<u32>)> = Vec::new();
             for &i in &pending {
                 let (topic, partition, _) = &partitions[i];
