@@ -133,3 +133,23 @@ async fn a_create_whose_caller_went_away_finishes_and_its_name_is_then_taken() {
     let reopened = open(dir.path(), Limits::default());
     assert_eq!(reopened.topic("gone").unwrap().partition_count(), 4, "the abandoned create is on disk");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_meets_a_full_disk_registers_nothing_and_releases_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let flag = dir.path().join("disk-full");
+    let fs: ferry_storage::fs::FsRef = Arc::new(ferry_storage::fs::JournalFs::with(None, Some(flag.clone())).unwrap());
+    let core = BrokerCore::open(fs, &data, Some("test"), LogConfig::default(), Default::default()).unwrap();
+    std::fs::write(&flag, b"").unwrap();
+    let err = core.create_topic("full", 2, TopicSettings::default(), None).await.unwrap_err();
+    assert!(err.to_string().contains("no space left on device"), "{err}");
+    assert!(core.topic("full").is_err(), "a failed create registers nothing");
+    // The disk has room again: the name was released, and the create goes through over what the failed one left.
+    std::fs::remove_file(&flag).unwrap();
+    core.create_topic("full", 2, TopicSettings::default(), None).await.unwrap();
+    drop(core);
+    let reopened = open(&data, Limits::default());
+    let loaded: Vec<(String, u32)> = reopened.topics().iter().map(|t| (t.meta().name, t.partition_count())).collect();
+    assert_eq!(loaded, [("full".to_owned(), 2)]);
+}
