@@ -577,29 +577,3 @@ async fn every_rpc_refuses_out_of_range_fields_with_its_documented_status_and_ke
     assert!(!broker.logs().contains("panicked"), "the broker panicked:\n{}", broker.logs());
     Ok(())
 }
-
-/// ListOffsets asks in columns, all looking up `spec`: each run of the same topic named once.
-fn in_columns<'a>(
-    asks: impl IntoIterator<Item = &'a pb::ListOffsetsPartition>,
-    spec: Option<Spec>,
-) -> pb::ListOffsetsColumns {
-    let mut c = pb::ListOffsetsColumns {
-        spec: spec.map(|s| match s {
-            Spec::Earliest(b) => pb::list_offsets_columns::Spec::Earliest(b),
-            Spec::Latest(b) => pb::list_offsets_columns::Spec::Latest(b),
-            Spec::TimestampMs(ts) => pb::list_offsets_columns::Spec::TimestampMs(ts),
-        }),
-        ..Default::default()
-    };
-    for ask in asks {
-        match (c.topics.last(), c.counts.last_mut()) {
-            (Some(t), Some(n)) if *t == ask.topic => *n += 1,
-            _ => {
-                c.topics.push(ask.topic.clone());
-                c.counts.push(1);
-            }
-        }
-        c.partitions.push(ask.partition);
-    }
-    c
-}

@@ -2,6 +2,7 @@
 //! partitions asked and writes each answer, and how a client reads the answers back, so that both ends agree.
 
 use crate::v1::{ListOffsetsAnswers, ListOffsetsColumns, ListOffsetsFailure, ListOffsetsResult};
+use crate::v1::{list_offsets_columns, list_offsets_partition};
 
 /// An optional value as a column entry: the value plus one, 0 for unset.
 fn plus_one(v: Option<u64>) -> u64 {
@@ -11,6 +12,28 @@ fn plus_one(v: Option<u64>) -> u64 {
 /// A column entry back as an optional value.
 fn minus_one(v: u64) -> Option<u64> {
     v.checked_sub(1)
+}
+
+/// A partition's spec as the one spec of an ask in columns.
+impl From<list_offsets_partition::Spec> for list_offsets_columns::Spec {
+    fn from(s: list_offsets_partition::Spec) -> Self {
+        match s {
+            list_offsets_partition::Spec::Earliest(b) => Self::Earliest(b),
+            list_offsets_partition::Spec::Latest(b) => Self::Latest(b),
+            list_offsets_partition::Spec::TimestampMs(ts) => Self::TimestampMs(ts),
+        }
+    }
+}
+
+/// The one spec of an ask in columns, as each of its partitions'.
+impl From<list_offsets_columns::Spec> for list_offsets_partition::Spec {
+    fn from(s: list_offsets_columns::Spec) -> Self {
+        match s {
+            list_offsets_columns::Spec::Earliest(b) => Self::Earliest(b),
+            list_offsets_columns::Spec::Latest(b) => Self::Latest(b),
+            list_offsets_columns::Spec::TimestampMs(ts) => Self::TimestampMs(ts),
+        }
+    }
 }
 
 impl ListOffsetsColumns {

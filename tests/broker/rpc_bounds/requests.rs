@@ -80,3 +80,22 @@ pub(super) fn commit(
 pub(super) fn tp(topic: &str, partition: u32) -> pb::TopicPartition {
     pb::TopicPartition { topic: topic.into(), partition }
 }
+
+/// ListOffsets asks in columns, all looking up `spec`: each run of the same topic named once.
+pub(super) fn in_columns<'a>(
+    asks: impl IntoIterator<Item = &'a pb::ListOffsetsPartition>,
+    spec: Option<Spec>,
+) -> pb::ListOffsetsColumns {
+    let mut c = pb::ListOffsetsColumns { spec: spec.map(Into::into), ..Default::default() };
+    for ask in asks {
+        match (c.topics.last(), c.counts.last_mut()) {
+            (Some(t), Some(n)) if *t == ask.topic => *n += 1,
+            _ => {
+                c.topics.push(ask.topic.clone());
+                c.counts.push(1);
+            }
+        }
+        c.partitions.push(ask.partition);
+    }
+    c
+}

@@ -8,7 +8,6 @@
 use std::sync::atomic::Ordering;
 
 use ferry_proto as pb;
-use ferry_proto::list_offsets_columns::Spec as ColumnSpec;
 use ferry_proto::list_offsets_partition::Spec;
 
 use super::{Admin, LEADER_ROUNDS, OffsetSpec, PartitionOffsets, partition_result};
@@ -117,7 +116,7 @@ impl Admin {
     fn in_columns<T: AsRef<str>>(
         partitions: &[(T, u32, OffsetSpec)],
         idx: &[usize],
-        leader_epochs: Vec<u32>,
+        leader_epochs: &[u32],
     ) -> Option<pb::ListOffsetsColumns> {
         let spec = partitions[*idx.first()?].2;
         if idx.iter().any(|&i| partitions[i].2 != spec) {
@@ -126,12 +125,8 @@ impl Admin {
         let mut c = pb::ListOffsetsColumns {
             partitions: Vec::with_capacity(idx.len()),
             // None known for any: no column.
-            leader_epochs: if leader_epochs.iter().all(|&e| e == 0) { Vec::new() } else { leader_epochs },
-            spec: Some(match spec {
-                OffsetSpec::Earliest => ColumnSpec::Earliest(true),
-                OffsetSpec::Latest => ColumnSpec::Latest(true),
-                OffsetSpec::Timestamp(ts) => ColumnSpec::TimestampMs(ts),
-            }),
+            leader_epochs: if leader_epochs.iter().all(|&e| e == 0) { Vec::new() } else { leader_epochs.to_vec() },
+            spec: Some(wire_spec(spec).into()),
             ..Default::default()
         };
         for &i in idx {
@@ -159,22 +154,8 @@ impl Admin {
         idx: &[usize],
         leader_epochs: Vec<u32>,
     ) -> Result<Vec<Option<pb::ListOffsetsResult>>> {
-        let ask = |i: usize| {
-            let (topic, partition, spec) = &partitions[i];
-            let topic = topic.as_ref();
-            pb::ListOffsetsPartition {
-                topic: topic.to_owned(),
-                partition: *partition,
-                spec: Some(match spec {
-                    OffsetSpec::Earliest => Spec::Earliest(true),
-                    OffsetSpec::Latest => Spec::Latest(true),
-                    OffsetSpec::Timestamp(ts) => Spec::TimestampMs(*ts),
-                }),
-                leader_epoch: self.client.known_leader_epoch(topic, *partition),
-            }
-        };
         let columns =
-            Self::in_columns(partitions, idx, leader_epochs).filter(|_| !self.flat_offsets.load(Ordering::Relaxed));
+            Self::in_columns(partitions, idx, &leader_epochs).filter(|_| !self.flat_offsets.load(Ordering::Relaxed));
         if let Some(columns) = columns {
             let request = pb::ListOffsetsRequest { partitions: Vec::new(), columns: Some(columns) };
             let answer = c.list_offsets(request).await?;
@@ -189,7 +170,17 @@ impl Admin {
             tracing::debug!(broker = %c.address(), "the broker does not answer ListOffsets in columns; asking flat");
             self.flat_offsets.store(true, Ordering::Relaxed);
         }
-        let request = pb::ListOffsetsRequest { partitions: idx.iter().map(|&i| ask(i)).collect(), columns: None };
+        let ask = |(&i, &epoch): (&usize, &u32)| {
+            let (topic, partition, spec) = &partitions[i];
+            pb::ListOffsetsPartition {
+                topic: topic.as_ref().to_owned(),
+                partition: *partition,
+                spec: Some(wire_spec(*spec)),
+                leader_epoch: Some(epoch).filter(|&e| e > 0),
+            }
+        };
+        let request =
+            pb::ListOffsetsRequest { partitions: idx.iter().zip(&leader_epochs).map(ask).collect(), columns: None };
         let mut placed: Vec<Option<pb::ListOffsetsResult>> = vec![None; idx.len()];
         for (k, r) in c.list_offsets(request).await?.partitions.into_iter().enumerate() {
             // In order as asked; anything else (one left out before it) by its names.
@@ -202,5 +193,14 @@ impl Admin {
             }
         }
         Ok(placed)
+    }
+}
+
+/// What a ListOffsets ask looks up, as the wire says it.
+fn wire_spec(spec: OffsetSpec) -> Spec {
+    match spec {
+        OffsetSpec::Earliest => Spec::Earliest(true),
+        OffsetSpec::Latest => Spec::Latest(true),
+        OffsetSpec::Timestamp(ts) => Spec::TimestampMs(ts),
     }
 }

@@ -35,11 +35,7 @@ impl BrokerService {
         }
         let mut columns = None;
         if let (Some(c), Some(asked)) = (&req.columns, asked) {
-            let spec = c.spec.map(|s| match s {
-                pb::list_offsets_columns::Spec::Earliest(b) => pb::list_offsets_partition::Spec::Earliest(b),
-                pb::list_offsets_columns::Spec::Latest(b) => pb::list_offsets_partition::Spec::Latest(b),
-                pb::list_offsets_columns::Spec::TimestampMs(ts) => pb::list_offsets_partition::Spec::TimestampMs(ts),
-            });
+            let spec = c.spec.map(Into::into);
             let mut answers = pb::ListOffsetsAnswers::default();
             for (topic, partition, leader_epoch) in asked {
                 let lo = pb::ListOffsetsPartition { topic: String::new(), partition, spec, leader_epoch };
