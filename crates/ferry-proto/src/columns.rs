@@ -84,9 +84,10 @@ impl ListOffsetsAnswers {
         }
     }
 
-    /// The answers for `partitions` (the partitions asked, in order), rebuilt; `None` when the columns do not hold
-    /// exactly one entry per partition or a failure names no partition asked.
-    pub fn into_results(self, partitions: impl IntoIterator<Item = u32>) -> Option<Vec<ListOffsetsResult>> {
+    /// The answers for `partitions` (the partitions asked, in order): each a row read from the columns, or its
+    /// failure whole; `None` when the columns do not hold exactly one entry per partition or a failure names no
+    /// partition asked.
+    pub fn into_answers(self, partitions: impl IntoIterator<Item = u32>) -> Option<Vec<Answer>> {
         let n = self.log_end_offsets.len();
         let lengths = [
             self.log_start_offsets.len(),
@@ -99,12 +100,12 @@ impl ListOffsetsAnswers {
         if lengths.iter().any(|&l| l != n) {
             return None;
         }
-        let mut out: Vec<ListOffsetsResult> = Vec::with_capacity(n);
+        let mut out: Vec<Answer> = Vec::with_capacity(n);
         for (i, partition) in partitions.into_iter().enumerate() {
             if i >= n {
                 return None;
             }
-            out.push(ListOffsetsResult {
+            out.push(Ok(OffsetsRow {
                 partition,
                 log_start_offset: self.log_start_offsets[i],
                 log_end_offset: self.log_end_offsets[i],
@@ -113,8 +114,7 @@ impl ListOffsetsAnswers {
                 offset: minus_one(self.offsets[i]),
                 log_end_age_ms: minus_one(self.log_end_ages_ms[i]),
                 fence_epoch: minus_one(self.fence_epochs[i]),
-                ..Default::default()
-            });
+            }));
         }
         if out.len() != n {
             return None;
@@ -122,11 +122,77 @@ impl ListOffsetsAnswers {
         for f in self.failures {
             let slot = out.get_mut(f.index as usize)?;
             let mut r = f.result?;
-            r.partition = slot.partition;
+            r.partition = slot.as_ref().map_or_else(|f| f.partition, |row| row.partition);
             r.topic.clear();
-            *slot = r;
+            *slot = Err(Box::new(r));
         }
         Some(out)
+    }
+
+    /// [`ListOffsetsAnswers::into_answers`], each as a whole [`ListOffsetsResult`] (its `topic` empty).
+    pub fn into_results(self, partitions: impl IntoIterator<Item = u32>) -> Option<Vec<ListOffsetsResult>> {
+        let answers = self.into_answers(partitions)?;
+        Some(answers.into_iter().map(|a| a.map_or_else(|f| *f, ListOffsetsResult::from)).collect())
+    }
+}
+
+/// One partition's answer without an error, as a client reads thousands of them from the columns: small and
+/// `Copy`, with no name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffsetsRow {
+    /// The partition asked.
+    pub partition: u32,
+    /// As [`ListOffsetsResult::log_start_offset`].
+    pub log_start_offset: u64,
+    /// As [`ListOffsetsResult::log_end_offset`].
+    pub log_end_offset: u64,
+    /// As [`ListOffsetsResult::stored_end_offset`].
+    pub stored_end_offset: u64,
+    /// As [`ListOffsetsResult::leader_epoch`].
+    pub leader_epoch: u32,
+    /// As [`ListOffsetsResult::offset`].
+    pub offset: Option<u64>,
+    /// As [`ListOffsetsResult::log_end_age_ms`].
+    pub log_end_age_ms: Option<u64>,
+    /// As [`ListOffsetsResult::fence_epoch`].
+    pub fence_epoch: Option<u64>,
+}
+
+/// One partition's answer: its row, or (an error) the result whole.
+pub type Answer = Result<OffsetsRow, Box<ListOffsetsResult>>;
+
+impl From<OffsetsRow> for ListOffsetsResult {
+    fn from(r: OffsetsRow) -> Self {
+        ListOffsetsResult {
+            partition: r.partition,
+            log_start_offset: r.log_start_offset,
+            log_end_offset: r.log_end_offset,
+            stored_end_offset: r.stored_end_offset,
+            leader_epoch: r.leader_epoch,
+            offset: r.offset,
+            log_end_age_ms: r.log_end_age_ms,
+            fence_epoch: r.fence_epoch,
+            ..Default::default()
+        }
+    }
+}
+
+impl ListOffsetsResult {
+    /// The answer this result is: its row when it carries no error, else itself.
+    pub fn into_answer(self) -> Answer {
+        if self.error != 0 {
+            return Err(Box::new(self));
+        }
+        Ok(OffsetsRow {
+            partition: self.partition,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+            stored_end_offset: self.stored_end_offset,
+            leader_epoch: self.leader_epoch,
+            offset: self.offset,
+            log_end_age_ms: self.log_end_age_ms,
+            fence_epoch: self.fence_epoch,
+        })
     }
 }
 
@@ -171,6 +237,12 @@ mod tests {
         want[0].fence_epoch = Some(u64::MAX - 1);
         want[3].fence_epoch = Some(u64::MAX - 1);
         assert_eq!(back, want);
+        // The same as rows: each answer without an error is its row, the failure is whole.
+        let rows = columns.clone().into_answers([0, 9, 2, 1]).expect("one entry per partition");
+        let as_rows: Vec<Answer> = want.iter().cloned().map(ListOffsetsResult::into_answer).collect();
+        assert_eq!(rows, as_rows);
+        assert_eq!(rows[1].as_ref().unwrap_err().message, "partition 9 does not exist");
+        assert_eq!(rows[0].as_ref().unwrap().log_end_offset, 10);
         // Columns of the wrong length, or a failure outside them, are no answer.
         assert_eq!(columns.clone().into_results([0, 9, 2]), None);
         let mut stray = columns;

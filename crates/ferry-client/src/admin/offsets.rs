@@ -8,6 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use ferry_proto as pb;
+use ferry_proto::columns::{Answer, OffsetsRow};
 use ferry_proto::list_offsets_partition::Spec;
 
 use super::{Admin, LEADER_ROUNDS, OffsetSpec, PartitionOffsets, partition_result};
@@ -55,7 +56,32 @@ impl Admin {
         &self,
         partitions: &[(T, u32, OffsetSpec)],
     ) -> Result<Vec<Option<Result<pb::ListOffsetsResult>>>> {
-        let mut answers: Vec<Option<pb::ListOffsetsResult>> = vec![None; partitions.len()];
+        let answers = self.answers_aligned(partitions).await?;
+        Ok(answers
+            .into_iter()
+            .zip(partitions)
+            .map(|(answer, (topic, partition, _))| {
+                Some(match answer? {
+                    Ok(row) => Ok(row.into()),
+                    Err(r) => partition_result(topic.as_ref(), *partition, r.error, &r.message).map(|()| *r),
+                })
+            })
+            .collect())
+    }
+
+    /// [`Admin::list_offsets_aligned`] for a probe of thousands of partitions, as small rows: row `i` is partition
+    /// `i`'s, `None` when no leader answered for it or its leader answered with an error.
+    pub async fn list_offsets_rows<T: AsRef<str>>(
+        &self,
+        partitions: &[(T, u32, OffsetSpec)],
+    ) -> Result<Vec<Option<OffsetsRow>>> {
+        let answers = self.answers_aligned(partitions).await?;
+        Ok(answers.into_iter().map(|a| a?.ok()).collect())
+    }
+
+    /// The answers of [`Admin::list_offsets_aligned`], each a row or (an error) the result whole.
+    async fn answers_aligned<T: AsRef<str>>(&self, partitions: &[(T, u32, OffsetSpec)]) -> Result<Vec<Option<Answer>>> {
+        let mut answers: Vec<Option<Answer>> = vec![None; partitions.len()];
         let mut pending: Vec<usize> = (0..partitions.len()).collect();
         let mut backoff = self.client.config().retry.backoff();
         for round in 0..LEADER_ROUNDS {
@@ -65,20 +91,18 @@ impl Admin {
             if round > 0 {
                 tokio::time::sleep(backoff.next().unwrap_or_default()).await;
             }
-            // By leader client (a handful), found without naming each partition's leader; each partition with the
+            // By leader client (a handful), found under one look-up of the leaders known; each partition with the
             // leader epoch this client knows of it (0: none), from the same look-up.
-            let mut by_leader: Vec<(BrokerClient, Vec<usize>, Vec<u32>)> = Vec::new();
-            for &i in &pending {
+            let (clients, placed) = self.client.leaders_for(pending.iter().map(|&i| {
                 let (topic, partition, _) = &partitions[i];
-                let (c, epoch) = self.client.leader_for(topic.as_ref(), *partition);
-                let epoch = epoch.unwrap_or(0);
-                match by_leader.iter_mut().find(|(known, ..)| known.is_same(&c)) {
-                    Some((_, idx, epochs)) => {
-                        idx.push(i);
-                        epochs.push(epoch);
-                    }
-                    None => by_leader.push((c, vec![i], vec![epoch])),
-                }
+                (topic.as_ref(), *partition)
+            }));
+            let mut by_leader: Vec<(BrokerClient, Vec<usize>, Vec<u32>)> =
+                clients.into_iter().map(|c| (c, Vec::new(), Vec::new())).collect();
+            for (&i, (at, epoch)) in pending.iter().zip(placed) {
+                let (_, idx, epochs) = &mut by_leader[at];
+                idx.push(i);
+                epochs.push(epoch);
             }
             let asks = by_leader.into_iter().map(|(c, idx, epochs)| async move {
                 let answer = self.ask_leader(&c, partitions, &idx, epochs).await;
@@ -86,29 +110,30 @@ impl Admin {
             });
             let mut next = Vec::new();
             for (idx, address, answer) in futures::future::join_all(asks).await {
+                // The leaders the answers name, learnt together under one lock.
+                let mut learnt: Vec<(usize, u32)> = Vec::new();
                 for (i, r) in idx.into_iter().zip(answer?) {
-                    let Some(r) = r else { continue };
-                    let topic = partitions[i].0.as_ref();
-                    if self.redirects(topic, r.partition, r.error, r.leader.as_ref()) && round + 1 < LEADER_ROUNDS {
-                        next.push(i);
-                        continue;
+                    match &r {
+                        None => continue,
+                        Some(Ok(row)) if row.leader_epoch > 0 => learnt.push((i, row.leader_epoch)),
+                        Some(Ok(_)) => {}
+                        Some(Err(f)) => {
+                            let (topic, partition) = (partitions[i].0.as_ref(), partitions[i].1);
+                            if self.redirects(topic, partition, f.error, f.leader.as_ref()) && round + 1 < LEADER_ROUNDS
+                            {
+                                next.push(i);
+                                continue;
+                            }
+                        }
                     }
-                    if r.error == pb::ErrorCode::None as i32 && r.leader_epoch > 0 {
-                        self.client.learn_leader(topic, r.partition, r.leader_epoch, &address);
-                    }
-                    answers[i] = Some(r);
+                    answers[i] = r;
                 }
+                let learnt = learnt.iter().map(|&(i, epoch)| (partitions[i].0.as_ref(), partitions[i].1, epoch));
+                self.client.learn_leaders(&address, learnt);
             }
             pending = next;
         }
-        Ok(answers
-            .into_iter()
-            .zip(partitions)
-            .map(|(answer, (topic, partition, _))| {
-                let r = answer?;
-                Some(partition_result(topic.as_ref(), *partition, r.error, &r.message).map(|()| r))
-            })
-            .collect())
+        Ok(answers)
     }
 
     /// Partitions `idx` of `partitions` asked in columns, when they all look up the same spec: each run of the
@@ -153,7 +178,7 @@ impl Admin {
         partitions: &[(T, u32, OffsetSpec)],
         idx: &[usize],
         leader_epochs: Vec<u32>,
-    ) -> Result<Vec<Option<pb::ListOffsetsResult>>> {
+    ) -> Result<Vec<Option<Answer>>> {
         let columns =
             Self::in_columns(partitions, idx, &leader_epochs).filter(|_| !self.flat_offsets.load(Ordering::Relaxed));
         if let Some(columns) = columns {
@@ -161,7 +186,7 @@ impl Admin {
             let answer = c.list_offsets(request).await?;
             if let Some(answers) = answer.columns {
                 let asked = idx.iter().map(|&i| partitions[i].1);
-                let Some(results) = answers.into_results(asked) else {
+                let Some(results) = answers.into_answers(asked) else {
                     tracing::debug!(broker = %c.address(), "a ListOffsets answer's columns do not match its ask");
                     return Ok(vec![None; idx.len()]);
                 };
@@ -181,7 +206,7 @@ impl Admin {
         };
         let request =
             pb::ListOffsetsRequest { partitions: idx.iter().zip(&leader_epochs).map(ask).collect(), columns: None };
-        let mut placed: Vec<Option<pb::ListOffsetsResult>> = vec![None; idx.len()];
+        let mut placed: Vec<Option<Answer>> = vec![None; idx.len()];
         for (k, r) in c.list_offsets(request).await?.partitions.into_iter().enumerate() {
             // In order as asked; anything else (one left out before it) by its names.
             let (topic, partition) = (r.topic.as_str(), r.partition);
@@ -189,7 +214,7 @@ impl Admin {
             if let Some(at) =
                 (idx.get(k).is_some_and(|&i| named(i))).then_some(k).or_else(|| idx.iter().position(|&i| named(i)))
             {
-                placed[at] = Some(r);
+                placed[at] = Some(r.into_answer());
             }
         }
         Ok(placed)

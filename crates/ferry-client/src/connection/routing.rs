@@ -26,6 +26,18 @@ pub(super) struct Routing {
     direct: parking_lot::Mutex<HashMap<String, BrokerClient>>,
 }
 
+/// Learns that `address` leads `partition` at `epoch` unless a newer epoch is known: whether it did.
+fn learn(by_partition: &mut TopicLeaders, partition: u32, epoch: u32, address: &str) -> bool {
+    let known = by_partition.entry(partition).or_insert_with(|| (epoch, address.to_owned()));
+    if epoch < known.0 {
+        return false;
+    }
+    if (known.0, known.1.as_str()) != (epoch, address) {
+        *known = (epoch, address.to_owned());
+    }
+    true
+}
+
 impl BrokerClient {
     /// The client of `topic`/`partition`'s leader, as this client last learnt it; this client when it knows none
     /// (its brokers answer NOT_LEADER with the leader, which it then learns).
@@ -42,6 +54,47 @@ impl BrokerClient {
         let known = routing.leaders.lock().get(topic).and_then(|t| t.get(&partition)).cloned();
         let epoch = known.as_ref().map(|(e, _)| *e).filter(|e| *e > 0);
         (self.client_at(&routing, known.map(|(_, a)| a)), epoch)
+    }
+
+    /// [`BrokerClient::leader_for`] of many partitions under one look-up of the leaders known: the distinct
+    /// leader clients, and for each partition the index of its leader among them and the leader epoch known of
+    /// it (0: none). A probe of thousands of partitions then takes one lock and makes no name per partition.
+    pub fn leaders_for<'a>(
+        &self,
+        partitions: impl IntoIterator<Item = (&'a str, u32)>,
+    ) -> (Vec<BrokerClient>, Vec<(usize, u32)>) {
+        let Some(routing) = self.inner.routing.upgrade() else {
+            return (vec![self.clone()], partitions.into_iter().map(|_| (0, 0)).collect());
+        };
+        // Distinct leader addresses (`None`: not known, this client's brokers), few in number.
+        let mut addresses: Vec<Option<String>> = Vec::new();
+        let mut placed = Vec::new();
+        {
+            let leaders = routing.leaders.lock();
+            let mut last: Option<(&str, Option<&TopicLeaders>)> = None;
+            for (topic, partition) in partitions {
+                let of_topic = match last {
+                    Some((t, of_topic)) if t == topic => of_topic,
+                    _ => {
+                        let of_topic = leaders.get(topic);
+                        last = Some((topic, of_topic));
+                        of_topic
+                    }
+                };
+                let known = of_topic.and_then(|t| t.get(&partition));
+                let address = known.map(|(_, a)| a.as_str());
+                let at = match addresses.iter().position(|a| a.as_deref() == address) {
+                    Some(at) => at,
+                    None => {
+                        addresses.push(address.map(str::to_owned));
+                        addresses.len() - 1
+                    }
+                };
+                placed.push((at, known.map_or(0, |(e, _)| *e)));
+            }
+        }
+        let clients = addresses.into_iter().map(|a| self.client_at(&routing, a)).collect();
+        (clients, placed)
     }
 
     /// Whether `other` is this very client (the same connection), as [`BrokerClient::for_partition`] hands out one
@@ -153,14 +206,23 @@ impl BrokerClient {
             Some(t) => t,
             None => leaders.entry(topic.to_owned()).or_default(),
         };
-        let known = by_partition.entry(partition).or_insert_with(|| (epoch, address.to_owned()));
-        if epoch < known.0 {
-            return false;
+        learn(by_partition, partition, epoch, address)
+    }
+
+    /// [`BrokerClient::learn_leader`] of many partitions led by `address`, each at its epoch, under one lock.
+    pub fn learn_leaders<'a>(&self, address: &str, partitions: impl IntoIterator<Item = (&'a str, u32, u32)>) {
+        let Some(routing) = self.inner.routing.upgrade() else { return };
+        if address.is_empty() {
+            return;
         }
-        if (known.0, known.1.as_str()) != (epoch, address) {
-            *known = (epoch, address.to_owned());
+        let mut leaders = routing.leaders.lock();
+        for (topic, partition, epoch) in partitions {
+            let by_partition = match leaders.get_mut(topic) {
+                Some(t) => t,
+                None => leaders.entry(topic.to_owned()).or_default(),
+            };
+            learn(by_partition, partition, epoch, address);
         }
-        true
     }
 
     /// Learns that `address` coordinates `group` (its offsets partition's leader at `epoch`), unless a newer epoch

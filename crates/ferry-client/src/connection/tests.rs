@@ -53,3 +53,28 @@ async fn a_call_to_a_dead_broker_fails_with_transport_after_retries() {
     assert!(err.is_transport(), "{err:?}");
     assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
 }
+
+#[tokio::test]
+async fn leaders_of_many_partitions_are_learnt_and_looked_up_together_as_one_at_a_time() {
+    let client = BrokerClient::new(ClientConfig::new(["127.0.0.1:1"])).unwrap();
+    client.learn_leaders("127.0.0.1:2", [("a", 0, 3), ("a", 1, 3), ("b", 0, 1)]);
+    assert!(client.learn_leader("a", 2, 5, "127.0.0.1:3"));
+    // An older epoch and an empty address teach nothing.
+    client.learn_leaders("127.0.0.1:9", [("a", 0, 2)]);
+    client.learn_leaders("", [("b", 0, 7)]);
+    let asked = [("a", 0), ("b", 0), ("a", 2), ("c", 0), ("a", 1), ("b", 1)];
+    let (clients, placed) = client.leaders_for(asked);
+    let addresses: Vec<String> = clients.iter().map(BrokerClient::address).collect();
+    assert_eq!(addresses, ["127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:1"]);
+    assert_eq!(placed, [(0, 3), (0, 1), (1, 5), (2, 0), (0, 3), (2, 0)]);
+    // Each the same as asked one at a time: the same client (connection) and epoch.
+    for ((topic, partition), (at, epoch)) in asked.into_iter().zip(placed) {
+        let (one, known) = client.leader_for(topic, partition);
+        assert!(one.is_same(&clients[at]), "{topic}/{partition}");
+        assert_eq!(known, Some(epoch).filter(|e| *e > 0), "{topic}/{partition}");
+    }
+    // A partition unknown to all: this client, once.
+    let (clients, placed) = client.leaders_for([("x", 0), ("y", 1)]);
+    assert_eq!((clients.len(), placed), (1, vec![(0, 0), (0, 0)]));
+    assert!(clients[0].is_same(&client));
+}
