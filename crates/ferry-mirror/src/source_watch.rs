@@ -10,7 +10,7 @@
 //!   it never moves the pipeline's own position (a probe may be older than the stream's last word);
 //! - the log start goes to the partition's lane ([`LaneLink::source_log_start`]), which reports what source
 //!   retention deleted before it was mirrored (`data_lost_before_mirroring`); a log start that did not move since
-//!   the last round is held back as [`crate::lane::repeats`] says.
+//!   the last round is held back as [`crate::lane::repeats`] says ([`LaneLink::probed_source_log_start`]).
 //!
 //! A route into another cluster is never probed. A failed round is logged and skipped: route health is the
 //! Egress's business. A source without a cheap call for many partitions' offsets (a Kafka source, see
@@ -21,8 +21,8 @@
 //!
 //! [`PartitionStatus::set_probed_source`]: crate::state::PartitionStatus::set_probed_source
 //! [`LaneLink::source_log_start`]: crate::lane::link::LaneLink::source_log_start
+//! [`LaneLink::probed_source_log_start`]: crate::lane::link::LaneLink::probed_source_log_start
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,9 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::egress::EgressHandle;
 use crate::lane::link::LaneLink;
-use crate::lane::repeats::Repeat;
 use crate::sync::Links;
-use crate::tp::{Placer, SourceTp, TpHasher};
+use crate::tp::{Placer, SourceTp};
 
 /// The SourceWatch component.
 pub struct SourceWatch {
@@ -40,18 +39,16 @@ pub struct SourceWatch {
     links: Links,
     check_interval: Duration,
     timeout: Duration,
-    /// The log start each partition's lane was last handed.
-    handed: HashMap<SourceTp, Repeat<u64>, TpHasher>,
 }
 
 impl SourceWatch {
     /// A watch over the partitions in `links`, probing every `check_interval` with calls bounded by `timeout`.
     pub fn new(egress: EgressHandle, links: Links, check_interval: Duration, timeout: Duration) -> SourceWatch {
-        SourceWatch { egress, links, check_interval, timeout, handed: HashMap::default() }
+        SourceWatch { egress, links, check_interval, timeout }
     }
 
     /// Probes until `stop`.
-    pub async fn run(mut self, stop: CancellationToken) {
+    pub async fn run(self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -62,16 +59,12 @@ impl SourceWatch {
         }
     }
 
-    async fn round(&mut self) {
+    async fn round(&self) {
         let mut tps: Vec<SourceTp> = Vec::with_capacity(self.links.len());
         let mut links: Vec<Arc<LaneLink>> = Vec::with_capacity(self.links.len());
         for entry in self.links.iter() {
             tps.push(entry.key().clone());
             links.push(Arc::clone(entry.value()));
-        }
-        if self.handed.len() > tps.len() {
-            let owned = &self.links;
-            self.handed.retain(|tp, _| owned.contains_key(tp));
         }
         if tps.is_empty() {
             return;
@@ -95,13 +88,7 @@ impl SourceWatch {
         for p in offsets {
             let Some(i) = placer.place(&p.tp) else { continue };
             links[i].status.set_probed_source(p.log_start, p.log_end, p.end_age);
-            let handed = match self.handed.get_mut(&p.tp) {
-                Some(h) => h,
-                None => self.handed.entry(p.tp).or_default(),
-            };
-            if handed.news(&p.log_start) {
-                links[i].source_log_start(p.log_start);
-            }
+            links[i].probed_source_log_start(p.log_start);
         }
     }
 }

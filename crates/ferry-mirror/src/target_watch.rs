@@ -10,9 +10,9 @@
 //! partition's lane together with the cache offset from before the read: a lane whose target log end is below its
 //! cache offset (the target lost an acknowledged tail, e.g. a power loss under async flush) copies again from the
 //! target's log end, and its lag counts the missing records until then. A (log end, cache offset) pair that did not
-//! change since the last round is held back as [`crate::lane::repeats`] says.
+//! change since the last round is held back as [`crate::lane::repeats`] says (the link keeps what its lane was last
+//! handed, so a round looks nothing up per partition).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::TargetCluster;
 use crate::events::EventBus;
-use crate::lane::repeats::Repeat;
+use crate::lane::link::LaneLink;
 use crate::sync::Links;
 pub use crate::target_health::TargetHealth;
-use crate::tp::{Placer, SourceTp, TargetTp, TpHasher};
+use crate::tp::{Placer, TargetTp};
 
 /// How the target is probed.
 #[derive(Debug, Clone, Copy)]
@@ -41,19 +41,6 @@ pub struct TargetWatch {
     health: Arc<TargetHealth>,
     events: EventBus,
     probe: TargetProbe,
-    /// Each owned partition's target name and what its lane was last handed, kept across rounds: a round
-    /// allocates no name per partition and builds no map.
-    known: HashMap<SourceTp, Known, TpHasher>,
-    /// Rounds so far (a partition's [`Known::round`] says the last that saw it).
-    rounds: u64,
-}
-
-/// What the watch keeps of one owned partition.
-struct Known {
-    target: TargetTp,
-    /// The (log end, cache offset before the read) its lane was last handed.
-    handed: Repeat<(u64, u64)>,
-    round: u64,
 }
 
 impl TargetWatch {
@@ -65,11 +52,11 @@ impl TargetWatch {
         events: EventBus,
         probe: TargetProbe,
     ) -> TargetWatch {
-        TargetWatch { target, links, health, events, probe, known: HashMap::default(), rounds: 0 }
+        TargetWatch { target, links, health, events, probe }
     }
 
     /// Probes until `stop`.
-    pub async fn run(mut self, stop: CancellationToken) {
+    pub async fn run(self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.probe.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -80,7 +67,7 @@ impl TargetWatch {
         }
     }
 
-    async fn round(&mut self) {
+    async fn round(&self) {
         match tokio::time::timeout(self.probe.timeout, self.target.limits()).await {
             Ok(Ok(_)) => {
                 self.health.success(&self.events);
@@ -94,29 +81,13 @@ impl TargetWatch {
                 return;
             }
         }
-        // Each owned partition's names, link and cache offset from before the read, in one list.
-        self.rounds += 1;
-        let round = self.rounds;
-        let mut parts: Vec<(SourceTp, u64, Arc<crate::lane::link::LaneLink>)> = Vec::with_capacity(self.links.len());
+        // Each owned partition's link and cache offset from before the read, and its target name.
+        let mut parts: Vec<(u64, Arc<LaneLink>)> = Vec::with_capacity(self.links.len());
         let mut tps: Vec<TargetTp> = Vec::with_capacity(self.links.len());
         for entry in self.links.iter() {
-            let status = &entry.value().status;
-            let known = match self.known.get_mut(entry.key()) {
-                Some(k) if k.target.partition == status.partition && k.target.topic() == status.target_topic => k,
-                _ => {
-                    let target = TargetTp::new(status.target_topic.as_str(), status.partition);
-                    let fresh = Known { target, handed: Repeat::default(), round };
-                    self.known.insert(entry.key().clone(), fresh);
-                    self.known.get_mut(entry.key()).expect("just inserted")
-                }
-            };
-            known.round = round;
-            tps.push(known.target.clone());
-            parts.push((entry.key().clone(), status.cache_offset(), Arc::clone(entry.value())));
-        }
-        // Every partition of the round is marked: anything else is a partition no longer owned.
-        if self.known.len() > parts.len() {
-            self.known.retain(|_, k| k.round == round);
+            let link = entry.value();
+            tps.push(link.target.clone());
+            parts.push((link.status.cache_offset(), Arc::clone(link)));
         }
         let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends_many(&tps)).await {
             Ok(Ok(ends)) => ends,
@@ -129,12 +100,8 @@ impl TargetWatch {
         let mut placer = Placer::new(&tps);
         for (tp, log_end) in ends {
             let Some(i) = placer.place(&tp) else { continue };
-            let (source, cache_before, link) = &parts[i];
-            if let Some(known) = self.known.get_mut(source)
-                && known.handed.news(&(log_end, *cache_before))
-            {
-                link.target_log_end(log_end, *cache_before);
-            }
+            let (cache_before, link) = &parts[i];
+            link.probed_target_log_end(log_end, *cache_before);
         }
     }
 }

@@ -101,17 +101,18 @@ pub struct Sample<'a> {
 impl<'a> Sample<'a> {
     /// Reads a partition's status.
     pub fn of(s: &'a PartitionStatus) -> Sample<'a> {
+        let clocks = s.clocks();
         Sample {
             topic: &s.topic,
             partition: s.partition,
-            state: s.state(),
+            state: clocks.state,
             cache: s.cache_offset(),
             source_offset: s.source_offset(),
             probed_source_offset: s.probed_source_offset(),
             latency_ms: s.latency_ms(),
-            rpo: s.rpo(),
-            waiting: s.waiting(),
-            since_progress: s.since_progress(),
+            rpo: clocks.rpo,
+            waiting: clocks.waiting,
+            since_progress: clocks.since_progress,
         }
     }
 

@@ -122,11 +122,11 @@ impl SourceCluster for FerrySource {
         let asked: Vec<(&str, u32, OffsetSpec)> =
             tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
         // Answers come aligned with the asks: each probed partition is the asked value, no name is built.
-        let answers = self.admin.list_offsets_aligned(&asked).await?;
+        let answers = self.admin.list_offsets_rows(&asked).await?;
         Ok(tps
             .iter()
             .zip(answers)
-            .filter_map(|(tp, o)| Some((tp, o?.ok()?)))
+            .filter_map(|(tp, o)| Some((tp, o?)))
             .map(|(tp, o)| Probed {
                 tp: tp.clone(),
                 log_start: o.log_start_offset,
@@ -373,8 +373,8 @@ impl TargetCluster for FerryTarget {
         // of partitions is a request or two. Partitions whose leader answered with an error are unknown, not at 0.
         let asked: Vec<(&str, u32, OffsetSpec)> =
             tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
-        let answers = self.admin.list_offsets_aligned(&asked).await?;
-        Ok(tps.iter().zip(answers).filter_map(|(tp, o)| Some((tp.clone(), o?.ok()?.log_end_offset))).collect())
+        let answers = self.admin.list_offsets_rows(&asked).await?;
+        Ok(tps.iter().zip(answers).filter_map(|(tp, o)| Some((tp.clone(), o?.log_end_offset))).collect())
     }
 
     fn ferry_client(&self) -> Option<BrokerClient> {

@@ -143,4 +143,4 @@ impl EgressHandle {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

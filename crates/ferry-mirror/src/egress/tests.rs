@@ -7,7 +7,7 @@ use crate::config::{ClusterKind, HealthConfig, Route, SwitchBack};
 use crate::events::EventKind;
 use crate::metrics::Metrics;
 
-fn source(threshold: u32, switch_back: SwitchBack) -> SourceConfig {
+pub(crate) fn source(threshold: u32, switch_back: SwitchBack) -> SourceConfig {
     SourceConfig {
         cluster: "dc-a".into(),
         cluster_id: Some("A".into()),

@@ -9,10 +9,11 @@
 //!
 //! The broker beats on a fixed period, so silence for several beats means a dead link: the session fails, and that
 //! counts against the route. The session asks for changes-only beats (`SubscribeStart.changed_beats`): a beat
-//! carries the partitions whose position changed, and every tenth beat every partition, and each is handed to its
-//! lane. A broker that beats every partition every time (one from before changes-only beats) is still followed:
-//! there a beat that repeats, for the same seat, exactly the position the lane was last handed (and nothing but
-//! data-free beats came between) is held back, as [`crate::lane::repeats`] says.
+//! carries the partitions whose position changed, and every tenth beat every partition. A beat's position that
+//! repeats, for the same seat, exactly the position the lane was last handed (and nothing but data-free beats came
+//! between) is held back, as [`crate::lane::repeats`] says: so an idle partition's lane is not woken by every full
+//! beat, and a broker that beats every partition every time (one from before changes-only beats) is followed the
+//! same way. A lane that takes a new seat (it starts mirroring, or starts over) gets the next position as news.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -238,10 +239,15 @@ impl FerrySession {
         // partition's few pending bytes never pin the others' (already appended) megabytes: memory then stays what
         // the budgets count.
         let shared_buffer = resp.partitions.iter().filter(|d| !d.batches.is_empty()).count() > 1;
-        // A changes-only broker's beat carries what changed, or (every tenth) everything: all of it is handed on.
-        let filtered_beat = resp.beat != pb::BeatKind::BeatNone as i32;
+        // A response names a topic's partitions one after another: their name is made once.
+        let mut topic: Option<Arc<str>> = None;
         for d in resp.partitions {
-            let tp = SourceTp::new(d.topic.as_str(), d.partition);
+            let name = match topic.take() {
+                Some(t) if *t == *d.topic => t,
+                _ => Arc::from(d.topic.as_str()),
+            };
+            topic = Some(Arc::clone(&name));
+            let tp = SourceTp { topic: name, partition: d.partition };
             let Some(sub) = subs.get_mut(&tp) else { continue };
             let pos = SourcePos {
                 log_start: d.log_start_offset,
@@ -264,7 +270,7 @@ impl FerrySession {
                 continue;
             }
             if d.batches.is_empty() && sub.seat == Some(d.seat) {
-                if filtered_beat || sub.last_beat.news(&pos) {
+                if sub.last_beat.news(&pos) {
                     sub.link.position(pos);
                 }
                 continue;
@@ -396,3 +402,6 @@ impl FetchSession for FerrySession {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -17,8 +17,9 @@ use tokio::sync::Notify;
 
 use super::budget::{Budget, Held};
 use super::core::{Input, SourceFault, SourcePos};
+use super::repeats::Repeat;
 use crate::state::PartitionStatus;
-use crate::tp::SourceTp;
+use crate::tp::{SourceTp, TargetTp};
 
 /// Bytes a lane's link holds besides its data at most (the coalesced slots): counted against `sync.max_memory`.
 pub const LINK_OVERHEAD_BYTES: u64 = 1024;
@@ -43,6 +44,14 @@ struct Inbox {
     request_limit: Option<u64>,
 }
 
+/// The probes' facts last handed to a lane, each held back while it repeats (see [`crate::lane::repeats`]).
+#[derive(Debug, Default)]
+struct Probed {
+    source_log_start: Repeat<u64>,
+    /// (target log end, cache offset before the read).
+    target_log_end: Repeat<(u64, u64)>,
+}
+
 /// Where the lane wants to be fetched: `Some((seat, from))`, or `None` (not now).
 pub type SeatWish = Option<(u64, u64)>;
 
@@ -55,6 +64,10 @@ pub struct LaneLink {
     pub budget: Arc<Budget>,
     /// Its status, as the monitor shows it (the probes write what they read of it here without a look-up).
     pub status: Arc<PartitionStatus>,
+    /// The partition it is mirrored into, as the target probe asks for it.
+    pub target: TargetTp,
+    /// What the probes last handed the lane: kept with the link, so that a probe round finds it without a look-up.
+    probed: Mutex<Probed>,
     inbox: Mutex<Inbox>,
     wake: Notify,
     seat: Mutex<(u64, SeatWish)>,
@@ -71,10 +84,13 @@ impl LaneLink {
         seats_changed: Arc<Notify>,
         status: Arc<PartitionStatus>,
     ) -> Arc<LaneLink> {
+        let target = TargetTp::new(status.target_topic.as_str(), status.partition);
         Arc::new(LaneLink {
             tp,
             budget,
             status,
+            target,
+            probed: Mutex::new(Probed::default()),
             inbox: Mutex::new(Inbox::default()),
             wake: Notify::new(),
             seat: Mutex::new((0, None)),
@@ -134,6 +150,20 @@ impl LaneLink {
     pub fn target_log_end(&self, log_end: u64, cache_before: u64) {
         self.inbox.lock().target_log_end = Some((log_end, cache_before));
         self.wake.notify_one();
+    }
+
+    /// [`LaneLink::source_log_start`] from a probe round: held back while it repeats what the lane was last handed.
+    pub fn probed_source_log_start(&self, log_start: u64) {
+        if self.probed.lock().source_log_start.news(&log_start) {
+            self.source_log_start(log_start);
+        }
+    }
+
+    /// [`LaneLink::target_log_end`] from a probe round: held back while it repeats what the lane was last handed.
+    pub fn probed_target_log_end(&self, log_end: u64, cache_before: u64) {
+        if self.probed.lock().target_log_end.news(&(log_end, cache_before)) {
+            self.target_log_end(log_end, cache_before);
+        }
     }
 
     /// An operator paused (`true`) or resumed (`false`) the partition.
@@ -240,6 +270,32 @@ mod tests {
         assert!(matches!(inputs[2], Input::TargetLogEnd { log_end: 999, cache_before: 999 }));
         assert!(matches!(inputs[3], Input::Resume));
         assert!(link.take().0.is_empty());
+    }
+
+    #[test]
+    fn probe_rounds_hand_a_repeated_fact_on_once_in_ten_and_a_change_at_once() {
+        let status = Arc::new(PartitionStatus::new("src", "dst", 3));
+        let link =
+            LaneLink::new(SourceTp::new("src", 3), Budget::new(1 << 20, 1 << 17), Arc::new(Notify::new()), status);
+        assert_eq!(link.target, TargetTp::new("dst", 3));
+        let mut handed = Vec::new();
+        for round in 0..12u64 {
+            // The log start moves at round 5; the target's log end and the cache offset never do.
+            link.probed_source_log_start(if round < 5 { 7 } else { 8 });
+            link.probed_target_log_end(40, 40);
+            handed.push(link.take().0);
+        }
+        let starts: Vec<u64> = handed
+            .iter()
+            .flat_map(|inputs| {
+                inputs.iter().filter_map(|i| if let Input::SourceLogStart(s) = i { Some(*s) } else { None })
+            })
+            .collect();
+        assert_eq!(starts, [7, 8], "each value once: 8 came at round 5 and repeats only 7 times after");
+        let ends: Vec<usize> = (0..12)
+            .filter(|&r| handed[r].iter().any(|i| matches!(i, Input::TargetLogEnd { log_end: 40, cache_before: 40 })))
+            .collect();
+        assert_eq!(ends, [0, 10], "the first round, then the tenth sighting of the same fact");
     }
 
     #[test]

@@ -25,14 +25,14 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::core::{Action, Answer, CoreConfig, CoreEvent, CoreView, Input, PartitionCore, Phase};
+use self::core::{Action, Answer, CoreConfig, CoreEvent, Input, PartitionCore};
 use self::io::Call;
 pub use self::io::LaneIo;
 use self::link::LaneLink;
 use crate::config::OnDivergence;
 use crate::events::{Details, DivergedFacts, Event, EventKind, FailureFacts, GapFacts};
 use crate::metrics::Metrics;
-use crate::state::{PartitionState, PartitionStatus, Shared, Snapshot};
+use crate::state::{PartitionStatus, Shared, Snapshot};
 
 /// What every lane shares.
 #[derive(Debug, Clone)]
@@ -119,24 +119,6 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// What the monitor shows of a core's view; `retrying` is the failure being retried, if the core has no error.
-fn snapshot(view: &CoreView, retrying: Option<String>) -> Snapshot {
-    let state = match (&view.phase, view.paused) {
-        (Phase::Halted(_), _) => PartitionState::Halted,
-        (_, true) => PartitionState::Paused,
-        (Phase::Mirroring, false) => PartitionState::Mirroring,
-        _ => PartitionState::Starting,
-    };
-    Snapshot {
-        state,
-        cache: view.cache,
-        source_log_start: view.source.log_start,
-        source_log_end: view.source.log_end,
-        target_log_end: view.target_log_end,
-        last_error: view.last_error.clone().or(retrying),
-    }
-}
-
 /// Replication latency: now less the newest record's timestamp, which the producer chose (a hostile one neither
 /// overflows nor goes below zero).
 fn latency_ms(now_ms: i64, max_timestamp: i64) -> u64 {
@@ -149,22 +131,33 @@ impl Driver {
         self.ctx.metrics.lost_before_mirroring(self.config.tp.topic(), self.config.tp.partition, 0);
         let mut in_flight: Option<InFlight> = None;
         let mut draining: Option<tokio::time::Instant> = None;
+        // What the status shows: published again only when it changed (publishing the same again changes nothing,
+        // and an idle lane is woken by repeated facts).
+        let mut published: Option<Snapshot> = None;
+        // Made once: a cancellation future registers with its token when first polled, not at every wake.
+        let killed = kill.cancelled();
+        let stopped = stop.cancelled();
+        tokio::pin!(killed, stopped);
         loop {
             for action in self.core.take_actions() {
                 self.act(action, &mut in_flight, draining.is_some());
             }
             self.link.set_fetch_from(self.core.fetch_from());
-            self.status.publish(snapshot(&self.core.view(), self.note.lock().clone()));
+            let snapshot = self.core.published(self.note.lock().as_ref());
+            if published.as_ref() != Some(&snapshot) {
+                self.status.publish(snapshot.clone());
+                published = Some(snapshot);
+            }
             if let Some(deadline) = draining {
                 let appending = in_flight.as_ref().is_some_and(|(_, append, _)| *append);
-                if (self.core.view().pending_bytes == 0 && !appending) || tokio::time::Instant::now() >= deadline {
+                if (self.core.pending_bytes() == 0 && !appending) || tokio::time::Instant::now() >= deadline {
                     break;
                 }
             }
             tokio::select! {
                 biased;
-                _ = kill.cancelled() => break,
-                _ = stop.cancelled(), if draining.is_none() => {
+                _ = &mut killed => break,
+                _ = &mut stopped, if draining.is_none() => {
                     draining = Some(tokio::time::Instant::now() + drain);
                     self.link.set_seat(None);
                 }

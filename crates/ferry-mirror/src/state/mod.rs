@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -83,7 +83,6 @@ pub struct Snapshot {
 struct StatusInner {
     state: PartitionState,
     last_error: Option<String>,
-    stalled: bool,
     last_progress: Instant,
     rpo: RpoClock,
     verify: VerifyProgress,
@@ -139,6 +138,8 @@ pub struct PartitionStatus {
     latency_ms: AtomicU64,
     probed_log_start: AtomicU64,
     probed_log_end: AtomicU64,
+    /// Whether the stall watchdog flags it (set every check, so without a lock).
+    stalled: AtomicBool,
     inner: Mutex<StatusInner>,
 }
 
@@ -195,10 +196,10 @@ impl PartitionStatus {
             latency_ms: AtomicU64::new(0),
             probed_log_start: AtomicU64::new(0),
             probed_log_end: AtomicU64::new(0),
+            stalled: AtomicBool::new(false),
             inner: Mutex::new(StatusInner {
                 state: PartitionState::Starting,
                 last_error: None,
-                stalled: false,
                 last_progress: Instant::now(),
                 rpo: RpoClock::default(),
                 verify: VerifyProgress::default(),
@@ -286,6 +287,20 @@ impl PartitionStatus {
         let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
         let since = self.inner.lock().rpo.waiting_since(from)?;
         Some(since.elapsed())
+    }
+
+    /// What the condition checker reads of the clocks, under one lock and at one instant.
+    pub fn clocks(&self) -> Clocks {
+        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
+        let now = Instant::now();
+        let i = self.inner.lock();
+        let since = i.rpo.waiting_since(from);
+        Clocks {
+            state: i.state,
+            rpo: crate::rpo::rpo(since, now),
+            waiting: since.map(|s| now.saturating_duration_since(s)),
+            since_progress: now.saturating_duration_since(i.last_progress),
+        }
     }
 
     /// Records the verifier's progress.
@@ -378,20 +393,20 @@ impl PartitionStatus {
 
     /// Marks the partition stalled or not; returns whether that changed.
     pub fn set_stalled(&self, stalled: bool) -> bool {
-        let mut i = self.inner.lock();
-        std::mem::replace(&mut i.stalled, stalled) != stalled
+        self.stalled.swap(stalled, Ordering::Relaxed) != stalled
     }
 
     /// Whether the partition is flagged stalled.
     pub fn stalled(&self) -> bool {
-        self.inner.lock().stalled
+        self.stalled.load(Ordering::Relaxed)
     }
 
     /// A snapshot.
     pub fn view(&self) -> PartitionView {
         let rpo = self.rpo();
         let i = self.inner.lock();
-        let state = if i.stalled && i.state == PartitionState::Mirroring { PartitionState::Stalled } else { i.state };
+        let state =
+            if self.stalled() && i.state == PartitionState::Mirroring { PartitionState::Stalled } else { i.state };
         PartitionView {
             topic: self.topic.clone(),
             partition: self.partition,
@@ -410,6 +425,19 @@ impl PartitionStatus {
             verify: i.verify.clone(),
         }
     }
+}
+
+/// A partition's state and clocks at one instant (see [`PartitionStatus::clocks`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Clocks {
+    /// The state (without the stalled flag).
+    pub state: PartitionState,
+    /// As [`PartitionStatus::rpo`].
+    pub rpo: Duration,
+    /// As [`PartitionStatus::waiting`].
+    pub waiting: Option<Duration>,
+    /// As [`PartitionStatus::since_progress`].
+    pub since_progress: Duration,
 }
 
 /// The state shared by every component.
@@ -494,5 +522,23 @@ mod tests {
         s.set_source(15, 15);
         s.set_probed_source(15, 15, None);
         assert_eq!(s.waiting(), None, "offsets 12..15 were deleted, none waits");
+    }
+
+    #[test]
+    fn the_clocks_read_at_once_lie_between_the_same_read_one_by_one() {
+        let s = PartitionStatus::new("t", "t", 0);
+        s.set_state(PartitionState::Mirroring);
+        let idle = s.clocks();
+        assert_eq!((idle.state, idle.rpo, idle.waiting), (PartitionState::Mirroring, Duration::ZERO, None));
+        s.set_source(0, 10);
+        s.set_cache(4);
+        let (rpo, waiting, progress) = (s.rpo(), s.waiting().unwrap(), s.since_progress());
+        let at_once = s.clocks();
+        let (rpo_after, waiting_after, progress_after) = (s.rpo(), s.waiting().unwrap(), s.since_progress());
+        assert_eq!(at_once.state, s.state());
+        assert!(rpo <= at_once.rpo && at_once.rpo <= rpo_after, "{rpo:?} {at_once:?} {rpo_after:?}");
+        let w = at_once.waiting.unwrap();
+        assert!(waiting <= w && w <= waiting_after, "{waiting:?} {w:?} {waiting_after:?}");
+        assert!(progress <= at_once.since_progress && at_once.since_progress <= progress_after);
     }
 }

@@ -253,6 +253,27 @@ fn pause_holds_appends_and_resume_releases_them() {
 }
 
 #[test]
+fn what_a_lane_publishes_follows_its_state_and_prefers_its_own_error_to_the_retried_failure() {
+    use crate::state::PartitionState;
+    let cfg = CoreConfig { replicated_source: true, ..config(OnDivergence::Halt, SourceKind::Ferry, false) };
+    let mut h = H::mirroring_at(cfg, 100, 0);
+    let retrying = "the target did not answer".to_owned();
+    let p = h.core.published(Some(&retrying));
+    assert_eq!(
+        (p.state, p.cache, p.last_error.as_deref()),
+        (PartitionState::Mirroring, 100, Some("the target did not answer"))
+    );
+    h.step(Input::Position(pos(0, 80, 0)));
+    let p = h.core.published(Some(&retrying));
+    assert_eq!((p.source_log_start, p.source_log_end), (0, 80));
+    assert!(p.last_error.as_deref().is_some_and(|e| e.contains("waiting for the source's new leader")), "{p:?}");
+    assert_eq!(p.last_error, h.core.view().last_error, "the core's own error, as its view says");
+    h.step(Input::Pause);
+    assert_eq!(h.core.published(None).state, PartitionState::Paused);
+    assert_eq!(h.core.published(None), h.core.published(None), "the same core publishes the same");
+}
+
+#[test]
 fn resuming_a_halted_partition_checks_again_from_the_target() {
     let mut h = H::mirroring_at(config(OnDivergence::Halt, SourceKind::Ferry, false), 100, 0);
     h.step(Input::Position(pos(0, 50, 0)));
