@@ -34,6 +34,7 @@
 
 mod divergence;
 mod plan;
+mod publish;
 mod resume;
 #[cfg(test)]
 mod tests;
@@ -47,7 +48,6 @@ pub use self::types::*;
 use crate::cluster::{AppendOutcome, TargetPartition};
 use crate::config::OnDivergence;
 use crate::lane::budget::Held;
-use crate::state::{PartitionState, Snapshot};
 
 /// A fetched batch waiting to be appended, with the bytes it holds.
 #[derive(Debug)]
@@ -201,44 +201,6 @@ impl PartitionCore {
     /// The actions produced since the last call.
     pub fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
-    }
-
-    /// A snapshot for the monitor.
-    pub fn view(&self) -> CoreView {
-        CoreView {
-            phase: self.phase.clone(),
-            paused: self.paused,
-            cache: self.cache,
-            target_log_end: self.target_log_end,
-            source: self.source.clone(),
-            last_error: self.last_error.clone(),
-            pending_bytes: self.pending_bytes,
-        }
-    }
-
-    /// What the monitor shows of the partition (see [`crate::state::PartitionStatus::publish`]), with `retrying`
-    /// (the failure being retried) as the error when the core has none. The fields of [`PartitionCore::view`] it
-    /// needs, read in place: a lane publishes after every wake.
-    pub fn published(&self, retrying: Option<&String>) -> Snapshot {
-        let state = match (&self.phase, self.paused) {
-            (Phase::Halted(_), _) => PartitionState::Halted,
-            (_, true) => PartitionState::Paused,
-            (Phase::Mirroring, false) => PartitionState::Mirroring,
-            _ => PartitionState::Starting,
-        };
-        Snapshot {
-            state,
-            cache: self.cache,
-            source_log_start: self.source.log_start,
-            source_log_end: self.source.log_end,
-            target_log_end: self.target_log_end,
-            last_error: self.last_error.as_ref().or(retrying).cloned(),
-        }
-    }
-
-    /// Bytes fetched and not yet appended.
-    pub fn pending_bytes(&self) -> u64 {
-        self.pending_bytes
     }
 
     /// The next offset to copy.
