@@ -117,9 +117,14 @@ async fn txn_on_raft3_survives_the_owner_killed_between_prepare_and_commit() -> 
     let after = messages("orders", "after", 2);
     wait_until("the prepare on the third owner", within, async || txns.prepare("after", after.clone()).await.is_ok())
         .await?;
+    // Committed, not only decided: the check-back's appends can fail once while leaders settle after the pause
+    // (the transaction is then `committing`, and a check round makes them again). A commit asked meanwhile would
+    // make them itself, and rightly not answer as a repeat.
     wait_until("the check-back on the third owner", within, async || {
         let listed = cluster.client_of(third).txn_list(pb::TxnListRequest { all: true }).await?.transactions;
-        Ok::<bool, anyhow::Error>(listed.iter().any(|t| t.txn_id == "after" && t.decided_by == "check"))
+        Ok::<bool, anyhow::Error>(
+            listed.iter().any(|t| t.txn_id == "after" && t.state == "committed" && t.decided_by == "check"),
+        )
     })
     .await?;
     let after_done = txns.commit("after").await?;
