@@ -26,8 +26,12 @@ pub(super) struct Routing {
     direct: parking_lot::Mutex<HashMap<String, BrokerClient>>,
 }
 
-/// Learns that `address` leads `partition` at `epoch` unless a newer epoch is known: whether it did.
-fn learn(by_partition: &mut TopicLeaders, partition: u32, epoch: u32, address: &str) -> bool {
+/// Learns that `address` leads `topic`/`partition` at `epoch` unless a newer epoch is known: whether it did.
+fn learn(leaders: &mut HashMap<String, TopicLeaders>, topic: &str, partition: u32, epoch: u32, address: &str) -> bool {
+    let by_partition = match leaders.get_mut(topic) {
+        Some(t) => t,
+        None => leaders.entry(topic.to_owned()).or_default(),
+    };
     let known = by_partition.entry(partition).or_insert_with(|| (epoch, address.to_owned()));
     if epoch < known.0 {
         return false;
@@ -201,12 +205,7 @@ impl BrokerClient {
         if address.is_empty() {
             return false;
         }
-        let mut leaders = routing.leaders.lock();
-        let by_partition = match leaders.get_mut(topic) {
-            Some(t) => t,
-            None => leaders.entry(topic.to_owned()).or_default(),
-        };
-        learn(by_partition, partition, epoch, address)
+        learn(&mut routing.leaders.lock(), topic, partition, epoch, address)
     }
 
     /// [`BrokerClient::learn_leader`] of many partitions led by `address`, each at its epoch, under one lock.
@@ -217,11 +216,7 @@ impl BrokerClient {
         }
         let mut leaders = routing.leaders.lock();
         for (topic, partition, epoch) in partitions {
-            let by_partition = match leaders.get_mut(topic) {
-                Some(t) => t,
-                None => leaders.entry(topic.to_owned()).or_default(),
-            };
-            learn(by_partition, partition, epoch, address);
+            learn(&mut leaders, topic, partition, epoch, address);
         }
     }
 

@@ -240,14 +240,12 @@ impl FerrySession {
         // the budgets count.
         let shared_buffer = resp.partitions.iter().filter(|d| !d.batches.is_empty()).count() > 1;
         // A response names a topic's partitions one after another: their name is made once.
-        let mut topic: Option<Arc<str>> = None;
+        let mut topic: Arc<str> = Arc::from("");
         for d in resp.partitions {
-            let name = match topic.take() {
-                Some(t) if *t == *d.topic => t,
-                _ => Arc::from(d.topic.as_str()),
-            };
-            topic = Some(Arc::clone(&name));
-            let tp = SourceTp { topic: name, partition: d.partition };
+            if *topic != *d.topic {
+                topic = Arc::from(d.topic.as_str());
+            }
+            let tp = SourceTp { topic: Arc::clone(&topic), partition: d.partition };
             let Some(sub) = subs.get_mut(&tp) else { continue };
             let pos = SourcePos {
                 log_start: d.log_start_offset,

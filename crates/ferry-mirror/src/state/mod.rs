@@ -276,20 +276,17 @@ impl PartitionStatus {
     /// How long the oldest source record not yet on the target has been waiting (see [`crate::rpo`]). Records below
     /// the source's log start are gone, not waiting: they count from the later of the cache offset and that start.
     pub fn rpo(&self) -> Duration {
-        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
-        let i = self.inner.lock();
-        crate::rpo::rpo(i.rpo.waiting_since(from), Instant::now())
+        self.clocks().rpo
     }
 
     /// How long the oldest waiting record has waited since the mirror first saw it (the RPO before any record
     /// timestamp shortens it); `None` when none waits.
     pub fn waiting(&self) -> Option<Duration> {
-        let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
-        let since = self.inner.lock().rpo.waiting_since(from)?;
-        Some(since.elapsed())
+        self.clocks().waiting
     }
 
-    /// What the condition checker reads of the clocks, under one lock and at one instant.
+    /// The state and every clock, under one lock and at one instant (what the condition checker reads; the clocks'
+    /// own accessors read it too).
     pub fn clocks(&self) -> Clocks {
         let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
         let now = Instant::now();
@@ -388,7 +385,7 @@ impl PartitionStatus {
 
     /// How long since the cache offset last moved (or the state changed).
     pub fn since_progress(&self) -> Duration {
-        self.inner.lock().last_progress.elapsed()
+        self.clocks().since_progress
     }
 
     /// Marks the partition stalled or not; returns whether that changed.
