@@ -66,10 +66,15 @@ async fn target_cut_for_20s_alarms_then_recovers_with_an_identical_target() -> a
     .await?;
 
     // The rest of the outage: all along, nothing reaches dc-b, the target stays down and nothing recovers.
+    // Each condition names itself when it breaks.
     hold_while(OUTAGE.saturating_sub(cut_at.elapsed()), "the target outage", async || -> anyhow::Result<bool> {
-        Ok(b.leos(TOPIC).await? == leos_during
-            && get_json(&mirror, "/api/v1/status").await?["target_down"] == true
-            && hook.of("target_net_recovered").is_empty())
+        let leos = b.leos(TOPIC).await?;
+        anyhow::ensure!(leos == leos_during, "dc-b's log ends moved during the outage: {leos_during:?} -> {leos:?}");
+        let status = get_json(&mirror, "/api/v1/status").await?;
+        anyhow::ensure!(status["target_down"] == true, "the target is not down during the outage: {status}");
+        let recovered = hook.of("target_net_recovered");
+        anyhow::ensure!(recovered.is_empty(), "target_net_recovered during the outage: {recovered:?}");
+        Ok(true)
     })
     .await?;
     t.restore();

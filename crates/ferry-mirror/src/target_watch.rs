@@ -68,9 +68,10 @@ impl TargetWatch {
     }
 
     async fn round(&self) {
+        let began = self.health.ticket();
         match tokio::time::timeout(self.probe.timeout, self.target.limits()).await {
             Ok(Ok(_)) => {
-                self.health.success(&self.events);
+                self.health.success(&self.events, began);
             }
             Ok(Err(e)) => {
                 self.health.failure(&self.events, &e.to_string());

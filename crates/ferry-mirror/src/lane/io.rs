@@ -107,10 +107,11 @@ impl Call {
         let mut backoff = self.io.retry.backoff();
         let (mut refusals, mut reported) = (0u32, false);
         loop {
+            let began = self.io.target_health.ticket();
             let result = op().await;
             match &result {
                 Ok(_) if target => {
-                    self.io.target_health.success(&self.io.events);
+                    self.io.target_health.success(&self.io.events, began);
                 }
                 Err(e) if target && unreachable(e) => self.io.target_health.failure(&self.io.events, &e.to_string()),
                 _ => {}
@@ -183,10 +184,11 @@ impl Call {
         let (tp, target) = (&self.config.tp, &self.config.target);
         let group = &self.io.source_group;
         // The batched answers are a prefix of the three reads: what they leave out is read here, in order.
+        let began = self.io.target_health.ticket();
         let gathered = self.io.gather.resume(tp, target).await;
         let part = match gathered.target {
             Some(part) => {
-                self.io.target_health.success(&self.io.events);
+                self.io.target_health.success(&self.io.events, began);
                 Ok(part)
             }
             None => self.retrying(true, || async { self.io.target.partition(target).await }, |_| false).await,
