@@ -179,7 +179,8 @@ impl BrokerClient {
             let request = request.clone();
             async move {
                 grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("service was not ready: {e}")))?;
-                let codec = tonic_prost::ProstCodec::<AppendWithOffsetsParts, pb::AppendWithOffsetsResponse>::default();
+                let codec =
+                    ferry_proto::codec::SizedCodec::<AppendWithOffsetsParts, pb::AppendWithOffsetsResponse>::default();
                 let path = http::uri::PathAndQuery::from_static("/ferry.v1.Broker/AppendWithOffsets");
                 grpc.unary(tonic::Request::new(request), path, codec).await
             }

@@ -2,7 +2,8 @@
 //!
 //! Nothing else lives here, apart from the rules both ends of a connection must agree on: how large a gRPC
 //! message may be, given the broker's `max_batch_bytes` ([`max_message_bytes`]), which partition a key maps
-//! to ([`partition_for_key`]), and how a ListOffsets answer is laid out in columns ([`columns`]).
+//! to ([`partition_for_key`]), how a ListOffsets answer is laid out in columns ([`columns`]), and the codec every generated client and server
+//! uses ([`codec::SizedCodec`]).
 
 #![allow(missing_docs, clippy::all)]
 
@@ -13,6 +14,7 @@ pub mod v1 {
 
 pub use v1::*;
 
+pub mod codec;
 pub mod columns;
 
 /// Bytes reserved in every gRPC message for framing and fields other than batch payloads.
