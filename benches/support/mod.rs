@@ -6,7 +6,7 @@
 pub mod latency;
 pub mod nats;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -141,11 +141,47 @@ pub fn cpu_idle_share(start: (u64, u64)) -> f64 {
 
 /// CPU seconds (user + system) a process has used so far, from `/proc/PID/stat`; 0 where it cannot be read.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let (user, system) = cpu_user_system(&format!("/proc/{pid}/stat"));
+    user + system
+}
+
+/// CPU seconds (user, system) from a `stat` file of `/proc` (a process's or a thread's); zeros where it cannot be
+/// read.
+pub fn cpu_user_system(stat_path: &str) -> (f64, f64) {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-    ticks / 100.0
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    (ticks(11), ticks(12))
+}
+
+/// The system CPU seconds this machine spends per GB to write new data into the page cache of `dir`'s
+/// filesystem: `bytes` written to a scratch file twice on one thread, each file deleted after it was written.
+/// Returns (first write, second write). The first takes pages from free memory; the second mostly takes the pages
+/// the first one freed. Under a hypervisor that takes back the guest's free pages (free page reporting), the
+/// first pays a fault on the host for each page and the second does not: their difference is what new file data
+/// costs on such a machine beyond the copy itself.
+pub fn page_cache_fill_cost(dir: &Path, bytes: u64) -> std::io::Result<(f64, f64)> {
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let chunk = vec![0x5au8; 1 << 20];
+        let mut costs = [0.0f64; 2];
+        for cost in &mut costs {
+            let path = dir.join(format!("ferry-bench-fill-{}", std::process::id()));
+            let before = cpu_user_system("/proc/thread-self/stat").1;
+            let mut file = std::fs::File::create(&path)?;
+            let mut written = 0u64;
+            while written < bytes {
+                std::io::Write::write_all(&mut file, &chunk)?;
+                written += chunk.len() as u64;
+            }
+            drop(file);
+            *cost = (cpu_user_system("/proc/thread-self/stat").1 - before) / (written as f64 / 1e9);
+            std::fs::remove_file(&path)?;
+        }
+        Ok((costs[0], costs[1]))
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the page-cache fill thread panicked"))?
 }
 
 /// A bench mirror's config: one route ("primary"), health checks every second, no compression, commits every 5 s,
