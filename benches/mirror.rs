@@ -111,6 +111,8 @@ struct MirrorRun {
     total_seconds: f64,
     cpu: f64,
     rss_peak_mib: f64,
+    /// The target broker's (user, system) CPU seconds over the same copy; `None` where the target is not Ferry's.
+    target_cpu: Option<(f64, f64)>,
 }
 
 /// Starts a mirror over `source_addr` and waits until the target holds `expected` records of `topic`.
@@ -140,6 +142,8 @@ async fn mirror_backlog_with(
     }
     let mut clock = Steady::start(expected);
     let cpu0 = cpu_seconds(mirror.pid());
+    let target_stat = format!("/proc/{}/stat", target.pid());
+    let target0 = support::cpu_user_system(&target_stat);
     loop {
         if clock.observe(total_leo(&admin, topic).await?) {
             break;
@@ -150,11 +154,13 @@ async fn mirror_backlog_with(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let (steady, total) = clock.finish();
+    let (target_user, target_system) = support::cpu_user_system(&target_stat);
     let run = MirrorRun {
         seconds: steady,
         total_seconds: total,
         cpu: cpu_seconds(mirror.pid()) - cpu0,
         rss_peak_mib: rss_peak_mib(mirror.pid()),
+        target_cpu: Some((target_user - target0.0, target_system - target0.1)),
     };
     mirror.terminate(Duration::from_secs(30)).await?;
     Ok(run)
@@ -317,13 +323,18 @@ async fn bench() -> Result<()> {
             let idle = support::cpu_idle_share(idle0);
             round_mbps = mb as f64 / lan.seconds;
             let cpu = lan.cpu / mb as f64 * 100.0;
+            // What the target broker spent on the same bytes: its system time is where this machine's cost of new
+            // page-cache pages shows (see the cluster bench), which moves the copy's rate from run to run.
+            let (target_user, target_system) = lan.target_cpu.unwrap_or_default();
             println!(
                 "round {round}: mirror throughput (0 ms RTT): {round_mbps:8.1} MiB/s ({:.0} records/s, steady state; \
-                 {:.2} s in all); mirror CPU per 100 MB: {cpu:.3} s (target <= 0.10); peak RSS {:.1} MiB; machine \
-                 idle {:.0}%",
+                 {:.2} s in all); mirror CPU per 100 MB: {cpu:.3} s (target <= 0.10); peak RSS {:.1} MiB; target \
+                 broker CPU per 100 MB: user {:.3} s, system {:.3} s; machine idle {:.0}%",
                 records as f64 / lan.seconds,
                 lan.total_seconds,
                 lan.rss_peak_mib,
+                target_user / mb as f64 * 100.0,
+                target_system / mb as f64 * 100.0,
                 idle * 100.0
             );
             lan_rates.push(round_mbps);

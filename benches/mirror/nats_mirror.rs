@@ -93,5 +93,6 @@ pub(super) async fn nats_mirror(program: &std::path::Path, records: u64) -> Resu
         total_seconds: total,
         cpu: cpu_seconds(hub.pid()) + cpu_seconds(leaf.pid()) - cpu0,
         rss_peak_mib: rss_peak_mib(leaf.pid()),
+        target_cpu: None,
     })
 }
