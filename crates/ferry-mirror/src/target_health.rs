@@ -19,9 +19,8 @@ pub struct TargetHealth {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Consecutive failures.
+    /// Consecutive failures: the target is down while they are at least the threshold.
     failures: u32,
-    down: bool,
     /// Failures reported ever: a call's [`Ticket`] is this number when it began.
     reported: u64,
 }
@@ -51,9 +50,9 @@ impl TargetHealth {
     pub fn failure(&self, events: &EventBus, reason: &str) {
         let mut s = self.state.lock();
         s.reported += 1;
-        s.failures = s.failures.saturating_add(1);
-        if s.failures >= self.threshold && !s.down {
-            s.down = true;
+        let before = s.failures;
+        s.failures = before.saturating_add(1);
+        if before < self.threshold && s.failures >= self.threshold {
             events.emit(
                 Event::new(EventKind::TargetNetNotAvailable, format!("the target cluster cannot be reached: {reason}"))
                     .with(Details::Failure(FailureFacts { reason: Some(reason.to_owned()), ..Default::default() })),
@@ -68,8 +67,7 @@ impl TargetHealth {
         if began.0 < s.reported {
             return false;
         }
-        s.failures = 0;
-        let recovered = std::mem::replace(&mut s.down, false);
+        let recovered = std::mem::take(&mut s.failures) >= self.threshold;
         if recovered {
             events.emit(Event::new(EventKind::TargetNetRecovered, "the target cluster is reachable again"));
         }
@@ -78,7 +76,7 @@ impl TargetHealth {
 
     /// Whether the target is considered down.
     pub fn is_down(&self) -> bool {
-        self.state.lock().down
+        self.state.lock().failures >= self.threshold
     }
 }
 
@@ -101,9 +99,8 @@ mod tests {
         assert!(health.is_down());
         // Nor does it reset the count: with the target up again (a fresh success), two failures stay below three.
         let late = health.ticket();
-        let stale = early;
         health.failure(&events, "connection reset");
-        assert!(!health.success(&events, stale));
+        assert!(!health.success(&events, early));
         health.failure(&events, "connection reset");
         assert!(health.is_down(), "still down: no fresh success yet");
         assert!(!health.success(&events, late), "began before the two failures");

@@ -68,12 +68,6 @@ impl Reserve for EncodeBuf<'_> {
     }
 }
 
-impl Reserve for prost::bytes::BytesMut {
-    fn reserve_more(&mut self, additional: usize) {
-        self.reserve(additional);
-    }
-}
-
 /// Reserves `item`'s encoded length in `buf`, then encodes it.
 fn encode_sized(item: &impl Message, buf: &mut impl Reserve) -> Result<(), Status> {
     buf.reserve_more(item.encoded_len());

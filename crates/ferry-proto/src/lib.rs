@@ -2,8 +2,8 @@
 //!
 //! Nothing else lives here, apart from the rules both ends of a connection must agree on: how large a gRPC
 //! message may be, given the broker's `max_batch_bytes` ([`max_message_bytes`]), which partition a key maps
-//! to ([`partition_for_key`]), how a ListOffsets answer is laid out in columns ([`columns`]), and the codec every generated client and server
-//! uses ([`codec::SizedCodec`]).
+//! to ([`partition_for_key`]), how a ListOffsets answer is laid out in columns ([`columns`]), and the codec every
+//! generated client and server uses ([`codec::SizedCodec`]).
 
 #![allow(missing_docs, clippy::all)]
 
