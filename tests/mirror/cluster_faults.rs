@@ -6,8 +6,13 @@
 //!    new leader reach the target, and while they wait longer than a check the partition's RPO is above 0.
 //! 2. A seeded random nemesis on the source (kill -9, SIGSTOP, cut from etcd, a peer cut, etcd stopped), one fault
 //!    at a time: the target ends identical to the source, with every acknowledged record; at every sample, an
-//!    acknowledged record missing from the target for longer than two checks means an RPO above 0; and no
-//!    `sync_error` says the target lost records it held (case 15: probes of a member without the partition).
+//!    acknowledged record missing from the target for longer than two checks means an RPO above 0, also when its
+//!    leader died before the mirror could see it; and no `sync_error` says the target lost records it held (case
+//!    15: probes of a member without the partition).
+//!
+//! The probe's timeout here is one check, so a partition whose leader has not answered for two checks counts its
+//! RPO from the last answer (`check_interval + timeout`, see docs/operations.md): that is what bounds a record
+//! acknowledged by a leader that died before any sighting of it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +28,9 @@ use crate::watch::*;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: u32 = 2;
+
+/// The probe: every check, each leader's answer within one check.
+const PROBE: &str = "[source.health]\ncheck_interval = \"500ms\"\ntimeout = \"500ms\"\n";
 
 fn all_client(c: &FaultyCluster) -> BrokerClient {
     BrokerClient::new(ClientConfig::new(c.addrs())).expect("loopback")
@@ -40,7 +48,12 @@ async fn setup() -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)
         exclude: Vec::new(),
         ..MirrorConf::between("dc-a", source.addrs().join("\", \""), "dc-b", target.addrs().join("\", \""))
     };
-    let toml = conf.toml().replacen("[target]\n", "[target]\nreplication = \"source\"\n", 1);
+    let toml = conf.toml().replacen("[target]\n", "[target]\nreplication = \"source\"\n", 1).replacen(
+        "[source.health]\ncheck_interval = \"500ms\"\ntimeout = \"1s\"\n",
+        PROBE,
+        1,
+    );
+    anyhow::ensure!(toml.contains(PROBE), "the probe's settings are in the config: {toml}");
     let mirror = MirrorProcess::builder(toml).start().await?;
     Ok((source, target, mirror))
 }
@@ -96,8 +109,9 @@ fn load(
 }
 
 /// Samples the mirror every [`CHECK`]: an acknowledged record the target lacks (at or past the partition's cache
-/// offset) for longer than two checks must come with an RPO above 0. Returns the violations, and a count of the
-/// samples taken so far.
+/// offset) for longer than two checks must come with an RPO above 0. A record's wait is measured to when the
+/// sample was asked for (the mirror read its clocks after that). Returns the violations, each with the time since
+/// the watch started, and a count of the samples taken so far.
 fn rpo_watch(
     mirror_url: String,
     acked: Acked,
@@ -105,6 +119,7 @@ fn rpo_watch(
 ) -> (tokio::task::JoinHandle<Vec<String>>, Arc<std::sync::atomic::AtomicUsize>) {
     let samples = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let taken = Arc::clone(&samples);
+    let started = Instant::now();
     let watch = tokio::spawn(async move {
         let mut violations = Vec::new();
         let mut sample = tokio::time::interval(CHECK);
@@ -112,10 +127,10 @@ fn rpo_watch(
         sample.tick().await;
         while !stop.is_cancelled() {
             sample.tick().await;
+            let now = Instant::now();
             let Ok(r) = reqwest::get(format!("{mirror_url}/api/v1/partitions?topic={TOPIC}")).await else { continue };
             let Ok(doc) = r.json::<serde_json::Value>().await else { continue };
             taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let now = Instant::now();
             for p in doc["partitions"].as_array().into_iter().flatten() {
                 let (Some(partition), Some(cache), Some(rpo)) =
                     (p["partition"].as_u64(), p["cache_offset"].as_u64(), p["rpo_seconds"].as_f64())
@@ -130,7 +145,9 @@ fn rpo_watch(
                     && rpo == 0.0
                 {
                     violations.push(format!(
-                        "{TOPIC}/{partition}: a record acknowledged {:?} ago is not on the target (cache {cache}), RPO 0",
+                        "at {:?}: {TOPIC}/{partition}: a record acknowledged {:?} before is not on the target (cache \
+                         {cache}), RPO 0",
+                        now.duration_since(started),
                         now.duration_since(at)
                     ));
                 }
@@ -224,6 +241,7 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
     let acked: Acked = Arc::default();
     let stop = CancellationToken::new();
     let (watch, _) = rpo_watch(mirror.monitor_url(), Arc::clone(&acked), stop.clone());
+    let watched = Instant::now();
     let loads = load(all_client(&source), Arc::clone(&acked), stop.clone());
     let secs = std::env::var("FERRY_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let started = Instant::now();
@@ -232,7 +250,7 @@ async fn a_mirror_between_clusters_under_a_source_nemesis_copies_exactly_and_cou
         let victim = rng.random_range(1..=3u32);
         let hold = ttl + Duration::from_millis(rng.random_range(0..ttl.as_millis() as u64));
         let kind = rng.random_range(0..5);
-        faults.push(format!("{kind} on {victim} for {hold:?}"));
+        faults.push(format!("at {:?}: {kind} on {victim} for {hold:?}", watched.elapsed()));
         match kind {
             0 => {
                 source.broker(victim).kill9().await?;

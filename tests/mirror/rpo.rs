@@ -8,6 +8,10 @@
 //! - **Target down.** Records wait while the target cannot be reached: the RPO keeps growing with their age, within
 //!   the same bounds, at every reading over several seconds; once the target is back it drops to 0 and the target
 //!   holds exactly the source.
+//! - **Source out of sight.** Records the mirror cannot see wait too: with the link to the source blackholed,
+//!   records acknowledged there reach neither the stream nor the probe, and the lag stays 0; once the probe has
+//!   not been answered for `check_interval + timeout`, the RPO counts from the cut at the latest, at every reading
+//!   over several seconds. After the link is back the records are copied and the RPO is 0.
 
 use std::time::{Duration, Instant};
 
@@ -154,6 +158,70 @@ async fn rpo_keeps_growing_while_the_target_is_down() -> anyhow::Result<()> {
     assert!(readings >= 3.0 - CHECK.as_secs_f64(), "the RPO grew with the records' age: {readings}");
 
     // The target is back: the records are copied and the RPO is 0.
+    link.restore();
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    wait_until("the RPO to be 0 again", io_deadline(), async || -> anyhow::Result<bool> {
+        let doc = partition_doc(&mirror.process, TOPIC, 0).await?;
+        Ok(doc["rpo_seconds"] == 0.0 && doc["cache_offset"] == 4)
+    })
+    .await?;
+    p.close().await;
+    assert_identical(&a, TOPIC, &b, TOPIC).await?;
+    Ok(())
+}
+
+/// `[source.health] timeout` of [`MirrorConf`]: with [`CHECK`], how long the probe may go unanswered before the RPO
+/// counts what the mirror cannot see.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpo_counts_records_the_mirror_cannot_see_while_the_source_is_out_of_sight() -> anyhow::Result<()> {
+    let (a, b) = two_dcs().await?;
+    a.create_topic(TOPIC, 1).await?;
+    let link = Proxy::start(a.broker.addr()).await?;
+    let mut conf = MirrorConf::new(&a, &b);
+    conf.source_brokers = link.addr().to_string();
+    assert!(conf.toml().contains("[source.health]\ncheck_interval = \"500ms\"\ntimeout = \"1s\"\n"), "the probe's");
+    let mirror = start_mirror(&conf, "", "").await?;
+    let p = producer(&a).await?;
+    send_all(&p, [now_record("before", 0)]).await?;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    wait_until("the probe to read the record", io_deadline(), async || -> anyhow::Result<bool> {
+        let doc = partition_doc(&mirror.process, TOPIC, 0).await?;
+        Ok(doc["probed_source_offset"] == 1 && doc["cache_offset"] == 1 && doc["rpo_seconds"] == 0.0)
+    })
+    .await?;
+    // The last reading of RPO 0 before the cut: the probe had answered within its grace of then.
+    let grace = CHECK + PROBE_TIMEOUT;
+    let zero_at = Instant::now();
+    assert_eq!(partition_doc(&mirror.process, TOPIC, 0).await?["rpo_seconds"], 0.0);
+    link.blackhole();
+    let cut_at = Instant::now();
+    send_all(&p, (0..3).map(|i| now_record("unseen", i))).await?;
+
+    // Past the grace every reading counts at least from the cut and at most from a grace before the last RPO of
+    // 0; the RPO only grows; and nothing of the records reached the mirror.
+    let mut last = 0.0f64;
+    let readings = wait_for("three seconds past the grace", deadline(&[grace, Duration::from_secs(3)]), async || {
+        let before = Instant::now();
+        let doc = partition_doc(&mirror.process, TOPIC, 0).await?;
+        let after = Instant::now();
+        let rpo = doc["rpo_seconds"].as_f64().unwrap_or(f64::NAN);
+        assert_eq!((doc["cache_offset"].as_u64(), doc["lag"].as_u64()), (Some(1), Some(0)), "unseen: {doc}");
+        assert_eq!(doc["probed_source_offset"], 1, "the probe never read them: {doc}");
+        assert!(rpo >= last, "the RPO went down from {last} to {rpo}: {doc}");
+        last = rpo;
+        if before.duration_since(cut_at) > grace {
+            let least = before.duration_since(cut_at).as_secs_f64();
+            let most = (after.duration_since(zero_at) + grace).as_secs_f64();
+            assert!((least..=most).contains(&rpo), "rpo_seconds {rpo} outside [{least}, {most}]: {doc}");
+        }
+        anyhow::Ok((cut_at.elapsed() >= grace + Duration::from_secs(3)).then_some(rpo))
+    })
+    .await?;
+    assert!(readings >= (grace + Duration::from_secs(3)).as_secs_f64(), "the RPO grew with the cut: {readings}");
+
+    // The link is back: the records are copied and the RPO is 0.
     link.restore();
     wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
     wait_until("the RPO to be 0 again", io_deadline(), async || -> anyhow::Result<bool> {

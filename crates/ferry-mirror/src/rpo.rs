@@ -13,9 +13,20 @@
 //! part: producers choose them, and a producer's clock ahead would make the figure read 0 while records wait (case 9
 //! of the cluster analysis). A sighting may be dated earlier than the mirror saw it, by the source broker's own
 //! account of when its log end moved (`log_end_age_ms`); that only makes it closer to the time the records were
-//! received. Everything here is pure: the caller passes the clock readings.
+//! received.
+//!
+//! A record the mirror never sighted waits too: a leader that acknowledges records and dies (or is cut off) before
+//! any stream position, delivery or probe answer carries them leaves nothing to mark until a new leader answers.
+//! So the probe's answers bound what the mirror cannot see ([`Heard`]): each answer from a partition's leader says
+//! nothing was acknowledged unseen before the probe was asked. Once no answer has come for longer than a healthy
+//! probe takes (`source.health.check_interval + source.health.timeout`), the RPO counts from when the last answered
+//! probe was asked ([`unheard_since`]): any record acknowledged since may be waiting. That reads high when nothing
+//! was written, never low. A partition never answered (a Kafka source is not probed) has only its marks.
+//! Everything here is pure: the caller passes the clock readings.
 
 use std::collections::VecDeque;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Most marks one partition keeps.
@@ -82,6 +93,80 @@ impl RpoClock {
     }
 }
 
+/// An answer of the independent probe from a partition's leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heard {
+    /// When the answered probe was asked: every record acknowledged before then was in the answer.
+    pub asked: Instant,
+    /// How long a healthy probe may go without another answer (`check_interval + timeout`).
+    pub grace: Duration,
+}
+
+/// The last [`Heard`] of a partition, in atomics: the probe of thousands of idle partitions takes no lock.
+#[derive(Debug)]
+pub struct HeardCell {
+    /// When the answered probe was asked, as signed ns from [`clock_base`]; [`NEVER`] before the first answer.
+    at: AtomicI64,
+    /// Its grace, ns.
+    grace: AtomicU64,
+}
+
+/// A [`HeardCell`] reading never taken.
+const NEVER: i64 = i64::MIN;
+
+impl Default for HeardCell {
+    fn default() -> Self {
+        clock_base();
+        HeardCell { at: AtomicI64::new(NEVER), grace: AtomicU64::new(0) }
+    }
+}
+
+impl HeardCell {
+    /// Keeps `heard` unless a later-asked answer is already kept (rounds may finish out of order).
+    pub fn store(&self, heard: Heard) {
+        let at = from_base(heard.asked);
+        if self.at.fetch_max(at, Ordering::Relaxed) <= at {
+            self.grace.store(u64::try_from(heard.grace.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+    }
+
+    /// The kept answer; `None` before the first.
+    pub fn load(&self) -> Option<Heard> {
+        let at = self.at.load(Ordering::Relaxed);
+        if at == NEVER {
+            return None;
+        }
+        let base = clock_base();
+        let asked = match u64::try_from(at) {
+            Ok(after) => base + Duration::from_nanos(after),
+            // Before the base: as early as the clock can say, never later (an answer dated later reads low).
+            Err(_) => base.checked_sub(Duration::from_nanos(at.unsigned_abs())).unwrap_or(base),
+        };
+        Some(Heard { asked, grace: Duration::from_nanos(self.grace.load(Ordering::Relaxed)) })
+    }
+}
+
+/// The instant [`HeardCell`] readings count from (so one fits an atomic); set by the first cell.
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// `at` as signed ns from [`clock_base`] (about 292 years either way).
+fn from_base(at: Instant) -> i64 {
+    let base = clock_base();
+    match at.checked_duration_since(base) {
+        Some(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        None => i64::try_from(base.duration_since(at).as_nanos()).map_or(NEVER + 1, |d| -d),
+    }
+}
+
+/// Since when records may have waited unseen: when the last answer (`heard`) was asked, once no answer came for
+/// longer than its grace; `None` while the probe is heard in time, or was never heard.
+pub fn unheard_since(heard: Option<Heard>, now: Instant) -> Option<Instant> {
+    heard.filter(|h| now.saturating_duration_since(h.asked) > h.grace).map(|h| h.asked)
+}
+
 /// The RPO at `now`: the time since `waiting_since`.
 pub fn rpo(waiting_since: Option<Instant>, now: Instant) -> Duration {
     waiting_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
@@ -132,6 +217,33 @@ mod tests {
             (12, Mirrored(13), 0),
             (20, Saw(13), 0),
         ]);
+    }
+
+    #[test]
+    fn an_unheard_partition_counts_from_the_last_answered_probe_once_past_the_grace() {
+        let t0 = Instant::now();
+        let heard = Heard { asked: t0 + S, grace: 2 * S };
+        assert_eq!(unheard_since(None, t0 + 100 * S), None, "never heard: only the marks count");
+        assert_eq!(unheard_since(Some(heard), t0 + 2 * S), None, "within the grace");
+        assert_eq!(unheard_since(Some(heard), t0 + 3 * S), None, "exactly the grace is still in time");
+        let late = t0 + 3 * S + Duration::from_millis(1);
+        assert_eq!(unheard_since(Some(heard), late), Some(t0 + S), "past it: since the answered probe was asked");
+        assert_eq!(rpo(unheard_since(Some(heard), t0 + 7 * S), t0 + 7 * S), 6 * S);
+    }
+
+    #[test]
+    fn a_heard_cell_keeps_the_latest_asked_answer_also_from_before_its_base() {
+        let cell = HeardCell::default();
+        assert_eq!(cell.load(), None);
+        let now = Instant::now();
+        // Before the clock's base (an answer asked before the first cell): kept exactly, not moved later.
+        let early = Heard { asked: now - 10 * S, grace: S };
+        cell.store(early);
+        assert_eq!(cell.load(), Some(early));
+        let later = Heard { asked: now + S, grace: 2 * S };
+        cell.store(later);
+        cell.store(early);
+        assert_eq!(cell.load(), Some(later), "an answer asked earlier, kept after a later one, changes nothing");
     }
 
     #[test]

@@ -8,12 +8,16 @@
 //! paused partition are all still measured:
 //! - the log end feeds the partition's RPO clock and the stall watchdog ([`PartitionStatus::set_probed_source`]);
 //!   it never moves the pipeline's own position (a probe may be older than the stream's last word);
+//! - the answer itself, dated when the round was asked, bounds what the mirror cannot see: a partition whose
+//!   leader has not answered for `check_interval + timeout` counts its RPO from the last answered round
+//!   ([`crate::rpo`]), since records its leader acknowledged meanwhile may wait unseen;
 //! - the log start goes to the partition's lane ([`LaneLink::source_log_start`]), which reports what source
 //!   retention deleted before it was mirrored (`data_lost_before_mirroring`); a log start that did not move since
 //!   the last round is held back as [`crate::lane::repeats`] says ([`LaneLink::probed_source_log_start`]).
 //!
-//! A route into another cluster is never probed. A failed round is logged and skipped: route health is the
-//! Egress's business. A source without a cheap call for many partitions' offsets (a Kafka source, see
+//! Each leader is asked on its own: one that fails or does not answer within the timeout leaves only its own
+//! partitions unanswered. A route into another cluster is never probed. A failed round is logged and skipped:
+//! route health is the Egress's business. A source without a cheap call for many partitions' offsets (a Kafka source, see
 //! [`SourceCluster::log_offsets_many`]) answers nothing, and the fetch stream's positions alone feed the RPO clock
 //! and the watchdog.
 //!
@@ -24,12 +28,13 @@
 //! [`LaneLink::probed_source_log_start`]: crate::lane::link::LaneLink::probed_source_log_start
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::egress::EgressHandle;
 use crate::lane::link::LaneLink;
+use crate::rpo::Heard;
 use crate::sync::Links;
 use crate::tp::{Placer, SourceTp};
 
@@ -73,7 +78,11 @@ impl SourceWatch {
         if self.egress.leads_elsewhere(&route.name).is_some() {
             return;
         }
-        let offsets = match tokio::time::timeout(self.timeout, route.cluster.log_offsets_many(&tps)).await {
+        // Each leader answers within the timeout or its partitions go unanswered this round; the whole round is
+        // bounded too, should the leaders' look-up itself hang.
+        let asked = Instant::now();
+        let probe = route.cluster.log_offsets_many(&tps, self.timeout);
+        let offsets = match tokio::time::timeout(2 * self.timeout, probe).await {
             Ok(Ok(offsets)) => offsets,
             Ok(Err(e)) => {
                 tracing::debug!(route = %route.name, error = %e, "cannot probe the source's log ends");
@@ -84,10 +93,12 @@ impl SourceWatch {
                 return;
             }
         };
+        // A healthy probe answers every check interval, each answer within the timeout.
+        let heard = Heard { asked, grace: self.check_interval + self.timeout };
         let mut placer = Placer::new(&tps);
         for p in offsets {
             let Some(i) = placer.place(&p.tp) else { continue };
-            links[i].status.set_probed_source(p.log_start, p.log_end, p.end_age);
+            links[i].status.set_probed_source(p.log_start, p.log_end, p.end_age, heard);
             links[i].probed_source_log_start(p.log_start);
         }
     }

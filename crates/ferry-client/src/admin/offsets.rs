@@ -6,6 +6,7 @@
 //! nothing; this client then asks that one again flat, and every broker flat from then on.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use ferry_proto as pb;
 use ferry_proto::columns::{Answer, OffsetsRow};
@@ -13,7 +14,7 @@ use ferry_proto::list_offsets_partition::Spec;
 
 use super::{Admin, LEADER_ROUNDS, OffsetSpec, PartitionOffsets, partition_result};
 use crate::connection::BrokerClient;
-use crate::error::Result;
+use crate::error::{ClientError, Result};
 
 impl Admin {
     /// Offsets of many partitions at once, each asked at its leader as this client knows it (at its leader epoch);
@@ -56,7 +57,7 @@ impl Admin {
         &self,
         partitions: &[(T, u32, OffsetSpec)],
     ) -> Result<Vec<Option<Result<pb::ListOffsetsResult>>>> {
-        let answers = self.answers_aligned(partitions).await?;
+        let answers = self.answers_aligned(partitions, None).await?;
         Ok(answers
             .into_iter()
             .zip(partitions)
@@ -75,12 +76,34 @@ impl Admin {
         &self,
         partitions: &[(T, u32, OffsetSpec)],
     ) -> Result<Vec<Option<OffsetsRow>>> {
-        let answers = self.answers_aligned(partitions).await?;
+        let answers = self.answers_aligned(partitions, None).await?;
         Ok(answers.into_iter().map(|a| a?.ok()).collect())
     }
 
-    /// The answers of [`Admin::list_offsets_aligned`], each a row or (an error) the result whole.
-    async fn answers_aligned<T: AsRef<str>>(&self, partitions: &[(T, u32, OffsetSpec)]) -> Result<Vec<Option<Answer>>> {
+    /// [`Admin::list_offsets_rows`] with each leader on its own, for a probe that must not lose every partition to
+    /// one broker: a leader that fails, or has not answered within `within`, leaves only its own partitions `None`
+    /// (logged at debug); the others' rows are kept. No redirect is followed past `within`.
+    pub async fn list_offsets_rows_within<T: AsRef<str>>(
+        &self,
+        partitions: &[(T, u32, OffsetSpec)],
+        within: Duration,
+    ) -> Vec<Option<OffsetsRow>> {
+        let deadline = tokio::time::Instant::now() + within;
+        match self.answers_aligned(partitions, Some(deadline)).await {
+            Ok(answers) => answers.into_iter().map(|a| a?.ok()).collect(),
+            // Only a strict call fails as a whole.
+            Err(_) => vec![None; partitions.len()],
+        }
+    }
+
+    /// The answers of [`Admin::list_offsets_aligned`], each a row or (an error) the result whole. Without a
+    /// `deadline` one leader's failure fails the call; with one, each leader's ask is bounded by it and a leader
+    /// that fails or is late leaves only its own partitions unanswered.
+    async fn answers_aligned<T: AsRef<str>>(
+        &self,
+        partitions: &[(T, u32, OffsetSpec)],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<Option<Answer>>> {
         let mut answers: Vec<Option<Answer>> = vec![None; partitions.len()];
         let mut pending: Vec<usize> = (0..partitions.len()).collect();
         let mut backoff = self.client.config().retry.backoff();
@@ -89,7 +112,11 @@ impl Admin {
                 break;
             }
             if round > 0 {
-                tokio::time::sleep(backoff.next().unwrap_or_default()).await;
+                let pause = backoff.next().unwrap_or_default();
+                if deadline.is_some_and(|d| tokio::time::Instant::now() + pause >= d) {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
             }
             // By leader client (a handful), found under one look-up of the leaders known; each partition with the
             // leader epoch this client knows of it (0: none), from the same look-up.
@@ -104,15 +131,34 @@ impl Admin {
                 idx.push(i);
                 epochs.push(epoch);
             }
+            let sent = tokio::time::Instant::now();
             let asks = by_leader.into_iter().map(|(c, idx, epochs)| async move {
-                let answer = self.ask_leader(&c, partitions, &idx, epochs).await;
+                let ask = self.ask_leader(&c, partitions, &idx, epochs);
+                let answer = match deadline {
+                    None => ask.await,
+                    Some(d) => tokio::time::timeout_at(d, ask).await.unwrap_or_else(|_| {
+                        Err(ClientError::Timeout {
+                            rpc: "ListOffsets",
+                            broker: c.address(),
+                            after: d.saturating_duration_since(sent),
+                        })
+                    }),
+                };
                 (idx, c.address(), answer)
             });
             let mut next = Vec::new();
             for (idx, address, answer) in futures::future::join_all(asks).await {
+                let answer = match (answer, deadline) {
+                    (Ok(answer), _) => answer,
+                    (Err(e), None) => return Err(e),
+                    (Err(e), Some(_)) => {
+                        tracing::debug!(broker = %address, error = %e, partitions = idx.len(), "a leader did not answer ListOffsets; its partitions are left unanswered");
+                        continue;
+                    }
+                };
                 // The leaders the answers name, learnt together under one lock.
                 let mut learnt: Vec<(usize, u32)> = Vec::new();
-                for (i, r) in idx.into_iter().zip(answer?) {
+                for (i, r) in idx.into_iter().zip(answer) {
                     match &r {
                         None => continue,
                         Some(Ok(row)) if row.leader_epoch > 0 => learnt.push((i, row.leader_epoch)),

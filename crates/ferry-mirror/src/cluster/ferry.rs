@@ -116,13 +116,13 @@ impl SourceCluster for FerrySource {
         Ok((o.log_start_offset, o.log_end_offset))
     }
 
-    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<Probed>> {
+    async fn log_offsets_many(&self, tps: &[SourceTp], within: Duration) -> Result<Vec<Probed>> {
         // Each partition at its leader (independently of the fetch stream, which may still be at a deposed one);
-        // partitions whose leader answers with an error (an election runs) are left out.
+        // partitions whose leader answers with an error (an election runs), fails or is late are left out.
         let asked: Vec<(&str, u32, OffsetSpec)> =
             tps.iter().map(|tp| (tp.topic(), tp.partition, OffsetSpec::Latest)).collect();
         // Answers come aligned with the asks: each probed partition is the asked value, no name is built.
-        let answers = self.admin.list_offsets_rows(&asked).await?;
+        let answers = self.admin.list_offsets_rows_within(&asked, within).await;
         Ok(tps
             .iter()
             .zip(answers)

@@ -145,12 +145,14 @@ pub trait SourceCluster: Send + Sync + std::fmt::Debug {
     /// A partition's (log start, log end).
     async fn log_offsets(&self, tp: &SourceTp) -> Result<(u64, u64)>;
     /// (log start, log end, age of the log end) of many partitions, each at its leader, for the independent probe
-    /// ([`crate::source_watch`]); a partition the source cannot answer for is left out. A source without such a
-    /// call answers nothing, and its fetch stream's positions alone feed the RPO clock and the stall watchdog (a
-    /// Kafka source: librdkafka reads watermarks one blocking call per partition, which a probe every check
-    /// interval must not queue up behind the lanes' own reads).
-    async fn log_offsets_many(&self, tps: &[SourceTp]) -> Result<Vec<Probed>> {
-        let _ = tps;
+    /// ([`crate::source_watch`]); a partition the source cannot answer for is left out, and so are those of a
+    /// leader that fails or has not answered `within` (the others' answers are kept: one broker down or paused
+    /// must not blind the probe to every partition). A source without such a call answers nothing, and its fetch
+    /// stream's positions alone feed the RPO clock and the stall watchdog (a Kafka source: librdkafka reads
+    /// watermarks one blocking call per partition, which a probe every check interval must not queue up behind the
+    /// lanes' own reads).
+    async fn log_offsets_many(&self, tps: &[SourceTp], within: Duration) -> Result<Vec<Probed>> {
+        let _ = (tps, within);
         Ok(Vec::new())
     }
     /// `EpochEnd(epoch)`.

@@ -128,7 +128,7 @@ impl GatherTask {
             None => None,
         };
         let offsets = match committed {
-            Some(_) => source.log_offsets_many(&sources).await.ok(),
+            Some(_) => source.log_offsets_many(&sources, ROUND_TIMEOUT).await.ok(),
             None => None,
         };
         sort_answers(keys, on_target, committed, offsets)

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod rates;
 
 pub use self::rates::{MeterClock, RateMeter, SideRates};
-use crate::rpo::RpoClock;
+use crate::rpo::{Heard, HeardCell, RpoClock};
 
 /// The life of one partition in this process, as the monitor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -138,6 +138,9 @@ pub struct PartitionStatus {
     latency_ms: AtomicU64,
     probed_log_start: AtomicU64,
     probed_log_end: AtomicU64,
+    /// The probe's last answer: the RPO's bound on records acknowledged unseen (no lock, as an idle partition's
+    /// probe takes none).
+    heard: HeardCell,
     /// Whether the stall watchdog flags it (set every check, so without a lock).
     stalled: AtomicBool,
     inner: Mutex<StatusInner>,
@@ -196,6 +199,7 @@ impl PartitionStatus {
             latency_ms: AtomicU64::new(0),
             probed_log_start: AtomicU64::new(0),
             probed_log_end: AtomicU64::new(0),
+            heard: HeardCell::default(),
             stalled: AtomicBool::new(false),
             inner: Mutex::new(StatusInner {
                 state: PartitionState::Starting,
@@ -237,10 +241,12 @@ impl PartitionStatus {
     /// Records what the independent probe (ListOffsets, at each partition's leader) read of the source: it feeds
     /// the RPO clock and the stall watchdog, never the pipeline's own position (a probe may be older than the
     /// stream's last word). `end_age` is how long ago, by the source broker's own clock, its log end reached
-    /// `log_end`: the records below it were received at least that long ago.
-    pub fn set_probed_source(&self, log_start: u64, log_end: u64, end_age: Option<Duration>) {
+    /// `log_end`: the records below it were received at least that long ago. `heard` is when the probe was asked
+    /// and its grace: the RPO's bound on records acknowledged unseen.
+    pub fn set_probed_source(&self, log_start: u64, log_end: u64, end_age: Option<Duration>, heard: Heard) {
         self.probed_log_start.store(log_start, Ordering::Relaxed);
         self.probed_log_end.store(log_end, Ordering::Relaxed);
+        self.heard.store(heard);
         // Nothing below the cache offset waits, so the RPO clock has nothing to learn: an idle partition's probe
         // takes no lock.
         if log_end <= self.cache_offset() {
@@ -290,11 +296,17 @@ impl PartitionStatus {
     pub fn clocks(&self) -> Clocks {
         let from = self.cache_offset().max(self.source_log_start.load(Ordering::Relaxed));
         let now = Instant::now();
+        let unheard = crate::rpo::unheard_since(self.heard.load(), now);
         let i = self.inner.lock();
         let since = i.rpo.waiting_since(from);
+        // The longest wait: the oldest record sighted, or what may have been acknowledged unseen.
+        let longest = match (since, unheard) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Clocks {
             state: i.state,
-            rpo: crate::rpo::rpo(since, now),
+            rpo: crate::rpo::rpo(longest, now),
             waiting: since.map(|s| now.saturating_duration_since(s)),
             since_progress: now.saturating_duration_since(i.last_progress),
         }
@@ -508,7 +520,7 @@ mod tests {
         s.set_cache(10);
         assert_eq!((s.behind(), s.waiting(), s.rpo()), (false, None, Duration::ZERO), "caught up");
         // The stream's last word is still 10; the probe reads 12.
-        s.set_probed_source(0, 12, None);
+        s.set_probed_source(0, 12, None, in_time());
         assert!(s.behind() && s.waiting().is_some());
         assert_eq!((s.view().lag, s.view().probed_source_offset), (0, 12));
         // Copied: nothing waits, whatever the stale readings say.
@@ -517,8 +529,45 @@ mod tests {
         // Records below the source's log start are gone, not waiting: a stale stream end past the cache offset
         // with a log start at the end waits for nothing.
         s.set_source(15, 15);
-        s.set_probed_source(15, 15, None);
+        s.set_probed_source(15, 15, None, in_time());
         assert_eq!(s.waiting(), None, "offsets 12..15 were deleted, none waits");
+    }
+
+    /// A probe answer asked now, with a grace no test outlives.
+    fn in_time() -> Heard {
+        Heard { asked: Instant::now(), grace: Duration::from_secs(3600) }
+    }
+
+    #[test]
+    fn a_partition_the_probe_has_not_heard_past_its_grace_counts_from_the_last_answer() {
+        let s = PartitionStatus::new("t", "t", 0);
+        s.set_source(0, 10);
+        s.set_cache(10);
+        // The last answer was asked 5 s ago with a grace of 1 s: whatever was acknowledged since may wait unseen.
+        let asked = Instant::now() - Duration::from_secs(5);
+        s.set_probed_source(0, 10, None, Heard { asked, grace: Duration::from_secs(1) });
+        let before = asked.elapsed();
+        let c = s.clocks();
+        assert!(c.rpo >= before && c.rpo <= asked.elapsed(), "{c:?} against {before:?}");
+        // Nothing was sighted: the stall watchdog's clock and the lag know of no waiting record.
+        assert_eq!((c.waiting, s.behind(), s.view().lag), (None, false, 0));
+        assert!(s.view().rpo_seconds >= 5.0, "{:?}", s.view());
+        // An answer asked later takes it back to 0; an older one arriving after it does not move it back.
+        s.set_probed_source(0, 10, None, in_time());
+        s.set_probed_source(0, 10, None, Heard { asked, grace: Duration::from_secs(1) });
+        assert_eq!(s.rpo(), Duration::ZERO);
+        // Sighted records and the unheard bound: the longer wait counts.
+        s.set_source(0, 11);
+        let sighted = s.rpo();
+        assert!(sighted < Duration::from_secs(1), "{sighted:?}");
+    }
+
+    #[test]
+    fn a_partition_never_answered_has_only_its_marks() {
+        let s = PartitionStatus::new("t", "t", 0);
+        s.set_source(0, 10);
+        s.set_cache(10);
+        assert_eq!((s.rpo(), s.clocks().waiting), (Duration::ZERO, None));
     }
 
     #[test]
