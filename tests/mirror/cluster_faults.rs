@@ -4,7 +4,9 @@
 //!
 //! 1. The source leader is cut off from etcd alone: the mirror does not stay on it. The records acknowledged by the
 //!    new leader reach the target, and while they wait longer than a check the partition's RPO is above 0.
-//! 2. A seeded random nemesis on the source (kill -9, SIGSTOP, cut from etcd, a peer cut, etcd stopped), one fault
+//! 2. One source leader paused (SIGSTOP, its lease far from expiring): the probe still reads the partitions the
+//!    other members lead, as each leader is asked on its own within the probe's timeout.
+//! 3. A seeded random nemesis on the source (kill -9, SIGSTOP, cut from etcd, a peer cut, etcd stopped), one fault
 //!    at a time: the target ends identical to the source, with every acknowledged record; at every sample, an
 //!    acknowledged record missing from the target for longer than two checks means an RPO above 0, also when its
 //!    leader died before the mirror could see it; and no `sync_error` says the target lost records it held (case
@@ -38,8 +40,13 @@ fn all_client(c: &FaultyCluster) -> BrokerClient {
 
 /// A source cluster of three with a raft3 topic, a target cluster of four, and the mirror between them.
 async fn setup() -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)> {
+    setup_with(ClusterSpec::default()).await
+}
+
+/// [`setup`] with the source cluster of `spec`.
+async fn setup_with(spec: ClusterSpec) -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)> {
     ferry_testkit::init_tracing();
-    let source = FaultyCluster::start(ClusterSpec::default()).await?;
+    let source = FaultyCluster::start(spec).await?;
     let target =
         FaultyCluster::start(ClusterSpec { members: 4, cluster_id: "dc-b".into(), ..ClusterSpec::default() }).await?;
     Admin::new(all_client(&source)).create_replicated_topic(TOPIC, PARTITIONS, "raft3").await?;
@@ -231,6 +238,45 @@ async fn case_4_a_source_leader_cut_from_etcd_does_not_keep_the_mirror_and_the_r
     let violations = watch.await?;
     assert!(violations.is_empty(), "{violations:?}");
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_source_leader_does_not_blind_the_probe_to_the_partitions_the_others_lead() -> anyhow::Result<()> {
+    // A lease far longer than the test: the paused member stays partition 0's leader throughout.
+    let spec = ClusterSpec { lease_ttl: Duration::from_secs(60), ..ClusterSpec::default() };
+    let (mut source, target, mirror) = setup_with(spec).await?;
+    let (paused, other) = (leader_of(&source, 0).await?, leader_of(&source, 1).await?);
+    anyhow::ensure!(paused != other, "the partitions' leaders are spread over the members: both on {paused}");
+    let p = Producer::new(all_client(&source), ProducerConfig::default()).await?;
+    for partition in 0..PARTITIONS {
+        send_all(&p, (0..3).map(|i| record_of(partition, i))).await?;
+    }
+    let probed = async |partition: u32| -> anyhow::Result<u64> {
+        partition_doc(&mirror, TOPIC, partition).await?["probed_source_offset"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("no probed_source_offset"))
+    };
+    wait_until("the probe to read both partitions", io_deadline(), async || -> anyhow::Result<bool> {
+        Ok(probed(0).await? == 3 && probed(1).await? == 3)
+    })
+    .await?;
+    // Partition 0's leader freezes, holding its connections: its ask never answers.
+    source.broker(paused).suspend(deadline(&[IO_BUDGET])).await?;
+    send_all(&p, (3..8).map(|i| record_of(1, i))).await?;
+    // The others' answers are kept: partition 1's new end is read within a round and a timeout, from a probe
+    // whose every round also asks the frozen leader.
+    let round = CHECK + CHECK;
+    let read = wait_until("the probe to read partition 1's new end", deadline(&[round]), async || {
+        anyhow::Ok(probed(1).await? == 8)
+    })
+    .await;
+    let frozen = probed(0).await;
+    source.broker(paused).resume()?;
+    read?;
+    assert_eq!(frozen?, 3, "the frozen leader's partition kept its last answer");
+    p.close().await;
+    let acked: Acked = Arc::default();
+    settle(&source, &target, &mirror, &acked).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
