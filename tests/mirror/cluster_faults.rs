@@ -4,8 +4,8 @@
 //!
 //! 1. The source leader is cut off from etcd alone: the mirror does not stay on it. The records acknowledged by the
 //!    new leader reach the target, and while they wait longer than a check the partition's RPO is above 0.
-//! 2. One source leader paused (SIGSTOP, its lease far from expiring): the probe still reads the partitions the
-//!    other members lead, as each leader is asked on its own within the probe's timeout.
+//! 2. One source leader paused (SIGSTOP, its lease far from expiring): the probe still reads a partition another
+//!    member leads, as each leader is asked on its own within the probe's timeout.
 //! 3. A seeded random nemesis on the source (kill -9, SIGSTOP, cut from etcd, a peer cut, etcd stopped), one fault
 //!    at a time: the target ends identical to the source, with every acknowledged record; at every sample, an
 //!    acknowledged record missing from the target for longer than two checks means an RPO above 0, also when its
@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_client::{Admin, BrokerClient, ClientConfig, Producer, ProducerConfig, ProducerRecord};
-use ferry_testkit::{ClusterSpec, FaultyCluster, MirrorProcess, Signal, deadline, hold_fault, wait_until};
+use ferry_client::{Admin, BrokerClient, ClientConfig, OffsetSpec, Producer, ProducerConfig, ProducerRecord};
+use ferry_testkit::{ClusterSpec, FaultyCluster, MirrorProcess, Signal, deadline, hold_fault, wait_for, wait_until};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
@@ -40,16 +40,19 @@ fn all_client(c: &FaultyCluster) -> BrokerClient {
 
 /// A source cluster of three with a raft3 topic, a target cluster of four, and the mirror between them.
 async fn setup() -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)> {
-    setup_with(ClusterSpec::default()).await
+    setup_with(ClusterSpec::default(), PARTITIONS).await
 }
 
-/// [`setup`] with the source cluster of `spec`.
-async fn setup_with(spec: ClusterSpec) -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)> {
+/// [`setup`] with the source cluster of `spec` and a topic of `partitions`.
+async fn setup_with(
+    spec: ClusterSpec,
+    partitions: u32,
+) -> anyhow::Result<(FaultyCluster, FaultyCluster, MirrorProcess)> {
     ferry_testkit::init_tracing();
     let source = FaultyCluster::start(spec).await?;
     let target =
         FaultyCluster::start(ClusterSpec { members: 4, cluster_id: "dc-b".into(), ..ClusterSpec::default() }).await?;
-    Admin::new(all_client(&source)).create_replicated_topic(TOPIC, PARTITIONS, "raft3").await?;
+    Admin::new(all_client(&source)).create_replicated_topic(TOPIC, partitions, "raft3").await?;
     let conf = MirrorConf {
         include: vec![format!("^{TOPIC}$")],
         exclude: Vec::new(),
@@ -179,13 +182,24 @@ async fn settle(
     mirror: &MirrorProcess,
     acked: &Acked,
 ) -> anyhow::Result<()> {
+    settle_partitions(source, target, mirror, acked, PARTITIONS).await
+}
+
+/// [`settle`] over a topic of `partitions`.
+async fn settle_partitions(
+    source: &FaultyCluster,
+    target: &FaultyCluster,
+    mirror: &MirrorProcess,
+    acked: &Acked,
+    partitions: u32,
+) -> anyhow::Result<()> {
     let (s, t) = (all_client(source), all_client(target));
     wait_until("the target to equal the source", io_deadline(), async || -> anyhow::Result<bool> {
-        let (a, b) = (read_cluster(&s, PARTITIONS).await?, read_cluster(&t, PARTITIONS).await?);
+        let (a, b) = (read_cluster(&s, partitions).await?, read_cluster(&t, partitions).await?);
         Ok(a.iter().zip(&b).all(|(x, y)| x.log_end == y.log_end))
     })
     .await?;
-    let (a, b) = (read_cluster(&s, PARTITIONS).await?, read_cluster(&t, PARTITIONS).await?);
+    let (a, b) = (read_cluster(&s, partitions).await?, read_cluster(&t, partitions).await?);
     for (p, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_same_partition(&format!("{TOPIC}/{p}"), x, y);
         for (partition, offset) in acked.lock().unwrap_or_else(|e| e.into_inner()).keys() {
@@ -242,13 +256,29 @@ async fn case_4_a_source_leader_cut_from_etcd_does_not_keep_the_mirror_and_the_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_source_leader_does_not_blind_the_probe_to_the_partitions_the_others_lead() -> anyhow::Result<()> {
-    // A lease far longer than the test: the paused member stays partition 0's leader throughout.
+    // A lease far longer than the test: the paused member stays partition 0's leader throughout. Six partitions
+    // over three members: placement spreads their leaders (it balances leaderships, the internal topics' too).
+    const SPREAD: u32 = 6;
     let spec = ClusterSpec { lease_ttl: Duration::from_secs(60), ..ClusterSpec::default() };
-    let (mut source, target, mirror) = setup_with(spec).await?;
-    let (paused, other) = (leader_of(&source, 0).await?, leader_of(&source, 1).await?);
-    anyhow::ensure!(paused != other, "the partitions' leaders are spread over the members: both on {paused}");
+    let (mut source, target, mirror) = setup_with(spec, SPREAD).await?;
+    // Every partition led, and the topic known at each leader (creation answers before every member applied it).
+    let admin = Admin::new(all_client(&source));
+    let leaders = wait_for("every partition led and known at its leader", io_deadline(), async || {
+        let mut leaders = Vec::new();
+        for partition in 0..SPREAD {
+            let Ok(leader) = leader_of(&source, partition).await else { return None };
+            admin.list_offset(TOPIC, partition, OffsetSpec::Latest).await.ok()?;
+            leaders.push(leader);
+        }
+        Some(leaders)
+    })
+    .await?;
+    let paused = leaders[0];
+    let other = (1..SPREAD)
+        .find(|&p| leaders[p as usize] != paused)
+        .ok_or_else(|| anyhow::anyhow!("all {SPREAD} partitions are led by member {paused}"))?;
     let p = Producer::new(all_client(&source), ProducerConfig::default()).await?;
-    for partition in 0..PARTITIONS {
+    for partition in [0, other] {
         send_all(&p, (0..3).map(|i| record_of(partition, i))).await?;
     }
     let probed = async |partition: u32| -> anyhow::Result<u64> {
@@ -257,17 +287,17 @@ async fn a_paused_source_leader_does_not_blind_the_probe_to_the_partitions_the_o
             .ok_or_else(|| anyhow::anyhow!("no probed_source_offset"))
     };
     wait_until("the probe to read both partitions", io_deadline(), async || -> anyhow::Result<bool> {
-        Ok(probed(0).await? == 3 && probed(1).await? == 3)
+        Ok(probed(0).await? == 3 && probed(other).await? == 3)
     })
     .await?;
     // Partition 0's leader freezes, holding its connections: its ask never answers.
     source.broker(paused).suspend(deadline(&[IO_BUDGET])).await?;
-    send_all(&p, (3..8).map(|i| record_of(1, i))).await?;
-    // The others' answers are kept: partition 1's new end is read within a round and a timeout, from a probe
-    // whose every round also asks the frozen leader.
+    send_all(&p, (3..8).map(|i| record_of(other, i))).await?;
+    // The others' answers are kept: the other partition's new end is read within a round and a timeout, from a
+    // probe whose every round also asks the frozen leader.
     let round = CHECK + CHECK;
-    let read = wait_until("the probe to read partition 1's new end", deadline(&[round]), async || {
-        anyhow::Ok(probed(1).await? == 8)
+    let read = wait_until("the probe to read the other partition's new end", deadline(&[round]), async || {
+        anyhow::Ok(probed(other).await? == 8)
     })
     .await;
     let frozen = probed(0).await;
@@ -276,7 +306,7 @@ async fn a_paused_source_leader_does_not_blind_the_probe_to_the_partitions_the_o
     assert_eq!(frozen?, 3, "the frozen leader's partition kept its last answer");
     p.close().await;
     let acked: Acked = Arc::default();
-    settle(&source, &target, &mirror, &acked).await
+    settle_partitions(&source, &target, &mirror, &acked, SPREAD).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
