@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_client::ProducerRecord;
+use ferry_client::{Producer, ProducerRecord};
 use ferry_testkit::{Proxy, deadline, wait_for, wait_until};
 
 use crate::common::*;
@@ -116,6 +116,21 @@ async fn rpo_follows_the_oldest_record_not_yet_mirrored_and_alarms_and_recovers(
     Ok(())
 }
 
+/// Restores `link`, then waits until the target holds the source, the partition's cache offset is `cache` and its
+/// RPO 0, and checks the target equals the source.
+async fn restored(a: &Dc, b: &Dc, mirror: &Mirror, link: Proxy, p: Producer, cache: u64) -> anyhow::Result<()> {
+    link.restore();
+    wait_caught_up(a, TOPIC, b, TOPIC, io_deadline()).await?;
+    wait_until("the RPO to be 0 again", io_deadline(), async || -> anyhow::Result<bool> {
+        let doc = partition_doc(&mirror.process, TOPIC, 0).await?;
+        Ok(doc["rpo_seconds"] == 0.0 && doc["cache_offset"] == cache)
+    })
+    .await?;
+    p.close().await;
+    assert_identical(a, TOPIC, b, TOPIC).await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpo_keeps_growing_while_the_target_is_down() -> anyhow::Result<()> {
     let (a, b) = two_dcs().await?;
@@ -158,16 +173,7 @@ async fn rpo_keeps_growing_while_the_target_is_down() -> anyhow::Result<()> {
     assert!(readings >= 3.0 - CHECK.as_secs_f64(), "the RPO grew with the records' age: {readings}");
 
     // The target is back: the records are copied and the RPO is 0.
-    link.restore();
-    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
-    wait_until("the RPO to be 0 again", io_deadline(), async || -> anyhow::Result<bool> {
-        let doc = partition_doc(&mirror.process, TOPIC, 0).await?;
-        Ok(doc["rpo_seconds"] == 0.0 && doc["cache_offset"] == 4)
-    })
-    .await?;
-    p.close().await;
-    assert_identical(&a, TOPIC, &b, TOPIC).await?;
-    Ok(())
+    restored(&a, &b, &mirror, link, p, 4).await
 }
 
 /// `[source.health] timeout` of [`MirrorConf`]: with [`CHECK`], how long the probe may go unanswered before the RPO
@@ -222,14 +228,5 @@ async fn rpo_counts_records_the_mirror_cannot_see_while_the_source_is_out_of_sig
     assert!(readings >= (grace + Duration::from_secs(3)).as_secs_f64(), "the RPO grew with the cut: {readings}");
 
     // The link is back: the records are copied and the RPO is 0.
-    link.restore();
-    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
-    wait_until("the RPO to be 0 again", io_deadline(), async || -> anyhow::Result<bool> {
-        let doc = partition_doc(&mirror.process, TOPIC, 0).await?;
-        Ok(doc["rpo_seconds"] == 0.0 && doc["cache_offset"] == 4)
-    })
-    .await?;
-    p.close().await;
-    assert_identical(&a, TOPIC, &b, TOPIC).await?;
-    Ok(())
+    restored(&a, &b, &mirror, link, p, 4).await
 }
