@@ -127,8 +127,10 @@ impl<'a> Sample<'a> {
 }
 
 /// Per-partition sampling state. An idle mirror with thousands of partitions samples each every second, so a round
-/// allocates nothing per partition and sorts nothing but its events: tracks are found by the status's own topic
-/// name, and those no longer sampled are told by the round that last saw them.
+/// allocates nothing per partition and sorts nothing but its events: it reads each status where it is kept, and a
+/// partition for which no condition holds and none was held or raised has no track at all (a track that comes back
+/// to that is dropped), so a quiet partition costs its reading and nothing else. Tracks are found by the status's
+/// own topic name, and those no longer sampled are told by the round that last saw them.
 #[derive(Debug, Default)]
 pub struct ConditionChecker {
     tracks: HashMap<String, HashMap<u32, Track, TpHasher>, TpHasher>,
@@ -143,6 +145,13 @@ fn seconds(d: Duration) -> f64 {
     d.as_millis() as f64 / 1000.0
 }
 
+impl Track {
+    /// Whether it holds nothing: no condition held since a time or raised (what a partition without a track has).
+    fn is_quiet(&self) -> bool {
+        self.lag.since.is_none() && !self.lag.raised && self.rpo.since.is_none() && !self.rpo.raised && !self.stalled
+    }
+}
+
 impl ConditionChecker {
     /// A checker that has seen nothing yet.
     pub fn new() -> ConditionChecker {
@@ -152,13 +161,17 @@ impl ConditionChecker {
     /// Samples every partition at `now`, sets their stalled flags and returns the events to emit, in partition
     /// order.
     pub fn check(&mut self, shared: &Shared, th: &Thresholds, now: Instant) -> Vec<Event> {
-        let statuses: Vec<_> = shared.partitions.iter().map(|e| std::sync::Arc::clone(e.value())).collect();
-        let samples: Vec<Sample<'_>> = statuses.iter().map(|s| Sample::of(s)).collect();
-        let (events, stalled) = self.step(&samples, th, now);
-        for (s, stalled) in statuses.iter().zip(stalled) {
-            s.set_stalled(stalled);
+        self.rounds += 1;
+        let mut out = Vec::new();
+        for entry in shared.partitions.iter() {
+            let status = entry.value();
+            let stalled = self.sample(&Sample::of(status), th, now, &mut out);
+            // Written only when it changes: a quiet round reads each status and writes none.
+            if status.stalled() != stalled {
+                status.set_stalled(stalled);
+            }
         }
-        events
+        self.finish(out)
     }
 
     /// Takes one sample of every partition this process owns at `now`: the events to emit (those of the sampled
@@ -166,20 +179,42 @@ impl ConditionChecker {
     /// flag.
     pub fn step(&mut self, samples: &[Sample<'_>], th: &Thresholds, now: Instant) -> (Vec<Event>, Vec<bool>) {
         self.rounds += 1;
-        let round = self.rounds;
         let mut out = Vec::new();
-        let mut flags = Vec::with_capacity(samples.len());
-        for s in samples {
-            let topic = match self.tracks.get_mut(s.topic) {
-                Some(t) => t,
-                None => self.tracks.entry(s.topic.to_owned()).or_default(),
-            };
-            let t = topic.entry(s.partition).or_default();
-            t.seen = round;
-            lag(s, t, th, now, &mut out);
-            rpo(s, t, th, now, &mut out);
-            flags.push(stall(s, t, th, &mut out));
+        let flags = samples.iter().map(|s| self.sample(s, th, now, &mut out)).collect();
+        (self.finish(out), flags)
+    }
+
+    /// One partition's sample in this round: its events go to `out`; returns its stalled flag.
+    fn sample(&mut self, s: &Sample<'_>, th: &Thresholds, now: Instant, out: &mut Vec<Event>) -> bool {
+        let (by_lag, by_latency) = lag_holds(s, th);
+        let quiet = !by_lag && !by_latency && !rpo_holds(s, th) && !stall_holds(s, th).1;
+        // A quiet partition without a track stays without one: every step on a quiet track is a no-op.
+        let topic = match self.tracks.get_mut(s.topic) {
+            Some(t) => t,
+            None if quiet => return false,
+            None => self.tracks.entry(s.topic.to_owned()).or_default(),
+        };
+        let t = match topic.get_mut(&s.partition) {
+            Some(t) => t,
+            None if quiet => return false,
+            None => topic.entry(s.partition).or_default(),
+        };
+        t.seen = self.rounds;
+        lag(s, t, th, now, out);
+        rpo(s, t, th, now, out);
+        let stalled = stall(s, t, th, out);
+        if t.is_quiet() {
+            topic.remove(&s.partition);
+            if topic.is_empty() {
+                self.tracks.remove(s.topic);
+            }
         }
+        stalled
+    }
+
+    /// The round's events in partition order, then the clearings of partitions no longer here.
+    fn finish(&mut self, mut out: Vec<Event>) -> Vec<Event> {
+        let round = self.rounds;
         // Stable: a partition's events keep their order (lag, RPO, stall).
         out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         // Partitions no longer here.
@@ -206,15 +241,36 @@ impl ConditionChecker {
             });
             !partitions.is_empty()
         });
-        (out, flags)
+        out
     }
+}
+
+/// Whether the lag condition holds: (by the lag, by the replication latency).
+fn lag_holds(s: &Sample<'_>, th: &Thresholds) -> (bool, bool) {
+    let lag = s.lag();
+    let by_lag = lag > th.lag_threshold;
+    let by_latency =
+        !th.latency_threshold.is_zero() && lag > 0 && Duration::from_millis(s.latency_ms) > th.latency_threshold;
+    (by_lag, by_latency)
+}
+
+/// Whether the RPO condition holds.
+fn rpo_holds(s: &Sample<'_>, th: &Thresholds) -> bool {
+    !th.rpo_threshold.is_zero() && s.rpo > th.rpo_threshold
+}
+
+/// How long the partition has made no progress with records waiting (`None`: it is not mirroring, or nothing
+/// waits), and whether that is a stall.
+fn stall_holds(s: &Sample<'_>, th: &Thresholds) -> (Option<Duration>, bool) {
+    let stalled_for = (s.state == PartitionState::Mirroring && s.behind())
+        .then(|| s.waiting.map(|w| w.min(s.since_progress)))
+        .flatten();
+    (stalled_for, stalled_for.is_some_and(|d| d >= th.stall_after))
 }
 
 fn lag(s: &Sample<'_>, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) {
     let (lag, latency_ms) = (s.lag(), s.latency_ms);
-    let latency = Duration::from_millis(latency_ms);
-    let by_lag = lag > th.lag_threshold;
-    let by_latency = !th.latency_threshold.is_zero() && lag > 0 && latency > th.latency_threshold;
+    let (by_lag, by_latency) = lag_holds(s, th);
     let (topic, p) = (&s.topic, s.partition);
     match t.lag.step(by_lag || by_latency, now, th.for_duration) {
         None => {}
@@ -262,7 +318,7 @@ fn lag(s: &Sample<'_>, t: &mut Track, th: &Thresholds, now: Instant, out: &mut V
 }
 
 fn rpo(s: &Sample<'_>, t: &mut Track, th: &Thresholds, now: Instant, out: &mut Vec<Event>) {
-    let above = !th.rpo_threshold.is_zero() && s.rpo > th.rpo_threshold;
+    let above = rpo_holds(s, th);
     let (topic, p, rpo) = (&s.topic, s.partition, seconds(s.rpo));
     let event = match t.rpo.step(above, now, th.for_duration) {
         None => return,
@@ -297,10 +353,7 @@ fn stall(s: &Sample<'_>, t: &mut Track, th: &Thresholds, out: &mut Vec<Event>) -
     let (lag, cache, state) = (s.lag(), s.cache, s.state);
     let (topic, p) = (&s.topic, s.partition);
     let source = s.source_offset.max(s.probed_source_offset);
-    let stalled_for = (state == PartitionState::Mirroring && s.behind())
-        .then(|| s.waiting.map(|w| w.min(s.since_progress)))
-        .flatten();
-    let stalled = stalled_for.is_some_and(|d| d >= th.stall_after);
+    let (stalled_for, stalled) = stall_holds(s, th);
     if stalled == t.stalled {
         return stalled;
     }

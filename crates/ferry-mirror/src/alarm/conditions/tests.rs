@@ -270,3 +270,55 @@ async fn events_come_in_partition_order_whatever_order_the_partitions_are_sample
     assert_eq!(at, [(Some("b"), Some(1), true)]);
     assert_eq!(c.tracks.values().map(HashMap::len).sum::<usize>(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_partition_has_no_track_and_one_that_comes_back_to_quiet_loses_its_own() {
+    let mut c = ConditionChecker::new();
+    let t0 = Instant::now();
+    let tracked = |c: &ConditionChecker| -> Vec<(String, u32)> {
+        let mut out: Vec<_> =
+            c.tracks.iter().flat_map(|(topic, ps)| ps.keys().map(move |p| (topic.clone(), *p))).collect();
+        out.sort();
+        out
+    };
+    // Caught up (stream and probe at the cache offset, RPO 0): nothing holds, nothing is kept.
+    let quiet = |p: u32| sample(p, 10, 10, 0);
+    assert_eq!(c.step(&[quiet(0), quiet(1)], &th(), t0), (vec![], vec![false, false]));
+    assert!(tracked(&c).is_empty());
+    // Partition 1 lags: it alone is tracked while the condition holds, raised after 30 s.
+    let lag = sample(1, 1000, 0, 0);
+    assert!(c.step(&[quiet(0), lag.clone()], &th(), t0 + SEC).0.is_empty());
+    assert_eq!(tracked(&c), [("orders".to_owned(), 1)]);
+    let (ev, _) = c.step(&[quiet(0), lag], &th(), t0 + 31 * SEC);
+    assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
+    // It catches up: the clearing goes out and the track with it; so a later departure clears nothing.
+    let (ev, _) = c.step(&[quiet(0), quiet(1)], &th(), t0 + 32 * SEC);
+    assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, true)]);
+    assert!(tracked(&c).is_empty());
+    assert_eq!(c.step(&[quiet(0)], &th(), t0 + 33 * SEC), (vec![], vec![false]));
+    // A condition that held without being raised and stopped holding leaves nothing behind either.
+    assert!(c.step(&[sample(0, 10, 10, 25)], &th(), t0 + 34 * SEC).0.is_empty());
+    assert_eq!(tracked(&c), [("orders".to_owned(), 0)]);
+    assert!(c.step(&[quiet(0)], &th(), t0 + 35 * SEC).0.is_empty());
+    assert!(tracked(&c).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_check_reads_every_partition_in_place_and_puts_a_wrong_stalled_flag_right() {
+    let (shared, s) = lagging(0, 1000, 10);
+    let q = Arc::new(PartitionStatus::new("orders", "orders", 1));
+    q.set_state(PartitionState::Mirroring);
+    shared.partitions.insert(crate::tp::SourceTp::new("orders", 1), Arc::clone(&q));
+    let mut c = ConditionChecker::new();
+    let t0 = Instant::now();
+    // Partition 1 is caught up but flagged stalled (as a stall that ended would have left it): the check clears
+    // the flag; partition 0, lagging, is not stalled (it was sighted just now).
+    q.set_stalled(true);
+    assert!(c.check(&shared, &th(), t0).is_empty());
+    assert!(!s.stalled() && !q.stalled());
+    // Partition 0's lag is raised after 30 s, and only its own.
+    let ev = c.check(&shared, &th(), t0 + 30 * SEC);
+    assert_eq!(kinds(&ev), [(EventKind::LagAboveThreshold, false)]);
+    assert_eq!((ev[0].topic.as_deref(), ev[0].partition), (Some("orders"), Some(0)));
+    assert_eq!(c.tracks.values().map(HashMap::len).sum::<usize>(), 1, "the quiet partition has no track");
+}
