@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{FetchSession, PartitionSet, SessionEnd};
 use crate::egress::{ActiveRoute, EgressHandle};
-use crate::lane::budget::Held;
+use crate::lane::budget::{Budget, Held};
 use crate::lane::core::{SourceFault, SourcePos};
 use crate::lane::link::LaneLink;
 use crate::lane::repeats::Repeat;
@@ -76,10 +76,6 @@ impl FerrySession {
         FerrySession { settings, egress, metrics, shared }
     }
 }
-
-/// Every partition's credit is looked at once in this many credit ticks (one second at the default tick), besides
-/// the partitions that received data since.
-const FULL_CREDIT_SCAN: u32 = 100;
 
 /// One partition of the stream.
 struct Sub {
@@ -329,10 +325,10 @@ impl FetchSession for FerrySession {
         let mut subs: BTreeMap<SourceTp, Sub> = BTreeMap::new();
         let (req_tx, req_rx) = mpsc::channel::<pb::SubscribeRequest>(256);
         let (starts, _) = Self::reconcile(&mut subs, set);
-        // Partitions whose credit may need a top-up; every partition is looked at once in `FULL_CREDIT_SCAN` ticks
-        // (a budget may also grow when the SyncManager resizes it).
+        // Partitions whose credit may need a top-up; every partition is looked at again after the SyncManager
+        // resized budgets (a budget's free bytes grow without data only then).
         let mut wanting: HashSet<SourceTp> = subs.keys().cloned().collect();
-        let mut ticks: u32 = 0;
+        let mut resizes = Budget::resizes();
         if req_tx.send(self.start_message(starts)).await.is_err() {
             return SessionEnd::Failed("request channel closed".into());
         }
@@ -345,8 +341,13 @@ impl FetchSession for FerrySession {
             Err(status) => return SessionEnd::Failed(format!("subscribe refused: {status}")),
         };
         tracing::info!(route = %route.name, leader = set.leader(), partitions = subs.len(), "source fetch stream open");
+        // Credit is looked at every credit tick while some partition may want it; an idle session (no partition
+        // wanting) is not woken a hundred times a second for nothing, only once a beat to watch the link and the
+        // budgets.
         let mut credit_tick = tokio::time::interval(self.settings.credit_tick);
         credit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beat_tick = tokio::time::interval(self.settings.heartbeat);
+        beat_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The broker sends positions every heartbeat even when idle; silence means a dead link.
         let silence_limit = self.settings.heartbeat * 6 + Duration::from_secs(2);
         let mut last_message = tokio::time::Instant::now();
@@ -371,13 +372,22 @@ impl FetchSession for FerrySession {
                 }
                 // Credits before data: under a steady flow a message is always ready, and a biased select that
                 // looked at messages first would never grant credit, starving the pipeline on a long link.
-                _ = credit_tick.tick() => {
+                _ = credit_tick.tick(), if !wanting.is_empty() => {
+                    let now_resizes = Budget::resizes();
+                    let all = std::mem::replace(&mut resizes, now_resizes) != now_resizes;
+                    if let Some(credit) = Self::credits(&mut subs, &mut wanting, all) && req_tx.send(credit).await.is_err() {
+                        return closed();
+                    }
+                }
+                _ = beat_tick.tick() => {
                     if last_message.elapsed() > silence_limit {
                         return SessionEnd::Failed(format!("no data or heartbeat from the source for {:?}", last_message.elapsed()));
                     }
-                    ticks = ticks.wrapping_add(1);
-                    let all = ticks % FULL_CREDIT_SCAN == 0;
-                    if let Some(credit) = Self::credits(&mut subs, &mut wanting, all) && req_tx.send(credit).await.is_err() {
+                    let now_resizes = Budget::resizes();
+                    if std::mem::replace(&mut resizes, now_resizes) != now_resizes
+                        && let Some(credit) = Self::credits(&mut subs, &mut wanting, true)
+                        && req_tx.send(credit).await.is_err()
+                    {
                         return closed();
                     }
                 }

@@ -11,6 +11,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Resizes made of any budget in this process ([`Budget::resizes`]).
+static RESIZES: AtomicU64 = AtomicU64::new(0);
+
 /// One partition's budget: a cap, and the bytes held against it (of which `copies` are an append's copies).
 #[derive(Debug, Default)]
 pub struct Budget {
@@ -35,6 +38,13 @@ impl Budget {
     pub fn resize(&self, cap: u64, request: u64) {
         self.cap.store(cap, Ordering::Relaxed);
         self.request.store(request, Ordering::Relaxed);
+        RESIZES.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many resizes this process has made of any budget: a budget's free bytes grow without data moving only
+    /// when this changes (a fetch session then looks at every partition's credit again).
+    pub fn resizes() -> u64 {
+        RESIZES.load(Ordering::Acquire)
     }
 
     /// The cap.
@@ -155,6 +165,16 @@ impl Drop for Held {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resize_is_counted_after_its_new_size_is_in_place() {
+        let b = Budget::new(1000, 100);
+        let before = Budget::resizes();
+        b.resize(4000, 400);
+        // Other tests in this process may resize too: the count moved by at least this one.
+        assert!(Budget::resizes() > before);
+        assert_eq!((b.cap(), b.request(), b.free()), (4000, 400, 2000));
+    }
 
     #[test]
     fn held_bytes_come_back_when_dropped_split_or_merged() {
