@@ -143,7 +143,7 @@ pub async fn run(
     let alarmer = Alarmer::new(&config.alarms, identity, events.clone(), metrics.clone())?;
     tasks.spawn(alarmer.run(Arc::clone(&shared), config.sync.stall_check_interval, alarms_rx, components.clone()));
 
-    let links: Links = Arc::new(crate::tp::TpMap::default());
+    let links: Links = Arc::new(crate::sync::LinkMap::default());
     // `[target.health]`, each key defaulting to `[source.health]`'s.
     let health = &config.target.health;
     let target_health = Arc::new(TargetHealth::new(health.failure_threshold));

@@ -27,21 +27,21 @@
 //! [`LaneLink::source_log_start`]: crate::lane::link::LaneLink::source_log_start
 //! [`LaneLink::probed_source_log_start`]: crate::lane::link::LaneLink::probed_source_log_start
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::egress::EgressHandle;
-use crate::lane::link::LaneLink;
 use crate::rpo::Heard;
-use crate::sync::Links;
-use crate::tp::{Placer, SourceTp};
+use crate::sync::{LinkList, Links};
+use crate::tp::Placer;
 
 /// The SourceWatch component.
 pub struct SourceWatch {
     egress: EgressHandle,
     links: Links,
+    /// The partitions a round probes, listed again only when the set changed.
+    listed: LinkList,
     check_interval: Duration,
     timeout: Duration,
 }
@@ -49,11 +49,11 @@ pub struct SourceWatch {
 impl SourceWatch {
     /// A watch over the partitions in `links`, probing every `check_interval` with calls bounded by `timeout`.
     pub fn new(egress: EgressHandle, links: Links, check_interval: Duration, timeout: Duration) -> SourceWatch {
-        SourceWatch { egress, links, check_interval, timeout }
+        SourceWatch { egress, links, listed: LinkList::default(), check_interval, timeout }
     }
 
     /// Probes until `stop`.
-    pub async fn run(self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -64,13 +64,9 @@ impl SourceWatch {
         }
     }
 
-    async fn round(&self) {
-        let mut tps: Vec<SourceTp> = Vec::with_capacity(self.links.len());
-        let mut links: Vec<Arc<LaneLink>> = Vec::with_capacity(self.links.len());
-        for entry in self.links.iter() {
-            tps.push(entry.key().clone());
-            links.push(Arc::clone(entry.value()));
-        }
+    async fn round(&mut self) {
+        self.listed.refresh(&self.links);
+        let (tps, links) = (&self.listed.tps, &self.listed.links);
         if tps.is_empty() {
             return;
         }
@@ -81,7 +77,7 @@ impl SourceWatch {
         // Each leader answers within the timeout or its partitions go unanswered this round; the whole round is
         // bounded too, should the leaders' look-up itself hang.
         let asked = Instant::now();
-        let probe = route.cluster.log_offsets_many(&tps, self.timeout);
+        let probe = route.cluster.log_offsets_many(tps, self.timeout);
         let offsets = match tokio::time::timeout(2 * self.timeout, probe).await {
             Ok(Ok(offsets)) => offsets,
             Ok(Err(e)) => {
@@ -95,7 +91,7 @@ impl SourceWatch {
         };
         // A healthy probe answers every check interval, each answer within the timeout.
         let heard = Heard { asked, grace: self.check_interval + self.timeout };
-        let mut placer = Placer::new(&tps);
+        let mut placer = Placer::new(tps);
         for p in offsets {
             let Some(i) = placer.place(&p.tp) else { continue };
             links[i].status.set_probed_source(p.log_start, p.log_end, p.end_age, heard);

@@ -20,10 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::TargetCluster;
 use crate::events::EventBus;
-use crate::lane::link::LaneLink;
-use crate::sync::Links;
+use crate::sync::{LinkList, Links};
 pub use crate::target_health::TargetHealth;
-use crate::tp::{Placer, TargetTp};
+use crate::tp::Placer;
 
 /// How the target is probed.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +40,8 @@ pub struct TargetWatch {
     health: Arc<TargetHealth>,
     events: EventBus,
     probe: TargetProbe,
+    /// The partitions a round probes, listed again only when the set changed.
+    listed: LinkList,
 }
 
 impl TargetWatch {
@@ -52,11 +53,11 @@ impl TargetWatch {
         events: EventBus,
         probe: TargetProbe,
     ) -> TargetWatch {
-        TargetWatch { target, links, health, events, probe }
+        TargetWatch { target, links, health, events, probe, listed: LinkList::default() }
     }
 
     /// Probes until `stop`.
-    pub async fn run(self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.probe.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -67,7 +68,7 @@ impl TargetWatch {
         }
     }
 
-    async fn round(&self) {
+    async fn round(&mut self) {
         let began = self.health.ticket();
         match tokio::time::timeout(self.probe.timeout, self.target.limits()).await {
             Ok(Ok(_)) => {
@@ -82,15 +83,11 @@ impl TargetWatch {
                 return;
             }
         }
-        // Each owned partition's link and cache offset from before the read, and its target name.
-        let mut parts: Vec<(u64, Arc<LaneLink>)> = Vec::with_capacity(self.links.len());
-        let mut tps: Vec<TargetTp> = Vec::with_capacity(self.links.len());
-        for entry in self.links.iter() {
-            let link = entry.value();
-            tps.push(link.target.clone());
-            parts.push((link.status.cache_offset(), Arc::clone(link)));
-        }
-        let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends_many(&tps)).await {
+        // Each owned partition's cache offset from before the read.
+        self.listed.refresh(&self.links);
+        let (tps, links) = (&self.listed.targets, &self.listed.links);
+        let before: Vec<u64> = links.iter().map(|link| link.status.cache_offset()).collect();
+        let ends = match tokio::time::timeout(self.probe.timeout, self.target.log_ends_many(tps)).await {
             Ok(Ok(ends)) => ends,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot read the target's log ends");
@@ -98,11 +95,10 @@ impl TargetWatch {
             }
             Err(_) => return,
         };
-        let mut placer = Placer::new(&tps);
+        let mut placer = Placer::new(tps);
         for (tp, log_end) in ends {
             let Some(i) = placer.place(&tp) else { continue };
-            let (cache_before, link) = &parts[i];
-            link.probed_target_log_end(log_end, *cache_before);
+            links[i].probed_target_log_end(log_end, before[i]);
         }
     }
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +49,8 @@ pub struct LaneCtx {
 /// A running lane.
 #[derive(Debug)]
 pub struct Lane {
+    /// Its id, unique among the lanes of its owner (sent on `ended` when its task ends).
+    pub id: u64,
     /// Its link (the fetch session and the SyncManager deliver into it).
     pub link: Arc<LaneLink>,
     /// Its status (the monitor reads it).
@@ -57,9 +60,31 @@ pub struct Lane {
     join: JoinHandle<()>,
 }
 
+/// What ties a lane to whoever owns it.
+#[derive(Debug)]
+pub struct Owner {
+    /// A child of the process's token tree: the lane ends at once when it is cancelled.
+    pub kill: CancellationToken,
+    /// The lane's id, unique among the owner's lanes.
+    pub id: u64,
+    /// Where the lane's task sends `id` when it ends, however it ends (a panic too), so an owner of many lanes need
+    /// not ask each whether it has.
+    pub ended: mpsc::UnboundedSender<u64>,
+}
+
+/// Sends its lane's id when dropped.
+struct EndedGuard(u64, mpsc::UnboundedSender<u64>);
+
+impl Drop for EndedGuard {
+    fn drop(&mut self) {
+        // The owner may be gone already (shutdown): nobody is left to tell.
+        let _ = self.1.send(self.0);
+    }
+}
+
 impl Lane {
-    /// Starts a lane for `config`. `kill` is a child of the process's token tree: the lane ends at once when it is
-    /// cancelled; [`Lane::stop`] ends it gracefully, appending what is pending within `drain`.
+    /// Starts a lane for `config`, tied to its owner by `owner`. [`Lane::stop`] ends it gracefully, appending what
+    /// is pending within `drain`.
     pub fn spawn(
         config: CoreConfig,
         ctx: LaneCtx,
@@ -67,8 +92,9 @@ impl Lane {
         status: Arc<PartitionStatus>,
         paused: bool,
         drain: Duration,
-        kill: CancellationToken,
+        owner: Owner,
     ) -> Lane {
+        let Owner { kill, id, ended } = owner;
         let stop = CancellationToken::new();
         let driver = Driver {
             core: PartitionCore::new(config.clone(), paused, link.budget.request()),
@@ -78,8 +104,13 @@ impl Lane {
             status: Arc::clone(&status),
             note: Arc::new(Mutex::new(None)),
         };
-        let join = tokio::spawn(driver.run(stop.clone(), kill.clone(), drain));
-        Lane { link, status, stop, kill, join }
+        let run = driver.run(stop.clone(), kill.clone(), drain);
+        let join = tokio::spawn(async move {
+            // Dropped when the task ends: on return, and when a panic unwinds it.
+            let _ended = EndedGuard(id, ended);
+            run.await
+        });
+        Lane { id, link, status, stop, kill, join }
     }
 
     /// Asks the lane to stop gracefully.
@@ -266,7 +297,28 @@ impl Driver {
 
 #[cfg(test)]
 mod tests {
-    use super::latency_ms;
+    use super::{EndedGuard, latency_ms};
+    use tokio::sync::mpsc;
+
+    #[tokio::test]
+    async fn a_task_holding_the_guard_says_it_ended_however_it_ends() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let guarded = |id: u64, panics: bool| {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _ended = EndedGuard(id, tx);
+                tokio::task::yield_now().await;
+                assert!(!panics, "the lane's task panics");
+            })
+        };
+        let (fine, panicked) = (guarded(7, false), guarded(8, true));
+        assert!(fine.await.is_ok());
+        assert!(panicked.await.unwrap_err().is_panic());
+        let mut ids = vec![rx.recv().await, rx.recv().await];
+        ids.sort();
+        assert_eq!(ids, [Some(7), Some(8)]);
+        assert!(rx.try_recv().is_err(), "each says it once");
+    }
 
     #[test]
     fn latency_survives_hostile_timestamps() {

@@ -11,6 +11,7 @@
 //! **Commits.** Every `commit_interval` and on shutdown, cache offsets are committed to the source group
 //! `ferry-mirror.{mirror.name}`, so source-side tools see the mirror's progress.
 
+mod links;
 mod membership;
 
 use std::collections::BTreeMap;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_client::proto as pb;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -29,16 +30,17 @@ use crate::fetch::Fetcher;
 use crate::lane::budget::Budget;
 use crate::lane::core::{CoreConfig, SourceKind};
 use crate::lane::link::{LINK_OVERHEAD_BYTES, LaneLink};
-use crate::lane::{Lane, LaneCtx};
+use crate::lane::{Lane, LaneCtx, Owner};
 use crate::state::{PartitionState, PartitionStatus};
 use crate::topics::{MirroredTopic, TopicSet};
 use crate::tp::{SourceTp, TargetTp};
 
+pub use links::{LinkList, LinkMap};
 pub use membership::Membership;
 
-/// The lanes' links, by source partition: the monitor pauses and resumes through them, the target watch delivers
-/// its probes. The SyncManager is the only writer.
-pub type Links = Arc<crate::tp::TpMap<Arc<LaneLink>>>;
+/// The lanes' links, by source partition: the monitor pauses and resumes through them, the probes deliver into
+/// them. The SyncManager is the only writer.
+pub type Links = Arc<LinkMap>;
 
 /// Tuning the SyncManager needs.
 #[derive(Debug, Clone)]
@@ -101,6 +103,11 @@ pub struct SyncManager {
     /// (a lane was reaped). With thousands of partitions a reconcile is not free, and most heartbeats change
     /// nothing.
     reconciled: Option<(Arc<TopicSet>, u64)>,
+    /// The ids of lanes whose task ended (each lane sends its own), and the next lane's id.
+    ended: (mpsc::UnboundedSender<u64>, mpsc::UnboundedReceiver<u64>),
+    next_lane_id: u64,
+    /// Lanes whose task said it ended but was not yet seen finished: looked at again at the next heartbeat.
+    ending: Vec<u64>,
 }
 
 impl SyncManager {
@@ -131,6 +138,9 @@ impl SyncManager {
             stopping: TaskTracker::new(),
             lanes_token,
             reconciled: None,
+            ended: mpsc::unbounded_channel(),
+            next_lane_id: 0,
+            ending: Vec::new(),
         }
     }
 
@@ -269,7 +279,9 @@ impl SyncManager {
         self.fetcher.assign(Arc::clone(&link));
         let paused = self.ctx.shared.is_paused(tp.topic());
         let drain = self.settings.shutdown_timeout / 2;
-        let lane = Lane::spawn(config, self.ctx.clone(), link, status, paused, drain, self.lanes_token.child_token());
+        let owner = Owner { kill: self.lanes_token.child_token(), id: self.next_lane_id, ended: self.ended.0.clone() };
+        self.next_lane_id += 1;
+        let lane = Lane::spawn(config, self.ctx.clone(), link, status, paused, drain, owner);
         self.lanes.insert(tp, lane);
     }
 
@@ -286,8 +298,26 @@ impl SyncManager {
     /// Restarts lanes that ended on their own (they only end on stop; a panic is logged and the partition restarts
     /// at the next reconcile).
     fn reap(&mut self) {
-        let dead: Vec<SourceTp> =
-            self.lanes.iter().filter(|(_, l)| l.is_finished()).map(|(tp, _)| tp.clone()).collect();
+        // Only the lanes that said their task ended are looked at: with thousands of lanes, asking each on every
+        // heartbeat was most of what an idle manager did.
+        while let Ok(id) = self.ended.1.try_recv() {
+            self.ending.push(id);
+        }
+        if self.ending.is_empty() {
+            return;
+        }
+        let mut dead = Vec::new();
+        let lanes = &self.lanes;
+        self.ending.retain(|id| match lanes.iter().find(|(_, l)| l.id == *id) {
+            // Removed: it was stopped on purpose.
+            None => false,
+            Some((tp, l)) if l.is_finished() => {
+                dead.push(tp.clone());
+                false
+            }
+            // Said so and not yet finished (the task is completing): looked at again.
+            Some(_) => true,
+        });
         for tp in dead {
             tracing::error!(%tp, "partition lane ended unexpectedly; restarting it");
             self.remove(&tp);

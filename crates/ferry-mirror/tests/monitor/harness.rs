@@ -87,7 +87,7 @@ pub fn build_handle(source: &SourceConfig) -> MirrorHandle {
         egress,
         events,
         metrics,
-        links: Arc::new(ferry_mirror::tp::TpMap::default()),
+        links: Arc::new(ferry_mirror::sync::LinkMap::default()),
         target_health: Arc::new(TargetHealth::default()),
         failover: Default::default(),
     }
