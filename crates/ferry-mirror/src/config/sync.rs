@@ -44,7 +44,8 @@ pub struct SyncConfig {
     #[serde(deserialize_with = "de::duration")]
     pub stall_check_interval: Duration,
     /// How often the source sends every fetched partition's position while it has no data for it; six missed
-    /// beats (plus 2 s) make the fetch stream count as failed.
+    /// beats (plus 2 s) make the fetch stream count as failed, noticed within one beat more (an idle stream
+    /// checks once a beat).
     #[serde(deserialize_with = "de::duration")]
     pub position_heartbeat: Duration,
 }
