@@ -373,8 +373,7 @@ impl FetchSession for FerrySession {
                 // Credits before data: under a steady flow a message is always ready, and a biased select that
                 // looked at messages first would never grant credit, starving the pipeline on a long link.
                 _ = credit_tick.tick(), if !wanting.is_empty() => {
-                    let now_resizes = Budget::resizes();
-                    let all = std::mem::replace(&mut resizes, now_resizes) != now_resizes;
+                    let all = Budget::resized_since(&mut resizes);
                     if let Some(credit) = Self::credits(&mut subs, &mut wanting, all) && req_tx.send(credit).await.is_err() {
                         return closed();
                     }
@@ -383,8 +382,7 @@ impl FetchSession for FerrySession {
                     if last_message.elapsed() > silence_limit {
                         return SessionEnd::Failed(format!("no data or heartbeat from the source for {:?}", last_message.elapsed()));
                     }
-                    let now_resizes = Budget::resizes();
-                    if std::mem::replace(&mut resizes, now_resizes) != now_resizes
+                    if Budget::resized_since(&mut resizes)
                         && let Some(credit) = Self::credits(&mut subs, &mut wanting, true)
                         && req_tx.send(credit).await.is_err()
                     {

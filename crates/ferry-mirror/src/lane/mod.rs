@@ -34,6 +34,7 @@ use crate::config::OnDivergence;
 use crate::events::{Details, DivergedFacts, Event, EventKind, FailureFacts, GapFacts};
 use crate::metrics::Metrics;
 use crate::state::{PartitionStatus, Shared, Snapshot};
+use crate::tp::SourceTp;
 
 /// What every lane shares.
 #[derive(Debug, Clone)]
@@ -49,7 +50,7 @@ pub struct LaneCtx {
 /// A running lane.
 #[derive(Debug)]
 pub struct Lane {
-    /// Its id, unique among the lanes of its owner (sent on `ended` when its task ends).
+    /// Its id, unique among the lanes of its owner (sent on `ended`, with its partition, when its task ends).
     pub id: u64,
     /// Its link (the fetch session and the SyncManager deliver into it).
     pub link: Arc<LaneLink>,
@@ -60,6 +61,9 @@ pub struct Lane {
     join: JoinHandle<()>,
 }
 
+/// What a lane's task sends when it ends: its partition and its id.
+pub type Ended = (SourceTp, u64);
+
 /// What ties a lane to whoever owns it.
 #[derive(Debug)]
 pub struct Owner {
@@ -67,18 +71,20 @@ pub struct Owner {
     pub kill: CancellationToken,
     /// The lane's id, unique among the owner's lanes.
     pub id: u64,
-    /// Where the lane's task sends `id` when it ends, however it ends (a panic too), so an owner of many lanes need
-    /// not ask each whether it has.
-    pub ended: mpsc::UnboundedSender<u64>,
+    /// Where the lane's task sends its partition and `id` when it ends, however it ends (a panic too), so an owner
+    /// of many lanes need not ask each whether it has.
+    pub ended: mpsc::UnboundedSender<Ended>,
 }
 
-/// Sends its lane's id when dropped.
-struct EndedGuard(u64, mpsc::UnboundedSender<u64>);
+/// Sends its lane's partition and id when dropped.
+struct EndedGuard(Option<Ended>, mpsc::UnboundedSender<Ended>);
 
 impl Drop for EndedGuard {
     fn drop(&mut self) {
         // The owner may be gone already (shutdown): nobody is left to tell.
-        let _ = self.1.send(self.0);
+        if let Some(ended) = self.0.take() {
+            let _ = self.1.send(ended);
+        }
     }
 }
 
@@ -105,9 +111,10 @@ impl Lane {
             note: Arc::new(Mutex::new(None)),
         };
         let run = driver.run(stop.clone(), kill.clone(), drain);
+        let tp = link.tp.clone();
         let join = tokio::spawn(async move {
             // Dropped when the task ends: on return, and when a panic unwinds it.
-            let _ended = EndedGuard(id, ended);
+            let _ended = EndedGuard(Some((tp, id)), ended);
             run.await
         });
         Lane { id, link, status, stop, kill, join }
@@ -298,6 +305,7 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::{EndedGuard, latency_ms};
+    use crate::tp::SourceTp;
     use tokio::sync::mpsc;
 
     #[tokio::test]
@@ -306,7 +314,7 @@ mod tests {
         let guarded = |id: u64, panics: bool| {
             let tx = tx.clone();
             tokio::spawn(async move {
-                let _ended = EndedGuard(id, tx);
+                let _ended = EndedGuard(Some((SourceTp::new("orders", id as u32), id)), tx);
                 tokio::task::yield_now().await;
                 assert!(!panics, "the lane's task panics");
             })
@@ -316,7 +324,7 @@ mod tests {
         assert!(panicked.await.unwrap_err().is_panic());
         let mut ids = vec![rx.recv().await, rx.recv().await];
         ids.sort();
-        assert_eq!(ids, [Some(7), Some(8)]);
+        assert_eq!(ids, [Some((SourceTp::new("orders", 7), 7)), Some((SourceTp::new("orders", 8), 8))]);
         assert!(rx.try_recv().is_err(), "each says it once");
     }
 

@@ -5,9 +5,10 @@
 //! the round's own work, and the set changes only when the SyncManager starts or stops a lane. So the map counts
 //! its changes, and a probe's [`LinkList`] is listed again only when that count moved.
 
-use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::mapref::multiple::RefMulti;
 
 use crate::lane::link::LaneLink;
 use crate::tp::{SourceTp, TargetTp, TpMap};
@@ -34,18 +35,15 @@ impl LinkMap {
         old
     }
 
+    /// Every partition's link. Only reading is offered: a change made any other way than [`LinkMap::insert`] or
+    /// [`LinkMap::remove`] would not be counted, and a probe would keep its old list.
+    pub fn iter(&self) -> impl Iterator<Item = RefMulti<'_, SourceTp, Arc<LaneLink>>> {
+        self.map.iter()
+    }
+
     /// How many changes were made to the set: equal counts, the same set.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
-    }
-}
-
-/// Reading goes to the map itself; changes go through [`LinkMap::insert`] and [`LinkMap::remove`], which count.
-impl Deref for LinkMap {
-    type Target = TpMap<Arc<LaneLink>>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.map
     }
 }
 

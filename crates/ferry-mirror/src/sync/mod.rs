@@ -30,7 +30,7 @@ use crate::fetch::Fetcher;
 use crate::lane::budget::Budget;
 use crate::lane::core::{CoreConfig, SourceKind};
 use crate::lane::link::{LINK_OVERHEAD_BYTES, LaneLink};
-use crate::lane::{Lane, LaneCtx, Owner};
+use crate::lane::{Ended, Lane, LaneCtx, Owner};
 use crate::state::{PartitionState, PartitionStatus};
 use crate::topics::{MirroredTopic, TopicSet};
 use crate::tp::{SourceTp, TargetTp};
@@ -103,11 +103,11 @@ pub struct SyncManager {
     /// (a lane was reaped). With thousands of partitions a reconcile is not free, and most heartbeats change
     /// nothing.
     reconciled: Option<(Arc<TopicSet>, u64)>,
-    /// The ids of lanes whose task ended (each lane sends its own), and the next lane's id.
-    ended: (mpsc::UnboundedSender<u64>, mpsc::UnboundedReceiver<u64>),
+    /// The lanes whose task ended, by partition and id (each lane sends its own), and the next lane's id.
+    ended: (mpsc::UnboundedSender<Ended>, mpsc::UnboundedReceiver<Ended>),
     next_lane_id: u64,
     /// Lanes whose task said it ended but was not yet seen finished: looked at again at the next heartbeat.
-    ending: Vec<u64>,
+    ending: Vec<Ended>,
 }
 
 impl SyncManager {
@@ -300,18 +300,18 @@ impl SyncManager {
     fn reap(&mut self) {
         // Only the lanes that said their task ended are looked at: with thousands of lanes, asking each on every
         // heartbeat was most of what an idle manager did.
-        while let Ok(id) = self.ended.1.try_recv() {
-            self.ending.push(id);
+        while let Ok(ended) = self.ended.1.try_recv() {
+            self.ending.push(ended);
         }
         if self.ending.is_empty() {
             return;
         }
         let mut dead = Vec::new();
         let lanes = &self.lanes;
-        self.ending.retain(|id| match lanes.iter().find(|(_, l)| l.id == *id) {
-            // Removed: it was stopped on purpose.
+        self.ending.retain(|(tp, id)| match lanes.get(tp).filter(|l| l.id == *id) {
+            // Removed, perhaps replaced by a newer lane: it was stopped on purpose.
             None => false,
-            Some((tp, l)) if l.is_finished() => {
+            Some(l) if l.is_finished() => {
                 dead.push(tp.clone());
                 false
             }
