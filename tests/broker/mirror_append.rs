@@ -5,7 +5,7 @@ use bytes::Bytes;
 use ferry_batch::{Compression, Header, ProducerInfo, Record, encode_records};
 use ferry_client::admin::{AppendWithOffsetsResponse, MirrorSource, TopicConfig};
 use ferry_client::proto::{self as pb, ErrorCode};
-use ferry_client::{Admin, Code};
+use ferry_client::{Admin, AppendWithOffsetsParts, Code};
 
 use crate::common::{
     Rec, assert_same_records, assert_status, connect, epochs, plain_batch, read_partition, start_broker,
@@ -195,6 +195,42 @@ async fn append_with_offsets_handles_every_case_against_the_log_end() -> anyhow:
         "mirrored partition 1",
         &as_recs(1, &records(10, 2)),
         &read_partition(&client, "dc-a.orders", 1).await,
+    );
+    Ok(())
+}
+
+/// The mirror's appends send each batch from the buffer it was received in (long batches as frames of their own,
+/// short ones copied together): the broker answers and stores them exactly as the same batches in one message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_sent_from_the_batches_own_buffers_are_answered_and_stored_as_one_message() -> anyhow::Result<()> {
+    let broker = start_broker("").await?;
+    let (client, admin) = connect(&broker);
+    admin.create_topic("dc-a.orders", 1, TopicConfig::default(), Some(source())).await?;
+    // Short, long, short: the long batch is sent uncopied, the short ones copied into frames of their own.
+    let parts = vec![batch(0, 3, 0), batch(3, 200, 0), batch(203, 2, 0)];
+    assert!(parts[1].len() > 8 << 10 && parts[0].len() < 1 << 10, "{:?}", parts.iter().map(Bytes::len));
+    let request = |batches: Vec<Bytes>| AppendWithOffsetsParts {
+        topic: "dc-a.orders".into(),
+        partition: 0,
+        source_topic_id: SOURCE_TOPIC_ID.into(),
+        source_log_start_offset: 0,
+        batches,
+    };
+    let r = client.append_with_offsets_parts_once(request(parts.clone())).await?;
+    outcome(&r, ErrorCode::None, 3, 0, 205);
+    // Sent again: all three recognised as present, as a single-buffer message's would be.
+    let r = client.append_with_offsets_parts_once(request(parts.clone())).await?;
+    outcome(&r, ErrorCode::None, 0, 3, 205);
+    // A refusal the broker answers as a status arrives as that status, and writes nothing.
+    assert_status(
+        client.append_with_offsets_parts_once(request(vec![batch(205, 200, 0), batch(206, 2, 0)])).await,
+        Code::InvalidArgument,
+        &["offsets must increase"],
+    );
+    assert_same_records(
+        "appended in parts",
+        &as_recs(0, &records(0, 205)),
+        &read_partition(&client, "dc-a.orders", 0).await,
     );
     Ok(())
 }

@@ -266,6 +266,17 @@ impl BrokerClient {
         }
     }
 
+    /// `conn`'s service with this client's credentials and its message limit, for a call whose body is built by
+    /// hand (see `parts_call`); `None` when this client compresses, where tonic's codec must encode the message.
+    pub(crate) fn uncompressed_service(
+        &self,
+        conn: &Conn,
+    ) -> Option<(InterceptedService<Channel, AuthInterceptor>, usize)> {
+        let config = &self.inner.config;
+        let service = InterceptedService::new(conn.channel.clone(), self.inner.auth.clone());
+        (!config.compression).then_some((service, config.max_message_bytes))
+    }
+
     /// A plain gRPC client on `conn`, with the interceptor, limits and compression of the generated one, for
     /// calls whose messages are encoded by hand (see `rpc::AppendWithOffsetsParts`).
     pub(crate) fn grpc(&self, conn: &Conn) -> tonic::client::Grpc<InterceptedService<Channel, AuthInterceptor>> {

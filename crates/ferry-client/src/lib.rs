@@ -17,6 +17,7 @@ pub mod consumer;
 pub mod delay;
 pub mod error;
 pub mod listener;
+mod parts_call;
 pub mod producer;
 pub mod retry;
 mod rpc;

@@ -168,16 +168,22 @@ impl BrokerClient {
         .await
     }
 
-    /// [`Self::append_with_offsets_once`] for batches held in several buffers: each is copied once, straight into
-    /// the outgoing message, instead of first into one request body (see [`AppendWithOffsetsParts`]).
+    /// [`Self::append_with_offsets_once`] for batches held in several buffers. Without compression they are sent
+    /// from those buffers, uncopied (see `parts_call`); with it, each is copied once, straight into the message
+    /// being compressed (see [`AppendWithOffsetsParts`]).
     pub async fn append_with_offsets_parts_once(
         &self,
         request: AppendWithOffsetsParts,
     ) -> Result<pb::AppendWithOffsetsResponse> {
         self.call_partition(&request.topic, request.partition, "AppendWithOffsets", Retry::Once, |conn| {
+            let uncompressed = self.uncompressed_service(conn);
             let mut grpc = self.grpc(conn);
             let request = request.clone();
             async move {
+                if let Some((service, max_message_bytes)) = uncompressed {
+                    let body = crate::parts_call::PartsBody::new(&request, max_message_bytes)?;
+                    return crate::parts_call::append(service, body, max_message_bytes).await;
+                }
                 grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("service was not ready: {e}")))?;
                 let codec =
                     ferry_proto::codec::SizedCodec::<AppendWithOffsetsParts, pb::AppendWithOffsetsResponse>::default();
@@ -320,9 +326,10 @@ mod tests {
 }
 
 /// A `ferry.v1.AppendWithOffsetsRequest` whose `batches` field is several buffers. It encodes to exactly the bytes
-/// of the generated message with those buffers concatenated (the field is one length-delimited `bytes`), but each
-/// buffer is copied once, into the outgoing message, and never into a request body first: the mirror's batches
-/// are slices of the buffers they were received in. It is only ever encoded; decoding it skips every field.
+/// of the generated message with those buffers concatenated (the field is one length-delimited `bytes`), but no
+/// request body holding them all is assembled first: the mirror's batches are slices of the buffers they were
+/// received in. Without compression the buffers are sent as they are (`parts_call`); with it, each is copied once,
+/// into the message tonic compresses. It is only ever encoded; decoding it skips every field.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AppendWithOffsetsParts {
     /// Target topic.
@@ -341,10 +348,10 @@ impl AppendWithOffsetsParts {
     fn batches_len(&self) -> usize {
         self.batches.iter().map(Bytes::len).sum()
     }
-}
 
-impl prost::Message for AppendWithOffsetsParts {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+    /// Everything the message holds before its batches' bytes: fields 1 to 4, then the batches field's key and
+    /// length (left out, as proto3 leaves a default value out, when there are no bytes).
+    pub(crate) fn encode_head(&self, buf: &mut impl BufMut) {
         use prost::encoding::{WireType, encode_key, encode_varint, string, uint32, uint64};
         // Field numbers and the proto3 rule of leaving default values out, as in `broker.proto`.
         if !self.topic.is_empty() {
@@ -363,9 +370,15 @@ impl prost::Message for AppendWithOffsetsParts {
         if len > 0 {
             encode_key(5, WireType::LengthDelimited, buf);
             encode_varint(len as u64, buf);
-            for part in &self.batches {
-                buf.put_slice(part);
-            }
+        }
+    }
+}
+
+impl prost::Message for AppendWithOffsetsParts {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.encode_head(buf);
+        for part in &self.batches {
+            buf.put_slice(part);
         }
     }
 

@@ -335,8 +335,9 @@ impl TargetCluster for FerryTarget {
         source_log_start: u64,
         batches: &[Batch],
     ) -> Result<AppendOutcome> {
-        // The one copy on the mirror's path: each batch, a slice of the buffer it was received in, straight into
-        // the outgoing message (no request body is assembled first).
+        // Each batch is a slice of the buffer it was received in. Uncompressed, a long one is sent from there as it
+        // is and short ones are copied together; compressed, each is copied once, into the message (see
+        // `append_with_offsets_parts_once`).
         // Not retried inside the client after an unknown outcome: the lane's own retry must know when an earlier
         // attempt may have written the batches (see `lane::io`).
         let request = AppendWithOffsetsParts {
