@@ -19,7 +19,7 @@
 //! - the brokers' CPU per acknowledged byte, raft3 against single (target <= 2.5), in all, and split into user and
 //!   system time;
 //! - what this machine charges in system time for a GB of new file data where the brokers keep their logs, into
-//!   free pages and into pages just freed. raft3 writes every byte three times. Under a hypervisor that takes back
+//!   pages free for 3 s or more and into pages just freed. raft3 writes every byte three times. Under a hypervisor that takes back
 //!   the guest's free pages (Linux free page reporting), filling free pages costs a host fault per page, and that
 //!   system time can be most of the brokers' CPU: it is a property of the machine, not of the code;
 //! - acknowledgement latency p50 and p99 of each mode with the producer paced at half that mode's maximum (one record
@@ -156,7 +156,7 @@ async fn run() -> anyhow::Result<()> {
     match support::page_cache_fill_cost(&std::env::temp_dir(), FILL_BYTES) {
         Ok((fresh, again)) => println!(
             "this machine's system CPU to write 1 GB of new file data (where the brokers keep their logs): {fresh:.2} \
-             core-s into free pages, {again:.2} core-s into the pages that write freed"
+             core-s into pages free for 3 s or more, {again:.2} core-s into the pages that write freed"
         ),
         Err(e) => println!("this machine's page-cache fill cost: not measured ({e})"),
     }

@@ -3,7 +3,10 @@
 //!
 //! 1. mirror throughput (1 KiB records, 8 partitions, from a backlog) / raw produce throughput into the target, and
 //!    the mirror's CPU seconds per 100 MB mirrored and its peak RSS, in each of `FERRY_BENCH_LAN_ROUNDS` rounds
-//!    (default 3), each round on a backlog of its own;
+//!    (default 3), each round on a backlog of its own, with the target broker's user and system CPU per 100 MB;
+//!    after the rounds, this machine's system CPU per 100 MB of new file data, into pages free for a while and into
+//!    pages freed just before (a hypervisor that takes back free pages makes the first many times the second, and a
+//!    round whose target system time matches the first was slowed by its page cache, not by the mirror);
 //! 2. the same over the proxy's delay line on the source link, 25 and 75 ms one way (50 and 150 ms RTT) / the same
 //!    proxy without delay, alternating for `FERRY_BENCH_WAN_ROUNDS` rounds (default 3), the median ratio
 //!    (`FERRY_BENCH_WAN_SYNC` adds `[sync]` lines to these mirrors' config, e.g. `queue_bytes = "128MiB"`);
@@ -324,7 +327,8 @@ async fn bench() -> Result<()> {
             round_mbps = mb as f64 / lan.seconds;
             let cpu = lan.cpu / mb as f64 * 100.0;
             // What the target broker spent on the same bytes: its system time is where this machine's cost of new
-            // page-cache pages shows (see the cluster bench), which moves the copy's rate from run to run.
+            // page-cache pages shows (see the probe printed after the rounds), which moves the copy's rate from run
+            // to run.
             let (target_user, target_system) = lan.target_cpu.unwrap_or_default();
             println!(
                 "round {round}: mirror throughput (0 ms RTT): {round_mbps:8.1} MiB/s ({:.0} records/s, steady state; \
@@ -372,6 +376,18 @@ async fn bench() -> Result<()> {
             shown.join(", ")
         );
         max_rate_mbps = lan_mbps.min(raw_mbps);
+        // What the target's kernel pays for a round's new file data depends on where its pages come from: read
+        // each round's target system time per 100 MB against these two.
+        const PER_100_MIB: f64 = 100.0 * 1_048_576.0 / 1e9;
+        match support::page_cache_fill_cost(&std::env::temp_dir(), 512 << 20) {
+            Ok((fresh, again)) => println!(
+                "this machine's system CPU per 100 MB of new file data: {:.3} s into pages free for 3 s or more, \
+                 {:.3} s into pages freed just before (the gap is the host taking back free pages)",
+                fresh * PER_100_MIB,
+                again * PER_100_MIB
+            ),
+            Err(e) => println!("this machine's page-cache fill cost: not measured ({e})"),
+        }
     }
     if !nats_ratios.is_empty() {
         let shown: Vec<String> = nats_ratios.iter().map(|r| format!("{r:.2}")).collect();
