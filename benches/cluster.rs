@@ -19,9 +19,9 @@
 //! - the brokers' CPU per acknowledged byte, raft3 against single (target <= 2.5), in all, and split into user and
 //!   system time;
 //! - what this machine charges in system time for a GB of new file data where the brokers keep their logs, into
-//!   pages free for 3 s or more and into pages just freed. raft3 writes every byte three times. Under a hypervisor that takes back
-//!   the guest's free pages (Linux free page reporting), filling free pages costs a host fault per page, and that
-//!   system time can be most of the brokers' CPU: it is a property of the machine, not of the code;
+//!   pages free for 3 s or more and into pages just freed. raft3 writes every byte three times. Under a hypervisor
+//!   that takes back the guest's free pages (Linux free page reporting), filling free pages costs a host fault per
+//!   page, and that system time can be most of the brokers' CPU: it is a property of the machine, not of the code;
 //! - acknowledgement latency p50 and p99 of each mode with the producer paced at half that mode's maximum (one record
 //!   in 64 timed, so the timing costs the load generator little CPU);
 //! - failover time, from `kill -9` of the raft3 leader to the next acknowledged write of a paced producer, for
