@@ -36,8 +36,8 @@ pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, StartA
 pub use delay::{Delayed, DelayedReceipt, DeliverAt};
 pub use error::{ClientError, Result};
 pub use listener::{Listener, ListenerConfig};
+pub use parts_call::AppendWithOffsetsParts;
 pub use producer::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 pub use retry::RetryPolicy;
-pub use rpc::AppendWithOffsetsParts;
 pub use share::{Outcome, ShareAdmin, ShareConfig, ShareConsumer, ShareMessage, ShareMode};
 pub use txn::{CheckAnswer, TransactionChecker, Transactions, TxnError, TxnOutcome, TxnResult};

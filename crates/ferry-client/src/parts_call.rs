@@ -1,4 +1,4 @@
-//! `AppendWithOffsets` with its batches sent from the buffers that hold them.
+//! `AppendWithOffsets` with its batches sent from the buffers that hold them ([`AppendWithOffsetsParts`]).
 //!
 //! tonic encodes every request into one buffer: the mirror's batches, slices of the buffers they were received in,
 //! were copied once more there, about a tenth of the mirror's CPU on a fast link. Here the request body is the
@@ -25,7 +25,99 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_prost::ProstDecoder;
 
-use crate::rpc::AppendWithOffsetsParts;
+/// A `ferry.v1.AppendWithOffsetsRequest` whose `batches` field is several buffers. It encodes to exactly the bytes
+/// of the generated message with those buffers concatenated (the field is one length-delimited `bytes`), but no
+/// request body holding them all is assembled first: the mirror's batches are slices of the buffers they were
+/// received in. Without compression the buffers are sent as they are ([`PartsBody`]); with it, each is copied once,
+/// into the message tonic compresses. It is only ever encoded; decoding it skips every field.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppendWithOffsetsParts {
+    /// Target topic.
+    pub topic: String,
+    /// Target partition.
+    pub partition: u32,
+    /// The source topic's UUID.
+    pub source_topic_id: String,
+    /// The source partition's log start offset when these batches were fetched.
+    pub source_log_start_offset: u64,
+    /// Whole batches, in offset order, back to back across the buffers.
+    pub batches: Vec<Bytes>,
+}
+
+impl AppendWithOffsetsParts {
+    fn batches_len(&self) -> usize {
+        self.batches.iter().map(Bytes::len).sum()
+    }
+
+    /// Everything the message holds before its batches' bytes: fields 1 to 4, then the batches field's key and
+    /// length (left out, as proto3 leaves a default value out, when there are no bytes).
+    pub(crate) fn encode_head(&self, buf: &mut impl BufMut) {
+        use prost::encoding::{WireType, encode_key, encode_varint, string, uint32, uint64};
+        // Field numbers and the proto3 rule of leaving default values out, as in `broker.proto`.
+        if !self.topic.is_empty() {
+            string::encode(1, &self.topic, buf);
+        }
+        if self.partition != 0 {
+            uint32::encode(2, &self.partition, buf);
+        }
+        if !self.source_topic_id.is_empty() {
+            string::encode(3, &self.source_topic_id, buf);
+        }
+        if self.source_log_start_offset != 0 {
+            uint64::encode(4, &self.source_log_start_offset, buf);
+        }
+        let len = self.batches_len();
+        if len > 0 {
+            encode_key(5, WireType::LengthDelimited, buf);
+            encode_varint(len as u64, buf);
+        }
+    }
+}
+
+impl prost::Message for AppendWithOffsetsParts {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.encode_head(buf);
+        for part in &self.batches {
+            buf.put_slice(part);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> std::result::Result<(), prost::DecodeError> {
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        use prost::encoding::{encoded_len_varint, key_len, string, uint32, uint64};
+        let mut n = 0;
+        if !self.topic.is_empty() {
+            n += string::encoded_len(1, &self.topic);
+        }
+        if self.partition != 0 {
+            n += uint32::encoded_len(2, &self.partition);
+        }
+        if !self.source_topic_id.is_empty() {
+            n += string::encoded_len(3, &self.source_topic_id);
+        }
+        if self.source_log_start_offset != 0 {
+            n += uint64::encoded_len(4, &self.source_log_start_offset);
+        }
+        let len = self.batches_len();
+        if len > 0 {
+            n += key_len(5) + encoded_len_varint(len as u64) + len;
+        }
+        n
+    }
+
+    fn clear(&mut self) {
+        *self = AppendWithOffsetsParts::default();
+    }
+}
 
 /// Batches at least this long go out as frames of their own, uncopied; shorter ones are copied into a shared frame.
 const OWN_FRAME_MIN: usize = 4 << 10;
@@ -220,5 +312,46 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0][5..], generated[..]);
         assert_eq!(out[0][..5], [0, 0, 0, 0, generated.len() as u8]);
+    }
+}
+
+#[cfg(test)]
+mod encode_tests {
+    use prost::Message as _;
+
+    use super::*;
+
+    fn generated(parts: &AppendWithOffsetsParts) -> pb::AppendWithOffsetsRequest {
+        pb::AppendWithOffsetsRequest {
+            topic: parts.topic.clone(),
+            partition: parts.partition,
+            source_topic_id: parts.source_topic_id.clone(),
+            source_log_start_offset: parts.source_log_start_offset,
+            batches: parts.batches.concat().into(),
+        }
+    }
+
+    #[test]
+    fn parts_encode_to_the_generated_messages_bytes() {
+        let big = Bytes::from((0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        let cases = [
+            AppendWithOffsetsParts {
+                topic: "orders".into(),
+                partition: 7,
+                source_topic_id: "0b6f3c1e".into(),
+                source_log_start_offset: 1 << 40,
+                batches: vec![big.slice(..100), big.slice(100..250_000), Bytes::new(), big.slice(250_000..)],
+            },
+            // Defaults left out, one part, no parts.
+            AppendWithOffsetsParts { batches: vec![big.slice(..1)], ..Default::default() },
+            AppendWithOffsetsParts { topic: "t".into(), ..Default::default() },
+        ];
+        for parts in cases {
+            let want = generated(&parts).encode_to_vec();
+            assert_eq!(parts.encoded_len(), want.len());
+            assert_eq!(parts.encode_to_vec(), want);
+            let decoded = pb::AppendWithOffsetsRequest::decode(want.as_slice()).unwrap();
+            assert_eq!(decoded, generated(&parts));
+        }
     }
 }
