@@ -266,6 +266,11 @@ impl BrokerClient {
         }
     }
 
+    /// `conn`'s channel with this client's credentials.
+    fn service(&self, conn: &Conn) -> InterceptedService<Channel, AuthInterceptor> {
+        InterceptedService::new(conn.channel.clone(), self.inner.auth.clone())
+    }
+
     /// `conn`'s service with this client's credentials and its message limit, for a call whose body is built by
     /// hand (see `parts_call`); `None` when this client compresses, where tonic's codec must encode the message.
     pub(crate) fn uncompressed_service(
@@ -273,16 +278,14 @@ impl BrokerClient {
         conn: &Conn,
     ) -> Option<(InterceptedService<Channel, AuthInterceptor>, usize)> {
         let config = &self.inner.config;
-        let service = InterceptedService::new(conn.channel.clone(), self.inner.auth.clone());
-        (!config.compression).then_some((service, config.max_message_bytes))
+        (!config.compression).then(|| (self.service(conn), config.max_message_bytes))
     }
 
     /// A plain gRPC client on `conn`, with the interceptor, limits and compression of the generated one, for
-    /// calls whose messages are encoded by hand (see `rpc::AppendWithOffsetsParts`).
+    /// calls whose messages are encoded by hand (see `parts_call::AppendWithOffsetsParts`).
     pub(crate) fn grpc(&self, conn: &Conn) -> tonic::client::Grpc<InterceptedService<Channel, AuthInterceptor>> {
         let config = &self.inner.config;
-        let service = InterceptedService::new(conn.channel.clone(), self.inner.auth.clone());
-        let mut grpc = tonic::client::Grpc::new(service)
+        let mut grpc = tonic::client::Grpc::new(self.service(conn))
             .max_decoding_message_size(config.max_message_bytes)
             .max_encoding_message_size(config.max_message_bytes);
         if config.compression {

@@ -51,7 +51,7 @@ impl AppendWithOffsetsParts {
 
     /// Everything the message holds before its batches' bytes: fields 1 to 4, then the batches field's key and
     /// length (left out, as proto3 leaves a default value out, when there are no bytes).
-    pub(crate) fn encode_head(&self, buf: &mut impl BufMut) {
+    fn encode_head(&self, buf: &mut impl BufMut) {
         use prost::encoding::{WireType, encode_key, encode_varint, string, uint32, uint64};
         // Field numbers and the proto3 rule of leaving default values out, as in `broker.proto`.
         if !self.topic.is_empty() {
