@@ -23,15 +23,15 @@ use tonic::codec::CompressionEncoding;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use self::routing::Routing;
 use crate::config::ClientConfig;
 use crate::error::{ClientError, Result, config_err, deepest_cause, is_connect_failure, is_transport_status};
+use ferry_h2::{ClientTls, Dialer, H2Channel, Http2Settings, TlsPart};
 
 /// The generated gRPC client with the auth interceptor, message limits and compression applied. Use it for
 /// streaming calls (`subscribe`) that the typed wrappers do not cover.
-pub type RawClient = broker_client::BrokerClient<InterceptedService<Channel, AuthInterceptor>>;
+pub type RawClient = broker_client::BrokerClient<InterceptedService<H2Channel, AuthInterceptor>>;
 
 /// Adds `authorization: Bearer <token>` to every request when a token is configured.
 #[derive(Clone, Default)]
@@ -115,7 +115,7 @@ pub(crate) struct Failure {
 pub(crate) struct Conn {
     index: usize,
     generation: u64,
-    channel: Channel,
+    channel: H2Channel,
     client: RawClient,
 }
 
@@ -128,7 +128,7 @@ impl Conn {
 
 struct Inner {
     config: ClientConfig,
-    endpoints: Vec<Endpoint>,
+    endpoints: Vec<Dialer>,
     auth: AuthInterceptor,
     current: parking_lot::Mutex<Option<Conn>>,
     connecting: tokio::sync::Mutex<()>,
@@ -167,7 +167,9 @@ impl BrokerClient {
     fn with_routing(config: ClientConfig, routing: Weak<Routing>, owner: Option<Arc<Routing>>) -> Result<Self> {
         config.validate()?;
         let auth = AuthInterceptor::new(config.token.as_deref())?;
-        let endpoints = config.brokers.iter().map(|addr| build_endpoint(&config, addr)).collect::<Result<_>>()?;
+        let tls = client_tls(&config)?;
+        let endpoints =
+            config.brokers.iter().map(|addr| build_dialer(&config, tls.as_ref(), addr)).collect::<Result<_>>()?;
         Ok(BrokerClient {
             inner: Arc::new(Inner {
                 config,
@@ -215,7 +217,7 @@ impl BrokerClient {
     }
 
     /// The current connection's channel (connecting first if needed), e.g. for the gRPC health client.
-    pub async fn channel(&self) -> Result<Channel> {
+    pub async fn channel(&self) -> Result<H2Channel> {
         Ok(self.connection().await?.channel)
     }
 
@@ -241,7 +243,7 @@ impl BrokerClient {
         for step in 0..n {
             let index = (start + step) % n;
             let address = &self.inner.config.brokers[index];
-            match self.inner.endpoints[index].connect().await {
+            match H2Channel::connect(self.inner.endpoints[index].clone()).await {
                 Ok(channel) => {
                     let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
                     let client = self.make_raw(channel.clone());
@@ -267,7 +269,7 @@ impl BrokerClient {
     }
 
     /// `conn`'s channel with this client's credentials.
-    fn service(&self, conn: &Conn) -> InterceptedService<Channel, AuthInterceptor> {
+    fn service(&self, conn: &Conn) -> InterceptedService<H2Channel, AuthInterceptor> {
         InterceptedService::new(conn.channel.clone(), self.inner.auth.clone())
     }
 
@@ -276,14 +278,14 @@ impl BrokerClient {
     pub(crate) fn uncompressed_service(
         &self,
         conn: &Conn,
-    ) -> Option<(InterceptedService<Channel, AuthInterceptor>, usize)> {
+    ) -> Option<(InterceptedService<H2Channel, AuthInterceptor>, usize)> {
         let config = &self.inner.config;
         (!config.compression).then(|| (self.service(conn), config.max_message_bytes))
     }
 
     /// A plain gRPC client on `conn`, with the interceptor, limits and compression of the generated one, for
     /// calls whose messages are encoded by hand (see `parts_call::AppendWithOffsetsParts`).
-    pub(crate) fn grpc(&self, conn: &Conn) -> tonic::client::Grpc<InterceptedService<Channel, AuthInterceptor>> {
+    pub(crate) fn grpc(&self, conn: &Conn) -> tonic::client::Grpc<InterceptedService<H2Channel, AuthInterceptor>> {
         let config = &self.inner.config;
         let mut grpc = tonic::client::Grpc::new(self.service(conn))
             .max_decoding_message_size(config.max_message_bytes)
@@ -294,7 +296,7 @@ impl BrokerClient {
         grpc
     }
 
-    fn make_raw(&self, channel: Channel) -> RawClient {
+    fn make_raw(&self, channel: H2Channel) -> RawClient {
         let config = &self.inner.config;
         let mut client = broker_client::BrokerClient::with_interceptor(channel, self.inner.auth.clone())
             .max_decoding_message_size(config.max_message_bytes)
@@ -507,33 +509,36 @@ impl BrokerClient {
     }
 }
 
-fn build_endpoint(config: &ClientConfig, address: &str) -> Result<Endpoint> {
-    let scheme = if config.tls.is_some() { "https" } else { "http" };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
-        .map_err(|e| config_err("brokers", format!("{address:?}: {e}")))?
-        .connect_timeout(config.connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(config.keepalive_interval)
-        .keep_alive_timeout(config.keepalive_timeout)
-        .keep_alive_while_idle(true)
-        .initial_stream_window_size(config.stream_window_bytes)
-        .initial_connection_window_size(config.connection_window_bytes)
-        .local_address(config.bind);
-    if let Some(tls) = &config.tls {
-        let mut tls_config = ClientTlsConfig::new();
-        if let Some(ca) = &tls.ca_file {
-            tls_config = tls_config.ca_certificate(Certificate::from_pem(read_pem("tls.ca_file", ca)?));
-        }
-        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-            tls_config = tls_config
-                .identity(Identity::from_pem(read_pem("tls.cert_file", cert)?, read_pem("tls.key_file", key)?));
-        }
-        if let Some(domain) = &tls.domain {
-            tls_config = tls_config.domain_name(domain.clone());
-        }
-        endpoint = endpoint.tls_config(tls_config).map_err(|e| config_err("tls", deepest_cause(&e)))?;
-    }
-    Ok(endpoint)
+/// The TLS configuration shared by the dialers of every listed broker, when TLS is on.
+fn client_tls(config: &ClientConfig) -> Result<Option<ClientTls>> {
+    let Some(tls) = &config.tls else { return Ok(None) };
+    let ca = tls.ca_file.as_ref().map(|ca| read_pem("tls.ca_file", ca)).transpose()?;
+    let identity = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some((read_pem("tls.cert_file", cert)?, read_pem("tls.key_file", key)?)),
+        _ => None,
+    };
+    let identity = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+    ClientTls::new(ca.as_deref(), identity, tls.domain.clone()).map(Some).map_err(|(part, e)| {
+        let field = match part {
+            TlsPart::Ca => "tls.ca_file",
+            TlsPart::Cert => "tls.cert_file",
+            TlsPart::Key => "tls.key_file",
+        };
+        config_err(field, e)
+    })
+}
+
+fn build_dialer(config: &ClientConfig, tls: Option<&ClientTls>, address: &str) -> Result<Dialer> {
+    let settings = Http2Settings {
+        connect_timeout: config.connect_timeout,
+        bind: config.bind,
+        stream_window: config.stream_window_bytes,
+        connection_window: config.connection_window_bytes,
+        keepalive_interval: Some(config.keepalive_interval),
+        keepalive_timeout: config.keepalive_timeout,
+        keepalive_while_idle: true,
+    };
+    Dialer::new(address, tls, settings).map_err(|e| config_err("brokers", format!("{address:?}: {e}")))
 }
 
 fn read_pem(field: &'static str, path: &std::path::Path) -> Result<Vec<u8>> {

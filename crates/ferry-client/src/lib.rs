@@ -35,6 +35,7 @@ pub use connection::{AuthInterceptor, BrokerClient, RawClient};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, StartAt};
 pub use delay::{Delayed, DelayedReceipt, DeliverAt};
 pub use error::{ClientError, Result};
+pub use ferry_h2::H2Channel;
 pub use listener::{Listener, ListenerConfig};
 pub use parts_call::AppendWithOffsetsParts;
 pub use producer::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata};

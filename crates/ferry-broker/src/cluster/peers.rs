@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use ferry_h2::{ClientTls, Dialer, H2Channel, Http2Settings, TlsPart};
 use ferry_proto::broker_client::BrokerClient;
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::BrokerConfig;
 
@@ -64,8 +64,13 @@ impl MemberKey {
     }
 }
 
+/// The receive windows of a peer connection: a follower's fetch answers are up to a few MiB, and a window as
+/// large as the answer lets one cross without waiting for a window update.
+const PEER_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+const PEER_CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+
 /// A client of another member.
-pub type PeerClient = BrokerClient<InterceptedService<Channel, PeerAuth>>;
+pub type PeerClient = BrokerClient<InterceptedService<H2Channel, PeerAuth>>;
 
 /// Adds the member's bearer token, when it has one, and its member credential to every call to a peer.
 #[derive(Clone)]
@@ -90,7 +95,7 @@ impl Interceptor for PeerAuth {
 #[derive(Clone)]
 pub struct PeerLinks {
     auth: PeerAuth,
-    tls: Option<ClientTlsConfig>,
+    tls: Option<ClientTls>,
 }
 
 impl std::fmt::Debug for PeerLinks {
@@ -120,6 +125,14 @@ pub enum PeerError {
     /// The token file holds nothing usable.
     #[error("cluster.token_file {0}: the file is empty or is not a header-safe token")]
     BadToken(PathBuf),
+    /// A PEM file named by a key holds no usable certificate or key.
+    #[error("{key}: {message}")]
+    BadPem {
+        /// The config key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl PeerLinks {
@@ -140,15 +153,23 @@ impl PeerLinks {
         let tls = match &config.cluster.tls_ca_file {
             None => None,
             Some(ca) => {
-                let mut tls =
-                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("cluster.tls_ca_file", ca)?));
-                if let Some(own) = &config.broker.tls {
-                    let identity = Identity::from_pem(
+                let ca = read("cluster.tls_ca_file", ca)?;
+                let identity = match &config.broker.tls {
+                    None => None,
+                    Some(own) => Some((
                         read("broker.tls.cert_file", &own.cert_file)?,
                         read("broker.tls.key_file", &own.key_file)?,
-                    );
-                    tls = tls.identity(identity);
-                }
+                    )),
+                };
+                let identity = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+                let tls = ClientTls::new(Some(&ca), identity, None).map_err(|(part, message)| PeerError::BadPem {
+                    key: match part {
+                        TlsPart::Ca => "cluster.tls_ca_file",
+                        TlsPart::Cert => "broker.tls.cert_file",
+                        TlsPart::Key => "broker.tls.key_file",
+                    },
+                    message,
+                })?;
                 Some(tls)
             }
         };
@@ -165,27 +186,48 @@ impl PeerLinks {
 
     /// A lazily connecting client of the member at `address`; `None` when the address is not usable.
     pub fn client(&self, address: &str, ttl: Duration, max_message: usize) -> Option<PeerClient> {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}")).ok()?;
-        if let Some(tls) = &self.tls {
-            endpoint = match endpoint.tls_config(tls.clone()) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(address, error = %e, "cannot set up TLS to a peer");
-                    return None;
-                }
-            };
-        }
-        let channel = endpoint
-            .connect_timeout(ttl / 2)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(ttl)
-            .connect_lazy();
+        let settings = Http2Settings {
+            connect_timeout: ttl / 2,
+            bind: None,
+            stream_window: PEER_STREAM_WINDOW,
+            connection_window: PEER_CONNECTION_WINDOW,
+            keepalive_interval: Some(Duration::from_secs(5)),
+            keepalive_timeout: ttl,
+            keepalive_while_idle: false,
+        };
+        let dialer = match Dialer::new(address, self.tls.as_ref(), settings) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(address, error = %e, "cannot dial a peer at this address");
+                return None;
+            }
+        };
+        let channel = H2Channel::lazy(dialer);
         Some(
             BrokerClient::with_interceptor(channel, self.auth.clone())
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_message),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member whose CA file holds no certificate could dial no peer: it does not start, and says which key.
+    #[test]
+    fn a_ca_file_without_a_certificate_stops_the_member_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate\n").unwrap();
+        let mut config = BrokerConfig::default();
+        config.cluster.tls_ca_file = Some(ca);
+        match PeerLinks::from_config(&config) {
+            Err(PeerError::BadPem { key, message }) => {
+                assert_eq!((key, message.as_str()), ("cluster.tls_ca_file", "no certificate in the PEM text"))
+            }
+            other => panic!("expected BadPem, got {other:?}"),
+        }
     }
 }
