@@ -106,3 +106,48 @@ fn bad_addresses_and_pem_text_are_refused_with_what_is_wrong() {
     let (part, message) = ClientTls::new(Some(b"not pem"), None, None).unwrap_err();
     assert_eq!((part, message.as_str()), (TlsPart::Ca, "no certificate in the PEM text"));
 }
+
+/// A lazy channel (a broker's client of a peer) whose connection broke dials again on the next call, to the same
+/// address: a real HTTP/2 server answers each call with the number of the connection it came on.
+#[tokio::test]
+async fn a_broken_connection_is_dialled_again_by_the_next_call() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::unbounded_channel();
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let service =
+                hyper::service::service_fn(move |_request: http::Request<hyper::body::Incoming>| async move {
+                    let response = http::Response::builder().header("x-connection", n.to_string()).body(Body::empty());
+                    Ok::<_, std::convert::Infallible>(response.unwrap())
+                });
+            let serving = tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(socket), service),
+            );
+            conn_tx.send(serving).unwrap();
+        }
+    });
+    let connection = |r: &http::Response<Body>| r.headers()["x-connection"].to_str().unwrap().to_owned();
+    let mut channel = H2Channel::lazy(Dialer::new(&address, None, settings(Duration::from_secs(5))).unwrap());
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "a lazy channel dials on its first call");
+    assert_eq!(connection(&channel.call(request()).await.unwrap()), "0");
+    assert_eq!(connection(&channel.call(request()).await.unwrap()), "0", "calls share the connection");
+
+    // The server drops connection 0; the channel sees it closed, and the next call dials connection 1.
+    conn_rx.recv().await.unwrap().abort();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while channel.live().is_some() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the channel notices its connection closed");
+    assert_eq!(connection(&channel.call(request()).await.unwrap()), "1");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
