@@ -36,10 +36,10 @@ use tonic::body::Body;
 ///
 /// Measured on the mirror bench's LAN rounds (1 KiB records, 8 partitions), mirror CPU per 100 MB in rounds
 /// where the target kept up: 16 KiB frames 0.108-0.128 s, 64 KiB 0.097-0.101, 128 KiB 0.079-0.093, 256 KiB
-/// 0.088-0.098, 1 MiB 0.095-0.104. Larger frames also raised the mirror's peak memory: the decoder copies frames
-/// into buffers sized to them, and a batch the mirror keeps as a slice keeps its whole buffer. With 1 MiB frames
-/// the peak reached 665 MiB, beyond the default `sync.max_memory` of 512 MiB; with 128 KiB it stayed under 260 MiB
-/// (16 KiB: under 110 MiB).
+/// 0.088-0.098, 1 MiB 0.095-0.106. Larger frames also raised the mirror's peak memory (likely because the decoder
+/// copies frames into buffers sized to them, and a batch the mirror keeps as a slice keeps its whole buffer). With 1 MiB frames
+/// the peak reached 666 MiB, beyond the default `sync.max_memory` of 512 MiB; with 128 KiB the highest seen was
+/// 342 MiB, in a round where the target fell behind (16 KiB: 110 MiB).
 pub const MAX_FRAME: u32 = 128 * 1024;
 
 /// The boxed error of a call, as tonic's generated clients take it.
