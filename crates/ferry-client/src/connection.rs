@@ -128,7 +128,10 @@ impl Conn {
 
 struct Inner {
     config: ClientConfig,
-    endpoints: Vec<Dialer>,
+    /// One per listed broker, in order.
+    dialers: Vec<Dialer>,
+    /// Built once from the config's PEM files; the leader clients this client makes share it.
+    tls: Option<ClientTls>,
     auth: AuthInterceptor,
     current: parking_lot::Mutex<Option<Conn>>,
     connecting: tokio::sync::Mutex<()>,
@@ -158,22 +161,29 @@ impl std::fmt::Debug for BrokerClient {
 }
 
 impl BrokerClient {
-    /// Validates `config` and prepares the endpoints without connecting; the first call connects.
+    /// Validates `config` and prepares the dialers without connecting; the first call connects.
     pub fn new(config: ClientConfig) -> Result<Self> {
+        config.validate()?;
         let routing = Arc::new(Routing::default());
-        Self::with_routing(config, Arc::downgrade(&routing), Some(routing))
+        let tls = client_tls(&config)?;
+        Self::with_routing(config, tls, Arc::downgrade(&routing), Some(routing))
     }
 
-    fn with_routing(config: ClientConfig, routing: Weak<Routing>, owner: Option<Arc<Routing>>) -> Result<Self> {
+    fn with_routing(
+        config: ClientConfig,
+        tls: Option<ClientTls>,
+        routing: Weak<Routing>,
+        owner: Option<Arc<Routing>>,
+    ) -> Result<Self> {
         config.validate()?;
         let auth = AuthInterceptor::new(config.token.as_deref())?;
-        let tls = client_tls(&config)?;
-        let endpoints =
+        let dialers =
             config.brokers.iter().map(|addr| build_dialer(&config, tls.as_ref(), addr)).collect::<Result<_>>()?;
         Ok(BrokerClient {
             inner: Arc::new(Inner {
                 config,
-                endpoints,
+                dialers,
+                tls,
                 auth,
                 current: parking_lot::Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
@@ -237,13 +247,13 @@ impl BrokerClient {
         if let Some(conn) = self.inner.current.lock().clone() {
             return Ok(conn);
         }
-        let n = self.inner.endpoints.len();
+        let n = self.inner.dialers.len();
         let start = self.inner.next_index.load(Ordering::Relaxed) % n;
         let mut last_error = String::new();
         for step in 0..n {
             let index = (start + step) % n;
             let address = &self.inner.config.brokers[index];
-            match H2Channel::connect(self.inner.endpoints[index].clone()).await {
+            match H2Channel::connect(self.inner.dialers[index].clone()).await {
                 Ok(channel) => {
                     let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
                     let client = self.make_raw(channel.clone());
@@ -314,7 +324,7 @@ impl BrokerClient {
         if let Some(conn) = current.as_ref()
             && conn.generation == generation
         {
-            let n = self.inner.endpoints.len();
+            let n = self.inner.dialers.len();
             self.inner.next_index.store((conn.index + 1) % n, Ordering::Relaxed);
             tracing::debug!(broker = %self.inner.config.brokers[conn.index], "dropping connection after a failure");
             *current = None;

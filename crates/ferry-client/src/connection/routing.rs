@@ -186,7 +186,7 @@ impl BrokerClient {
             return c.clone();
         }
         let config = ClientConfig { brokers: vec![address.clone()], ..self.inner.config.clone() };
-        match BrokerClient::with_routing(config, Arc::downgrade(routing), None) {
+        match BrokerClient::with_routing(config, self.inner.tls.clone(), Arc::downgrade(routing), None) {
             Ok(c) => {
                 direct.insert(address, c.clone());
                 c
