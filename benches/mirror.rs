@@ -13,7 +13,8 @@
 //! 3. replication latency p50 / p99 at half the maximum rate (of the live pipeline, and of the backlog copy);
 //! 5. many partitions (`FERRY_BENCH_MANY_TOPICS` topics of 10, default 1,000: 10,000 partitions): time from the
 //!    mirror's start until every partition is mirroring with its record on the target, then the mirror's and the
-//!    brokers' CPU with no traffic;
+//!    brokers' CPU with no traffic (`FERRY_BENCH_MANY_EXTRA` adds lines to the mirror's config, e.g.
+//!    `$'[verify]\nbytes_per_sec = "0"'`);
 //! 6. rate-limit accuracy: the steady copy rate under `sync.max_bytes_per_sec` / that limit;
 //! 7. the fault proxy's delay line: a bulk echo through a 50 ms RTT / without the delay (it pipelines: a
 //!    window-limited line would be tens of times slower);

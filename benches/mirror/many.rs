@@ -6,6 +6,10 @@
 //! A broker keeps two files open per partition (the active segment's log and index), so each needs an open-files
 //! limit above twice its partitions (the shipped systemd unit sets 1,048,576). Where the limit the bench inherits is
 //! lower and cannot be raised, the phase says so and runs the most topics that fit.
+//!
+//! `FERRY_BENCH_MANY_EXTRA` adds lines to the mirror's config (TOML, after its `[sync]` section):
+//! `FERRY_BENCH_MANY_EXTRA=$'[verify]\nbytes_per_sec = "0"'` measures the idle CPU without the verifier, so the
+//! difference from a run without it is the verifier's share.
 
 use super::*;
 
@@ -94,7 +98,8 @@ pub(super) async fn many() -> Result<()> {
 
     let idle0 = support::cpu_idle_ticks();
     let started = Instant::now();
-    let mut mirror = MirrorProcess::builder(mirror_config(&a_addr, &b_addr, "^many-"))
+    let extra = std::env::var("FERRY_BENCH_MANY_EXTRA").unwrap_or_default();
+    let mut mirror = MirrorProcess::builder(mirror_config_with(&a_addr, &b_addr, "^many-", &extra))
         .program(bin_dir().join("ferry-mirror"))
         .start()
         .await?;

@@ -6,6 +6,10 @@
 //! on disk: within one verification cycle (every partition's bytes at the configured rate, plus the verifier's rest
 //! between idle rounds) `verify_mismatch` names that batch's base offset and the target side, the partition's
 //! `verify.mismatch` says the same, `ferry_mirror_verify_mismatch_total` is 1, and the other partition stays clean.
+//!
+//! Many small partitions take their steps in groups, one request per side for a group: 256 partitions complete a
+//! clean pass within two rounds of groups at a low rate, where a request per partition would need a minute per
+//! round.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::Path;
@@ -119,5 +123,54 @@ async fn a_byte_changed_on_the_target_disk_is_named_by_offset_and_side_within_on
     assert!(other["mismatch"].is_null(), "the other partition is clean: {other}");
     let events = monitor_events(m, Some("verify_mismatch")).await?;
     assert_eq!(events.len(), 1, "one mismatch, one event: {events:?}");
+    Ok(())
+}
+
+/// What the verifier counts a request against its rate at least (`ferry_mirror::verify`'s `READ_COST_BYTES`).
+const READ_COST: u64 = 64 << 10;
+/// Partitions that take a step together (`ferry_mirror::verify`'s `GROUP`).
+const GROUP: u64 = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_small_partitions_are_verified_in_groups_within_two_rounds() -> anyhow::Result<()> {
+    const MANY: u32 = 256;
+    const SLOW_RATE: u64 = 256 << 10;
+    let (a, b) = two_dcs().await?;
+    a.create_topic(TOPIC, MANY).await?;
+    let p = producer(&a).await?;
+    // Two batches per partition.
+    for round in 0..2u64 {
+        send_all(&p, (0..MANY).map(|q| record(TOPIC, "m", u64::from(q) * 2 + round, 32).with_partition(q))).await?;
+    }
+    p.close().await;
+    let extra = format!("[verify]\nbytes_per_sec = \"{SLOW_RATE}\"\n");
+    let mirror = start_mirror(&MirrorConf::new(&a, &b), "", &extra).await?;
+    let m = &mirror.process;
+    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
+    assert_identical(&a, TOPIC, &b, TOPIC).await?;
+
+    // A round: per group, one lookup and one read on each side, each paid as READ_COST. The round going on when
+    // every partition was caught up, a whole round, and the rest.
+    let groups = u64::from(MANY).div_ceil(GROUP);
+    let round = Duration::from_secs_f64((groups * 2 * READ_COST) as f64 / SLOW_RATE as f64);
+    let cycle = 2 * round + VERIFIER_REST;
+    wait_until("a clean pass over all 256 partitions", deadline(&[cycle, CHECK]), async || -> anyhow::Result<bool> {
+        let doc = monitor_get(m, &format!("/api/v1/partitions?topic={TOPIC}")).await?;
+        let parts = doc["partitions"].as_array().cloned().unwrap_or_default();
+        let clean = parts
+            .iter()
+            .filter(|p| {
+                let v = &p["verify"];
+                v["enabled"] == true
+                    && v["passes_completed"].as_u64() >= Some(1)
+                    && v["pass_end_offset"] == 2
+                    && v["mismatch"].is_null()
+            })
+            .count();
+        Ok(parts.len() == MANY as usize && clean == MANY as usize)
+    })
+    .await?;
+    assert_eq!(metric(m, "ferry_mirror_verify_mismatch_total").await?, Some(0.0));
+    assert!(monitor_events(m, Some("verify_mismatch")).await?.is_empty());
     Ok(())
 }

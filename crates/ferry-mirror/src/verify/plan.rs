@@ -53,10 +53,15 @@ impl Plan {
     /// are no longer eligible stay known (a paused or restarting partition keeps its progress) until
     /// [`Plan::retain`] drops them.
     pub fn next(&mut self, eligible: &[SourceTp]) -> Option<SourceTp> {
-        let after = self.last.as_ref();
-        let next = eligible.iter().find(|tp| after.is_none_or(|l| *tp > l)).or_else(|| eligible.first()).cloned();
+        let at = self.last.as_ref().map_or(0, |l| eligible.partition_point(|tp| tp <= l));
+        let next = eligible.get(at).or_else(|| eligible.first()).cloned();
         self.last = next.clone();
         next
+    }
+
+    /// The next `n` partitions in turn ([`Plan::next`] `n` times), `n` at most `eligible`'s length.
+    pub fn next_group(&mut self, eligible: &[SourceTp], n: usize) -> Vec<SourceTp> {
+        (0..n.min(eligible.len())).filter_map(|_| self.next(eligible)).collect()
     }
 
     /// Forgets the partitions not in `owned`.
@@ -168,6 +173,24 @@ mod tests {
         plan.start_pass(&tp(1), 0, 0, 3_000);
         let p = plan.progress(&tp(1)).unwrap();
         assert_eq!((p.enabled, p.passes_completed, p.last_pass_completed_ms), (true, 1, Some(3_000)));
+    }
+
+    #[test]
+    fn groups_take_turns_without_repeating_a_partition_and_find_their_place_after_one_left() {
+        let mut plan = Plan::default();
+        let all: Vec<SourceTp> = (0..5).map(tp).collect();
+        let parts = |g: Vec<SourceTp>| g.into_iter().map(|t| t.partition).collect::<Vec<_>>();
+        assert_eq!(parts(plan.next_group(&all, 2)), [0, 1]);
+        assert_eq!(parts(plan.next_group(&all, 2)), [2, 3]);
+        // The round's last group is cut to what is left of it by the caller; a group never holds a partition twice.
+        assert_eq!(parts(plan.next_group(&all, 1)), [4]);
+        assert_eq!(parts(plan.next_group(&all, 9)), [0, 1, 2, 3, 4]);
+        // The last partition stepped on is no longer eligible: the turn goes on after its place.
+        assert_eq!(parts(plan.next_group(&all, 3)), [0, 1, 2]);
+        assert_eq!(parts(plan.next_group(&[tp(0), tp(1), tp(3), tp(4)], 2)), [3, 4]);
+        plan.last = Some(tp(2));
+        assert_eq!(parts(plan.next_group(&[tp(0), tp(4)], 2)), [4, 0]);
+        assert!(plan.next_group(&[], 4).is_empty());
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! With a limit ([`FetchStream::limited`]) each read asks for at most a chunk and the bytes received, at least
 //! [`READ_COST_BYTES`], are paid to a rate limiter before the next read, so a background verifier reads at a bounded
 //! byte rate and makes a bounded number of requests, however little each read returns.
+//!
+//! [`fetch_many`] reads the start of many partitions' ranges in one request (paid once), and a stream given one
+//! of its answers ([`FetchStream::starting_with`]) takes that answer as its first read: a verifier of thousands of
+//! small partitions then makes one request per side for a group of them, not one each.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,7 +31,54 @@ const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// when it returns a few bytes, and a rate limit on bytes alone would let a verifier of many small partitions send
 /// thousands of requests a second. At `bytes_per_sec` a side makes at most `bytes_per_sec / READ_COST_BYTES`
 /// requests a second.
-pub const READ_COST_BYTES: u64 = 16 * 1024;
+pub const READ_COST_BYTES: u64 = 64 * 1024;
+
+/// One partition of a [`fetch_many`]: (topic, partition, from).
+pub type Start<'a> = (&'a str, u32, u64);
+
+/// Reads the start of every range in `starts` with one `Fetch` to `client`: at most `max_bytes` in all, the first
+/// partitions first. The answer of partition `i` is `answers[i]`, `None` when the request failed or the answer
+/// does not mention it. The bytes received, at least [`READ_COST_BYTES`], are paid to `limits` once.
+pub async fn fetch_many(
+    client: &BrokerClient,
+    starts: &[Start<'_>],
+    max_bytes: u64,
+    limits: &RateLimits,
+) -> Vec<Option<pb::PartitionData>> {
+    let mut answers = vec![None; starts.len()];
+    if starts.is_empty() {
+        return answers;
+    }
+    let request = pb::FetchRequest {
+        partitions: starts
+            .iter()
+            .map(|&(topic, partition, offset)| pb::PartitionFetch {
+                topic: topic.to_owned(),
+                partition,
+                offset,
+                max_bytes,
+                leader_epoch: client.known_leader_epoch(topic, partition),
+            })
+            .collect(),
+        max_wait_ms: 0,
+        max_bytes,
+    };
+    let response = client.fetch(request).await;
+    let received = response.as_ref().map_or(0, |r| r.partitions.iter().map(|d| d.batches.len() as u64).sum());
+    limits.acquire(received.max(READ_COST_BYTES), 0).await;
+    let Ok(response) = response else { return answers };
+    // The answer keeps the request's order; a partition is placed by name all the same.
+    for (i, d) in response.partitions.into_iter().enumerate() {
+        let at = match starts.get(i) {
+            Some(&(t, p, _)) if t == d.topic && p == d.partition => Some(i),
+            _ => starts.iter().position(|&(t, p, _)| t == d.topic && p == d.partition),
+        };
+        if let Some(at) = at {
+            answers[at] = Some(d);
+        }
+    }
+    answers
+}
 
 /// Reads `[pos, end)` of one partition.
 pub struct FetchStream {
@@ -44,6 +95,8 @@ pub struct FetchStream {
     done: bool,
     chunk: u64,
     limits: Option<Arc<RateLimits>>,
+    /// An answer read already (by [`fetch_many`]), taken as the first read.
+    first: Option<pb::PartitionData>,
 }
 
 impl FetchStream {
@@ -61,7 +114,17 @@ impl FetchStream {
             done: false,
             chunk: CHUNK_BYTES,
             limits: None,
+            first: None,
         }
+    }
+
+    /// Takes `answer` (read from this stream's start by [`fetch_many`], and paid for there) as its first read. An
+    /// answer with an error or without batches is left unused: the stream then reads as it would without it, so
+    /// an error is met by this stream's own read, and a partition the shared request had no room for is read
+    /// again rather than taken for the end of its log.
+    pub fn starting_with(mut self, answer: Option<pb::PartitionData>) -> Self {
+        self.first = answer.filter(|d| d.error == ErrorCode::None as i32 && !d.batches.is_empty());
+        self
     }
 
     /// Reads at most `chunk` bytes at a time and pays every read's bytes to `limits` before the next one.
@@ -71,7 +134,22 @@ impl FetchStream {
         self
     }
 
+    /// Where a read of this stream is, for messages.
+    fn at(&self) -> String {
+        format!(
+            "{}/{} at offset {} from the {} {}",
+            self.topic,
+            self.partition,
+            self.pos,
+            self.side.name(),
+            self.client.address()
+        )
+    }
+
     async fn fetch_more(&mut self) -> Result<(), ReadError> {
+        if let Some(data) = self.first.take() {
+            return self.absorb(data, false);
+        }
         let careful = self.careful_until.is_some_and(|x| self.pos < x);
         // One byte asks for exactly one batch: the broker always returns at least one whole batch.
         let max_bytes = if careful { 1 } else { self.chunk };
@@ -86,23 +164,21 @@ impl FetchStream {
             max_wait_ms: 0,
             max_bytes,
         };
-        let at = format!(
-            "{}/{} at offset {} from the {} {}",
-            self.topic,
-            self.partition,
-            self.pos,
-            self.side.name(),
-            self.client.address()
-        );
-        let response = self.client.fetch(request).await.map_err(|e| ReadError(format!("cannot read {at}: {e}")))?;
+        let response =
+            self.client.fetch(request).await.map_err(|e| ReadError(format!("cannot read {}: {e}", self.at())))?;
         let data = response
             .partitions
             .into_iter()
             .find(|d| d.topic == self.topic && d.partition == self.partition)
-            .ok_or_else(|| ReadError(format!("the answer to reading {at} does not mention the partition")))?;
+            .ok_or_else(|| ReadError(format!("the answer to reading {} does not mention the partition", self.at())))?;
         if let Some(limits) = &self.limits {
             limits.acquire((data.batches.len() as u64).max(READ_COST_BYTES), 0).await;
         }
+        self.absorb(data, careful)
+    }
+
+    /// Takes one read's answer: its batches from the stream's position on, or its error.
+    fn absorb(&mut self, data: pb::PartitionData, careful: bool) -> Result<(), ReadError> {
         match ErrorCode::try_from(data.error).unwrap_or(ErrorCode::StorageError) {
             ErrorCode::None => {}
             ErrorCode::CorruptBatch => {
@@ -117,12 +193,16 @@ impl FetchStream {
             }
             ErrorCode::OffsetOutOfRange => {
                 return Err(ReadError(format!(
-                    "cannot read {at}: the log now spans [{}, {}) (retention or truncation while verifying); verify \
+                    "cannot read {}: the log now spans [{}, {}) (retention or truncation while verifying); verify \
                      again",
-                    data.log_start_offset, data.log_end_offset
+                    self.at(),
+                    data.log_start_offset,
+                    data.log_end_offset
                 )));
             }
-            code => return Err(ReadError(format!("cannot read {at}: {}: {}", code.as_str_name(), data.message))),
+            code => {
+                return Err(ReadError(format!("cannot read {}: {}: {}", self.at(), code.as_str_name(), data.message)));
+            }
         }
         let before = self.pos;
         for batch in BatchIter::new(&data.batches) {
