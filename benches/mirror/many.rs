@@ -155,6 +155,23 @@ pub(super) async fn many() -> Result<()> {
         shares[2] * 100.0,
         idle * 100.0
     );
+    // What the verifier did meanwhile: its share of the idle CPU is verifying these partitions over and over.
+    let (verified, passes) = verified(&mirror).await?;
+    println!(
+        "{partitions} partitions: {verified} had a verification pass completed, {passes} passes in all, by the end \
+         of the idle span"
+    );
     mirror.terminate(Duration::from_secs(30)).await?;
     Ok(())
+}
+
+/// Partitions whose verification completed a pass, and the passes completed over all partitions.
+async fn verified(mirror: &MirrorProcess) -> Result<(u64, u64)> {
+    let url = format!("{}/api/v1/partitions", mirror.monitor_url());
+    let v: serde_json::Value = serde_json::from_str(&reqwest::get(&url).await?.text().await?)?;
+    let passes: Vec<u64> = v["partitions"]
+        .as_array()
+        .map(|ps| ps.iter().map(|p| p["verify"]["passes_completed"].as_u64().unwrap_or(0)).collect())
+        .unwrap_or_default();
+    Ok((passes.iter().filter(|&&n| n > 0).count() as u64, passes.iter().sum()))
 }

@@ -8,8 +8,7 @@
 //! `verify.mismatch` says the same, `ferry_mirror_verify_mismatch_total` is 1, and the other partition stays clean.
 //!
 //! Many small partitions take their steps in groups, one request per side for a group: 256 partitions complete a
-//! clean pass within two rounds of groups at a low rate, where a request per partition would need a minute per
-//! round.
+//! clean pass within two rounds of groups, where a request per partition would need half a minute per round.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::Path;
@@ -126,15 +125,17 @@ async fn a_byte_changed_on_the_target_disk_is_named_by_offset_and_side_within_on
     Ok(())
 }
 
-/// What the verifier counts a request against its rate at least (`ferry_mirror::verify`'s `READ_COST_BYTES`).
+/// What the verifier counts a request against its rate at least, and each partition it reads or looks up
+/// (`ferry_mirror::verify`'s `READ_COST_BYTES` and `PARTITION_COST_BYTES`).
 const READ_COST: u64 = 64 << 10;
+const PARTITION_COST: u64 = 4 << 10;
 /// Partitions that take a step together (`ferry_mirror::verify`'s `GROUP`).
 const GROUP: u64 = 64;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_small_partitions_are_verified_in_groups_within_two_rounds() -> anyhow::Result<()> {
     const MANY: u32 = 256;
-    const SLOW_RATE: u64 = 256 << 10;
+    const SLOW_RATE: u64 = 1 << 20;
     let (a, b) = two_dcs().await?;
     a.create_topic(TOPIC, MANY).await?;
     let p = producer(&a).await?;
@@ -149,10 +150,12 @@ async fn many_small_partitions_are_verified_in_groups_within_two_rounds() -> any
     wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
     assert_identical(&a, TOPIC, &b, TOPIC).await?;
 
-    // A round: per group, one lookup and one read on each side, each paid as READ_COST. The round going on when
-    // every partition was caught up, a whole round, and the rest.
+    // A round: per group, one lookup and one read on each side, each paid as a request for GROUP partitions. The
+    // round going on when every partition was caught up, a whole round, and the rest. (Were each partition read on
+    // its own, a round would cost 2 * MANY * READ_COST: 32 s at this rate, above the deadline.)
     let groups = u64::from(MANY).div_ceil(GROUP);
-    let round = Duration::from_secs_f64((groups * 2 * READ_COST) as f64 / SLOW_RATE as f64);
+    let request = READ_COST.max(GROUP * PARTITION_COST);
+    let round = Duration::from_secs_f64((groups * 2 * request) as f64 / SLOW_RATE as f64);
     let cycle = 2 * round + VERIFIER_REST;
     wait_until("a clean pass over all 256 partitions", deadline(&[cycle, CHECK]), async || -> anyhow::Result<bool> {
         let doc = monitor_get(m, &format!("/api/v1/partitions?topic={TOPIC}")).await?;

@@ -33,12 +33,22 @@ const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// requests a second.
 pub const READ_COST_BYTES: u64 = 64 * 1024;
 
+/// What each partition a request reads or looks up counts against the rate at least: each costs both brokers a
+/// look-up and a read, and the mirror a comparison, however little it holds. A group of 64 near-empty partitions
+/// then counts 256 KiB.
+pub const PARTITION_COST_BYTES: u64 = 4 * 1024;
+
+/// What a request that brought `bytes` for `partitions` partitions counts against its rate.
+pub fn request_cost(bytes: u64, partitions: usize) -> u64 {
+    bytes.max(READ_COST_BYTES).max(partitions as u64 * PARTITION_COST_BYTES)
+}
+
 /// One partition of a [`fetch_many`]: (topic, partition, from).
 pub type Start<'a> = (&'a str, u32, u64);
 
 /// Reads the start of every range in `starts` with one `Fetch` to `client`: at most `max_bytes` in all, the first
 /// partitions first. The answer of partition `i` is `answers[i]`, `None` when the request failed or the answer
-/// does not mention it. The bytes received, at least [`READ_COST_BYTES`], are paid to `limits` once.
+/// does not mention it. The request's [`request_cost`] is paid to `limits` once.
 pub async fn fetch_many(
     client: &BrokerClient,
     starts: &[Start<'_>],
@@ -65,7 +75,7 @@ pub async fn fetch_many(
     };
     let response = client.fetch(request).await;
     let received = response.as_ref().map_or(0, |r| r.partitions.iter().map(|d| d.batches.len() as u64).sum());
-    limits.acquire(received.max(READ_COST_BYTES), 0).await;
+    limits.acquire(request_cost(received, starts.len()), 0).await;
     let Ok(response) = response else { return answers };
     // The answer keeps the request's order; a partition is placed by name all the same.
     for (i, d) in response.partitions.into_iter().enumerate() {
@@ -172,7 +182,7 @@ impl FetchStream {
             .find(|d| d.topic == self.topic && d.partition == self.partition)
             .ok_or_else(|| ReadError(format!("the answer to reading {} does not mention the partition", self.at())))?;
         if let Some(limits) = &self.limits {
-            limits.acquire((data.batches.len() as u64).max(READ_COST_BYTES), 0).await;
+            limits.acquire(request_cost(data.batches.len() as u64, 1), 0).await;
         }
         self.absorb(data, careful)
     }
