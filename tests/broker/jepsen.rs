@@ -2,6 +2,7 @@
 //! every member's etcd link and peer link (docs/cluster.md, "Faults and promises"). Each test is one reproduced
 //! case; each failed on the cluster before its decision core.
 
+use bytes::Bytes;
 use ferry_client::Admin;
 use ferry_client::proto as pb;
 use ferry_testkit::{ClusterSpec, deadline, wait_until};
@@ -150,7 +151,19 @@ async fn a_leader_cut_from_etcd_with_its_follower_acknowledges_nothing_after_an_
     .await?;
     let mut expected: Vec<Rec> = acked[..20].to_vec();
     expected.extend(after);
-    assert_same_records("the log after the heal", &expected, &read_partition(&client(&cluster), TOPIC, 0).await);
+    let got = read_partition(&client(&cluster), TOPIC, 0).await;
+    if got != expected {
+        // What each member holds and did, for the failure's reader: which member acknowledged what, and when.
+        for id in [l, f, g] {
+            let held: Vec<(u64, Option<Bytes>)> = read_partition(&client_of(&cluster, id), TOPIC, 0)
+                .await
+                .into_iter()
+                .map(|r| (r.offset, r.value))
+                .collect();
+            eprintln!("== member {id} (L={l} F={f} G={g}) holds {held:?}\n{}", cluster.broker(id).logs());
+        }
+    }
+    assert_same_records("the log after the heal", &expected, &got);
     crate::faults::stop_and_compare(&mut cluster, TOPIC, 0).await
 }
 

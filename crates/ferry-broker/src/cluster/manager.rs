@@ -184,6 +184,8 @@ impl Replication {
             }
             let mut etcd = self.etcd.clone();
             let asked = Instant::now();
+            // Taken before the read: a lease granted again while it is under way needs the next one.
+            let mark = self.serving.lease().read_mark();
             let snap = match catalog::snapshot(&mut etcd).await {
                 Ok(s) => {
                     self.serving.etcd_answered(asked);
@@ -210,6 +212,8 @@ impl Replication {
             self.sync_topics(&snap).await;
             stages.done("topics");
             self.apply_roles(&snap).await;
+            // Every role is now what etcd said after any new lease: the member may act under that lease.
+            self.serving.lease().catalog_read(mark);
             stages.done("roles");
             self.maintain_isr(&mut etcd).await;
             stages.done("isr");

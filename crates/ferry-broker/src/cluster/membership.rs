@@ -441,7 +441,7 @@ async fn renew(
                     Ok(Ok(Ok(new))) => {
                         lease = new;
                         lease_id.store(new, Ordering::Release);
-                        clock.renewed(sent);
+                        clock.regranted(sent);
                         tracing::info!(broker_id = r.id, "registered again");
                     }
                     Ok(Ok(Err(holder))) => {
