@@ -53,6 +53,20 @@ impl Membership {
         }
     }
 
+    /// [`Membership::assign`] of the (topic, partition) pairs a join or a heartbeat answered with. Every heartbeat
+    /// repeats the whole assignment: one equal to the current is recognised in place, without making each
+    /// partition's name and the set again (thousands of partitions, every heartbeat).
+    fn assign_pairs(&mut self, mut pairs: Vec<(String, u32)>) {
+        // The set's own order: by topic, then partition.
+        pairs.sort_unstable();
+        pairs.dedup();
+        let same = pairs.len() == self.assignment.len()
+            && pairs.iter().zip(&self.assignment).all(|((topic, p), tp)| tp.topic() == topic && tp.partition == *p);
+        if !same {
+            self.assign(pairs.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect());
+        }
+    }
+
     /// Joins, heartbeats or re-joins for `topics` (target names); leaves when there are none.
     pub async fn refresh(&mut self, target: &Arc<dyn TargetCluster>, topics: BTreeSet<String>) {
         if topics.is_empty() {
@@ -69,7 +83,7 @@ impl Membership {
                     if let Some(m) = self.member.as_mut() {
                         m.1 = hb.generation;
                     }
-                    self.assign(hb.assignment.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect());
+                    self.assign_pairs(hb.assignment);
                     return;
                 }
                 Ok(None) => {
@@ -87,7 +101,7 @@ impl Membership {
                 tracing::info!(group = %self.group, member = %j.member_id, generation = j.generation, partitions = j.assignment.len(), members = j.members, "joined the scale-out group");
                 self.member = Some((j.member_id, j.generation));
                 self.joined_topics = topics;
-                self.assign(j.assignment.into_iter().map(|(t, p)| TargetTp::new(t, p)).collect());
+                self.assign_pairs(j.assignment);
             }
             Err(e) => tracing::warn!(error = %e, "cannot join the scale-out group on the target"),
         }
@@ -97,6 +111,39 @@ impl Membership {
     pub async fn leave(&mut self, target: &Arc<dyn TargetCluster>) {
         if let Some((member, _)) = self.member.take() {
             let _ = target.leave(&self.group, &member).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(v: &[(&str, u32)]) -> Vec<(String, u32)> {
+        v.iter().map(|&(t, p)| (t.to_owned(), p)).collect()
+    }
+
+    #[test]
+    fn an_assignment_repeated_in_any_order_is_the_same_and_a_changed_one_bumps_the_version() {
+        let mut m = Membership::new("m", Duration::from_secs(10));
+        m.assign_pairs(pairs(&[("b", 0), ("a", 1), ("a", 0)]));
+        assert_eq!(m.version(), 1);
+        let want: BTreeSet<TargetTp> =
+            [("a", 0), ("a", 1), ("b", 0)].iter().map(|&(t, p)| TargetTp::new(t, p)).collect();
+        assert_eq!(m.assignment(), &want);
+        // The same partitions again, in another order and with one named twice: nothing changed.
+        m.assign_pairs(pairs(&[("a", 0), ("b", 0), ("a", 1), ("a", 1)]));
+        assert_eq!((m.version(), m.assignment()), (1, &want));
+        // One partition moves to another topic name of the same length, one is dropped, one is added.
+        for (next, version) in [
+            (pairs(&[("a", 0), ("a", 1), ("c", 0)]), 2),
+            (pairs(&[("a", 0), ("a", 1)]), 3),
+            (pairs(&[("a", 0), ("a", 1), ("a", 2)]), 4),
+            (Vec::new(), 5),
+        ] {
+            let expected: BTreeSet<TargetTp> = next.iter().map(|(t, p)| TargetTp::new(t.as_str(), *p)).collect();
+            m.assign_pairs(next);
+            assert_eq!((m.version(), m.assignment()), (version, &expected));
         }
     }
 }
