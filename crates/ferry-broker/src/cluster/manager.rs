@@ -64,8 +64,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The settings of `section` for a broker whose messages are at most `max_message` bytes, dialling its peers
-    /// through `links`.
+    /// The settings of `section` for a broker of messages up to `max_message` bytes, dialling peers through `links`.
     pub fn of(section: &ClusterSection, max_message: usize, links: PeerLinks) -> Settings {
         Settings {
             me: section.broker_id.unwrap_or(0),
@@ -110,8 +109,7 @@ impl std::fmt::Debug for Replication {
 }
 
 impl Replication {
-    /// A manager over `core` (and `groups`, whose committed offsets of a deleted topic go with it), talking to
-    /// etcd through `etcd`.
+    /// A manager over `core` (and `groups`, whose committed offsets of a deleted topic go with it), over `etcd`.
     pub fn new(
         s: Settings,
         core: Arc<BrokerCore>,
@@ -183,9 +181,8 @@ impl Replication {
                 _ = self.kick.notified() => {}
             }
             let mut etcd = self.etcd.clone();
-            let asked = Instant::now();
-            // Taken before the read: a lease granted again while it is under way needs the next one.
-            let mark = self.serving.lease().read_mark();
+            // The lease mark before the read: a lease granted again while it is under way needs the next read.
+            let (asked, mark) = (Instant::now(), self.serving.lease().read_mark());
             let snap = match catalog::snapshot(&mut etcd).await {
                 Ok(s) => {
                     self.serving.etcd_answered(asked);
@@ -212,7 +209,6 @@ impl Replication {
             self.sync_topics(&snap).await;
             stages.done("topics");
             self.apply_roles(&snap).await;
-            // Every role is now what etcd said after any new lease: the member may act under that lease.
             self.serving.lease().catalog_read(mark);
             stages.done("roles");
             self.maintain_isr(&mut etcd).await;
