@@ -63,6 +63,15 @@ fn damage_record_in_batch(file: &Path, nth: usize) -> anyhow::Result<u64> {
     Ok(base)
 }
 
+/// A mirror of `TOPIC` from `a` to `b` verifying at `bytes_per_sec`, once the target holds an identical copy.
+async fn mirror_caught_up(a: &Dc, b: &Dc, bytes_per_sec: u64) -> anyhow::Result<Mirror> {
+    let extra = format!("[verify]\nbytes_per_sec = \"{bytes_per_sec}\"\n");
+    let mirror = start_mirror(&MirrorConf::new(a, b), "", &extra).await?;
+    wait_caught_up(a, TOPIC, b, TOPIC, io_deadline()).await?;
+    assert_identical(a, TOPIC, b, TOPIC).await?;
+    Ok(mirror)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_byte_changed_on_the_target_disk_is_named_by_offset_and_side_within_one_cycle() -> anyhow::Result<()> {
     let (a, b) = two_dcs().await?;
@@ -77,11 +86,8 @@ async fn a_byte_changed_on_the_target_disk_is_named_by_offset_and_side_within_on
         .await?;
     }
     p.close().await;
-    let extra = format!("[verify]\nbytes_per_sec = \"{BYTES_PER_SEC}\"\n");
-    let mirror = start_mirror(&MirrorConf::new(&a, &b), "", &extra).await?;
+    let mirror = mirror_caught_up(&a, &b, BYTES_PER_SEC).await?;
     let m = &mirror.process;
-    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
-    assert_identical(&a, TOPIC, &b, TOPIC).await?;
 
     // One cycle: every partition's bytes at the configured rate, and the rest between idle rounds.
     let bytes: u64 = b.admin.describe_topic(TOPIC).await?.partitions.iter().map(|p| p.size_bytes).sum();
@@ -144,11 +150,8 @@ async fn many_small_partitions_are_verified_in_groups_within_two_rounds() -> any
         send_all(&p, (0..MANY).map(|q| record(TOPIC, "m", u64::from(q) * 2 + round, 32).with_partition(q))).await?;
     }
     p.close().await;
-    let extra = format!("[verify]\nbytes_per_sec = \"{SLOW_RATE}\"\n");
-    let mirror = start_mirror(&MirrorConf::new(&a, &b), "", &extra).await?;
+    let mirror = mirror_caught_up(&a, &b, SLOW_RATE).await?;
     let m = &mirror.process;
-    wait_caught_up(&a, TOPIC, &b, TOPIC, io_deadline()).await?;
-    assert_identical(&a, TOPIC, &b, TOPIC).await?;
 
     // A round: per group, one lookup and one read on each side, each paid as a request for GROUP partitions. The
     // round going on when every partition was caught up, a whole round, and the rest. (Were each partition read on

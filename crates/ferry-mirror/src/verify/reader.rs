@@ -23,6 +23,7 @@ use ferry_client::proto::{self as pb, ErrorCode};
 
 use super::compare::{BatchStream, Item, ReadError, Side};
 use crate::ratelimit::RateLimits;
+use crate::tp::Placer;
 
 /// Bytes asked for per read without a limit.
 const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
@@ -77,12 +78,13 @@ pub async fn fetch_many(
     let received = response.as_ref().map_or(0, |r| r.partitions.iter().map(|d| d.batches.len() as u64).sum());
     limits.acquire(request_cost(received, starts.len()), 0).await;
     let Ok(response) = response else { return answers };
-    // The answer keeps the request's order; a partition is placed by name all the same.
-    for (i, d) in response.partitions.into_iter().enumerate() {
-        let at = match starts.get(i) {
-            Some(&(t, p, _)) if t == d.topic && p == d.partition => Some(i),
-            _ => starts.iter().position(|&(t, p, _)| t == d.topic && p == d.partition),
-        };
+    // The answer keeps the request's order; one out of it is placed by name.
+    let asked: Vec<(String, u32)> = starts.iter().map(|&(t, p, _)| (t.to_owned(), p)).collect();
+    let mut placer = Placer::new(&asked);
+    for mut d in response.partitions {
+        let named = (std::mem::take(&mut d.topic), d.partition);
+        let at = placer.place(&named);
+        d.topic = named.0;
         if let Some(at) = at {
             answers[at] = Some(d);
         }
